@@ -1,0 +1,64 @@
+//! The command line: clap argument groups and one function per command.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod inspect;
+pub mod synth;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "clover",
+    version,
+    about = "Run Clover and qwen35moe GGUF models on CPUs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Summarise a GGUF file: architecture, layers, tensors, parameters, quant mix
+    Inspect(inspect::InspectArgs),
+    /// Write a random-weight model file of any size, in either architecture
+    Synth(synth::SynthArgs),
+}
+
+/// Parses arguments, runs the command, and turns every error into one line on
+/// stderr and a non-zero exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            // clap prints usage and the error itself; help and version go to stdout.
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Inspect(args) => inspect::run(args),
+        Command::Synth(args) => synth::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&e));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The error and its causes on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut s = String::new();
+    for (i, cause) in e.chain().enumerate() {
+        if i > 0 {
+            s.push_str(": ");
+        }
+        s.push_str(&cause.to_string().replace('\n', " "));
+    }
+    s
+}

@@ -1,0 +1,255 @@
+//! GGUF v3 writer: metadata and tensor infos up front, tensor data streamed to
+//! disk one tensor at a time (so a 20 GB file never sits in memory).
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use kernels::GgmlType;
+
+use super::value::Value;
+
+pub const GGUF_MAGIC: &[u8; 4] = b"GGUF";
+pub const GGUF_VERSION: u32 = 3;
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+
+/// A tensor to be written: its name, type and shape in ggml `ne` order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorPlan {
+    pub name: String,
+    pub ty: GgmlType,
+    pub dims: Vec<u64>,
+}
+
+impl TensorPlan {
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+
+    /// Bytes of data, or an error when the first dimension is not a whole number
+    /// of blocks.
+    pub fn n_bytes(&self) -> io::Result<u64> {
+        let ne0 = self.dims.first().copied().unwrap_or(1);
+        let rows: u64 = self.dims.iter().skip(1).product();
+        self.ty
+            .row_bytes(ne0)
+            .and_then(|r| r.checked_mul(rows))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "tensor {}: {} elements per row is not a whole number of {} blocks",
+                    self.name, ne0, self.ty
+                ))
+            })
+    }
+}
+
+/// Builds a GGUF file: set metadata, add tensors, then `write` streams it out.
+#[derive(Clone, Debug)]
+pub struct GgufWriter {
+    pub alignment: u64,
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<TensorPlan>,
+}
+
+impl Default for GgufWriter {
+    fn default() -> Self {
+        GgufWriter::new()
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl GgufWriter {
+    pub fn new() -> Self {
+        GgufWriter {
+            alignment: DEFAULT_ALIGNMENT,
+            metadata: Vec::new(),
+            tensors: Vec::new(),
+        }
+    }
+
+    /// Sets a metadata key, replacing an earlier value of the same key.
+    pub fn set(&mut self, key: impl Into<String>, value: Value) {
+        let key = key.into();
+        if key == "general.alignment" {
+            if let Some(a) = value.as_u64() {
+                self.alignment = a;
+            }
+        }
+        match self.metadata.iter_mut().find(|(k, _)| *k == key) {
+            Some(slot) => slot.1 = value,
+            None => self.metadata.push((key, value)),
+        }
+    }
+
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    pub fn add_tensor(&mut self, name: impl Into<String>, ty: GgmlType, dims: &[u64]) {
+        self.tensors.push(TensorPlan {
+            name: name.into(),
+            ty,
+            dims: dims.to_vec(),
+        });
+    }
+
+    pub fn tensors(&self) -> &[TensorPlan] {
+        &self.tensors
+    }
+
+    /// Writes the whole file. `fill(i, plan, out)` must write exactly
+    /// `plan.n_bytes()` bytes of tensor `i`'s data; padding is added here.
+    /// Returns the number of bytes written.
+    pub fn write<W: Write>(
+        &self,
+        out: W,
+        mut fill: impl FnMut(usize, &TensorPlan, &mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<u64> {
+        if self.alignment == 0 || !self.alignment.is_power_of_two() {
+            return Err(invalid(format!(
+                "alignment {} is not a power of two",
+                self.alignment
+            )));
+        }
+        let mut w = Counting { inner: out, n: 0 };
+        w.write_all(GGUF_MAGIC)?;
+        w.write_all(&GGUF_VERSION.to_le_bytes())?;
+        w.write_all(&(self.tensors.len() as u64).to_le_bytes())?;
+        w.write_all(&(self.metadata.len() as u64).to_le_bytes())?;
+        for (k, v) in &self.metadata {
+            write_string(&mut w, k)?;
+            w.write_all(&(v.value_type() as u32).to_le_bytes())?;
+            write_value(&mut w, v)?;
+        }
+        let mut offset = 0u64;
+        let mut sizes = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            write_string(&mut w, &t.name)?;
+            w.write_all(&(t.dims.len() as u32).to_le_bytes())?;
+            for d in &t.dims {
+                w.write_all(&d.to_le_bytes())?;
+            }
+            w.write_all(&t.ty.id().to_le_bytes())?;
+            w.write_all(&offset.to_le_bytes())?;
+            let size = t.n_bytes()?;
+            sizes.push(size);
+            offset = align_up(offset + size, self.alignment);
+        }
+        pad_to(&mut w, self.alignment)?;
+        for (i, t) in self.tensors.iter().enumerate() {
+            let start = w.n;
+            fill(i, t, &mut w)?;
+            let wrote = w.n - start;
+            if wrote != sizes[i] {
+                return Err(invalid(format!(
+                    "tensor {}: wrote {wrote} bytes, expected {}",
+                    t.name, sizes[i]
+                )));
+            }
+            if i + 1 < self.tensors.len() {
+                pad_to(&mut w, self.alignment)?;
+            }
+        }
+        w.flush()?;
+        Ok(w.n)
+    }
+
+    /// Writes to `path` through a temporary file in the same folder that is
+    /// renamed into place only when complete, so a failure never leaves a
+    /// truncated model behind.
+    pub fn write_to_path(
+        &self,
+        path: &Path,
+        fill: impl FnMut(usize, &TensorPlan, &mut dyn Write) -> io::Result<()>,
+    ) -> io::Result<u64> {
+        let file_name = path
+            .file_name()
+            .ok_or_else(|| invalid(format!("{} is not a file path", path.display())))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(file_name);
+        tmp_name.push(".partial");
+        let tmp = path.with_file_name(tmp_name);
+        let result = (|| {
+            let file = File::create(&tmp)?;
+            let n = self.write(BufWriter::with_capacity(1 << 20, &file), fill)?;
+            file.sync_all()?;
+            Ok(n)
+        })();
+        match result {
+            Ok(n) => {
+                std::fs::rename(&tmp, path)?;
+                Ok(n)
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                Err(e)
+            }
+        }
+    }
+}
+
+pub fn align_up(x: u64, a: u64) -> u64 {
+    x.div_ceil(a) * a
+}
+
+struct Counting<W> {
+    inner: W,
+    n: u64,
+}
+
+impl<W: Write> Write for Counting<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let k = self.inner.write(buf)?;
+        self.n += k as u64;
+        Ok(k)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn pad_to<W: Write>(w: &mut Counting<W>, alignment: u64) -> io::Result<()> {
+    let pad = align_up(w.n, alignment) - w.n;
+    w.write_all(&vec![0u8; pad as usize])
+}
+
+fn write_string(w: &mut impl Write, s: &str) -> io::Result<()> {
+    w.write_all(&(s.len() as u64).to_le_bytes())?;
+    w.write_all(s.as_bytes())
+}
+
+fn write_value(w: &mut impl Write, v: &Value) -> io::Result<()> {
+    match v {
+        Value::U8(x) => w.write_all(&x.to_le_bytes()),
+        Value::I8(x) => w.write_all(&x.to_le_bytes()),
+        Value::U16(x) => w.write_all(&x.to_le_bytes()),
+        Value::I16(x) => w.write_all(&x.to_le_bytes()),
+        Value::U32(x) => w.write_all(&x.to_le_bytes()),
+        Value::I32(x) => w.write_all(&x.to_le_bytes()),
+        Value::F32(x) => w.write_all(&x.to_le_bytes()),
+        Value::Bool(x) => w.write_all(&[*x as u8]),
+        Value::String(s) => write_string(w, s),
+        Value::U64(x) => w.write_all(&x.to_le_bytes()),
+        Value::I64(x) => w.write_all(&x.to_le_bytes()),
+        Value::F64(x) => w.write_all(&x.to_le_bytes()),
+        Value::Array(t, items) => {
+            w.write_all(&(*t as u32).to_le_bytes())?;
+            w.write_all(&(items.len() as u64).to_le_bytes())?;
+            for item in items {
+                if item.value_type() != *t {
+                    return Err(invalid(format!(
+                        "array of {} holds a {}",
+                        t.name(),
+                        item.value_type().name()
+                    )));
+                }
+                // A nested array is its own element type, count and items.
+                write_value(w, item)?;
+            }
+            Ok(())
+        }
+    }
+}
