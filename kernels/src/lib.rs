@@ -1,8 +1,16 @@
 //! Quantized block formats, dot products and small f32 ops for clover.
 //!
 //! No I/O and no model knowledge. `scalar` is the reference every SIMD path is
-//! tested against.
+//! tested against; `isa` picks the fastest tier the host has, once.
 
+#[cfg(target_arch = "aarch64")]
+pub mod aarch64;
+pub mod blocks;
+pub mod isa;
+pub mod scalar;
 pub mod types;
+#[cfg(target_arch = "x86_64")]
+pub mod x86;
 
+pub use isa::{Isa, KernelTable};
 pub use types::{GgmlType, UnsupportedType};

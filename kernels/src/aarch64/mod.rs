@@ -1,0 +1,3 @@
+//! aarch64 tiers.
+
+pub mod neon;

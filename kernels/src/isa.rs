@@ -1,0 +1,259 @@
+//! Instruction-set tiers, chosen once at run time into a table of function
+//! pointers. `CLOVER_ISA=scalar|avx2|avx512|neon` forces a tier and is refused
+//! when the host lacks it.
+
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::{scalar, GgmlType};
+
+/// Dot product of `n` weights (raw bytes of the weight type) with `n`
+/// activations in the weight type's `vec_dot_type()` layout.
+pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
+/// Quantises an f32 activation row into an activation type (Q8_0, Q8_1, Q8_K,
+/// F16, BF16, F32); `dst` is exactly `row_bytes(src.len())` long.
+pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    Scalar,
+    Avx2,
+    Avx512,
+    Neon,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IsaError(pub String);
+
+impl fmt::Display for IsaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for IsaError {}
+
+impl Isa {
+    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|i| i.name().eq_ignore_ascii_case(s))
+    }
+
+    /// Whether this host can run the tier.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                is_x86_feature_detected!("avx2")
+                    && is_x86_feature_detected!("fma")
+                    && is_x86_feature_detected!("f16c")
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                Isa::Avx2.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vl")
+            }
+            #[cfg(target_arch = "aarch64")]
+            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every tier this host can run, slowest first.
+    pub fn all_available() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.available()).collect()
+    }
+
+    /// The fastest tier this host can run.
+    pub fn detect() -> Isa {
+        *Isa::all_available().last().unwrap_or(&Isa::Scalar)
+    }
+
+    /// The tier named by `CLOVER_ISA`, or the detected one when it is unset.
+    pub fn from_env() -> Result<Isa, IsaError> {
+        match std::env::var("CLOVER_ISA") {
+            Err(_) => Ok(Isa::detect()),
+            Ok(s) if s.is_empty() => Ok(Isa::detect()),
+            Ok(s) => {
+                let isa = Isa::from_name(&s).ok_or_else(|| {
+                    IsaError(format!(
+                        "CLOVER_ISA={s} is not one of scalar, avx2, avx512, neon"
+                    ))
+                })?;
+                if !isa.available() {
+                    return Err(IsaError(format!(
+                        "CLOVER_ISA={s}: this CPU does not support {}",
+                        isa.name()
+                    )));
+                }
+                Ok(isa)
+            }
+        }
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The kernels of one tier, per weight type.
+pub struct KernelTable {
+    pub isa: Isa,
+    vec_dot: [VecDotFn; GgmlType::ALL.len()],
+    quantize: [QuantizeFn; GgmlType::ALL.len()],
+}
+
+fn type_index(ty: GgmlType) -> usize {
+    GgmlType::ALL
+        .iter()
+        .position(|t| *t == ty)
+        .expect("every GgmlType is in ALL")
+}
+
+fn scalar_quantize(ty: GgmlType) -> QuantizeFn {
+    macro_rules! q {
+        ($t:expr) => {
+            |src: &[f32], dst: &mut [u8]| scalar::quantize_row($t, src, dst, None)
+        };
+    }
+    match ty {
+        GgmlType::F32 => q!(GgmlType::F32),
+        GgmlType::F16 => q!(GgmlType::F16),
+        GgmlType::BF16 => q!(GgmlType::BF16),
+        GgmlType::Q8_0 => q!(GgmlType::Q8_0),
+        GgmlType::Q8_1 => q!(GgmlType::Q8_1),
+        GgmlType::Q8_K => q!(GgmlType::Q8_K),
+        GgmlType::Q4_0 => q!(GgmlType::Q4_0),
+        GgmlType::Q4_1 => q!(GgmlType::Q4_1),
+        GgmlType::Q5_0 => q!(GgmlType::Q5_0),
+        GgmlType::Q5_1 => q!(GgmlType::Q5_1),
+        GgmlType::Q2_K => q!(GgmlType::Q2_K),
+        GgmlType::Q3_K => q!(GgmlType::Q3_K),
+        GgmlType::Q4_K => q!(GgmlType::Q4_K),
+        GgmlType::Q5_K => q!(GgmlType::Q5_K),
+        GgmlType::Q6_K => q!(GgmlType::Q6_K),
+        GgmlType::IQ4_NL => q!(GgmlType::IQ4_NL),
+        GgmlType::IQ4_XS => q!(GgmlType::IQ4_XS),
+    }
+}
+
+fn scalar_vec_dot(ty: GgmlType) -> VecDotFn {
+    macro_rules! d {
+        ($t:expr) => {
+            |n: usize, w: &[u8], a: &[u8]| scalar::vec_dot($t, n, w, a)
+        };
+    }
+    match ty {
+        GgmlType::F32 => d!(GgmlType::F32),
+        GgmlType::F16 => d!(GgmlType::F16),
+        GgmlType::BF16 => d!(GgmlType::BF16),
+        GgmlType::Q8_0 => d!(GgmlType::Q8_0),
+        GgmlType::Q8_1 => d!(GgmlType::Q8_1),
+        GgmlType::Q8_K => d!(GgmlType::Q8_K),
+        GgmlType::Q4_0 => d!(GgmlType::Q4_0),
+        GgmlType::Q4_1 => d!(GgmlType::Q4_1),
+        GgmlType::Q5_0 => d!(GgmlType::Q5_0),
+        GgmlType::Q5_1 => d!(GgmlType::Q5_1),
+        GgmlType::Q2_K => d!(GgmlType::Q2_K),
+        GgmlType::Q3_K => d!(GgmlType::Q3_K),
+        GgmlType::Q4_K => d!(GgmlType::Q4_K),
+        GgmlType::Q5_K => d!(GgmlType::Q5_K),
+        GgmlType::Q6_K => d!(GgmlType::Q6_K),
+        GgmlType::IQ4_NL => d!(GgmlType::IQ4_NL),
+        GgmlType::IQ4_XS => d!(GgmlType::IQ4_XS),
+    }
+}
+
+/// Tier-specific kernels, where the tier has one for the type.
+fn tier_vec_dot(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+    match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => crate::x86::avx2::vec_dot_fn(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            crate::x86::avx512::vec_dot_fn(ty).or_else(|| crate::x86::avx2::vec_dot_fn(ty))
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => crate::aarch64::neon::vec_dot_fn(ty),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+fn tier_quantize(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
+    match isa {
+        Isa::Scalar => None,
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => crate::x86::avx2::quantize_fn(ty),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => {
+            crate::x86::avx512::quantize_fn(ty).or_else(|| crate::x86::avx2::quantize_fn(ty))
+        }
+        #[cfg(target_arch = "aarch64")]
+        Isa::Neon => crate::aarch64::neon::quantize_fn(ty),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
+impl KernelTable {
+    /// The table for `isa`; panics when the host lacks it (check `available()`).
+    pub fn new(isa: Isa) -> KernelTable {
+        assert!(isa.available(), "{isa} is not available on this CPU");
+        KernelTable {
+            isa,
+            vec_dot: GgmlType::ALL
+                .map(|t| tier_vec_dot(isa, t).unwrap_or_else(|| scalar_vec_dot(t))),
+            quantize: GgmlType::ALL
+                .map(|t| tier_quantize(isa, t).unwrap_or_else(|| scalar_quantize(t))),
+        }
+    }
+
+    #[inline]
+    pub fn vec_dot(&self, ty: GgmlType) -> VecDotFn {
+        self.vec_dot[type_index(ty)]
+    }
+
+    /// The quantiser into activation type `act_ty` (a `vec_dot_type()`).
+    #[inline]
+    pub fn quantize(&self, act_ty: GgmlType) -> QuantizeFn {
+        self.quantize[type_index(act_ty)]
+    }
+}
+
+static ACTIVE: OnceLock<KernelTable> = OnceLock::new();
+
+/// Chooses the tier from `CLOVER_ISA` (or detection) once. Call at start-up to
+/// surface a bad `CLOVER_ISA` as an error; later calls return the same tier.
+pub fn init() -> Result<Isa, IsaError> {
+    if let Some(t) = ACTIVE.get() {
+        return Ok(t.isa);
+    }
+    let isa = Isa::from_env()?;
+    Ok(ACTIVE.get_or_init(|| KernelTable::new(isa)).isa)
+}
+
+/// The active table (the detected tier when `init` was never called or
+/// `CLOVER_ISA` is invalid).
+pub fn active() -> &'static KernelTable {
+    ACTIVE.get_or_init(|| KernelTable::new(Isa::from_env().unwrap_or_else(|_| Isa::detect())))
+}

@@ -1,0 +1,66 @@
+//! F32, F16 and BF16: one element per "block"; f32 accumulation.
+//!
+//! F16 and BF16 weights are dotted with activations of their own type (ggml
+//! converts the activation row first), so both operands are rounded.
+
+use half::{bf16, f16};
+
+use crate::blocks::{as_blocks, as_blocks_mut};
+
+pub fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
+    let s: &[f32] = as_blocks(&src[..dst.len() * 4]);
+    dst.copy_from_slice(s);
+}
+
+pub fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+    let s: &[f16] = as_blocks(&src[..dst.len() * 2]);
+    for (d, x) in dst.iter_mut().zip(s) {
+        *d = x.to_f32();
+    }
+}
+
+pub fn dequantize_bf16(src: &[u8], dst: &mut [f32]) {
+    let s: &[bf16] = as_blocks(&src[..dst.len() * 2]);
+    for (d, x) in dst.iter_mut().zip(s) {
+        *d = x.to_f32();
+    }
+}
+
+pub fn quantize_f32(src: &[f32], dst: &mut [u8]) {
+    let d: &mut [f32] = as_blocks_mut(&mut dst[..src.len() * 4]);
+    d.copy_from_slice(src);
+}
+
+/// Round to nearest even, as ggml's `GGML_FP32_TO_FP16`.
+pub fn quantize_f16(src: &[f32], dst: &mut [u8]) {
+    let d: &mut [f16] = as_blocks_mut(&mut dst[..src.len() * 2]);
+    for (o, x) in d.iter_mut().zip(src) {
+        *o = f16::from_f32(*x);
+    }
+}
+
+/// Round to nearest even with NaNs kept quiet, as ggml's `ggml_compute_fp32_to_bf16`.
+pub fn quantize_bf16(src: &[f32], dst: &mut [u8]) {
+    let d: &mut [bf16] = as_blocks_mut(&mut dst[..src.len() * 2]);
+    for (o, x) in d.iter_mut().zip(src) {
+        *o = bf16::from_f32(*x);
+    }
+}
+
+pub fn vec_dot_f32(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let w: &[f32] = as_blocks(&w[..n * 4]);
+    let a: &[f32] = as_blocks(&act[..n * 4]);
+    w.iter().zip(a).map(|(x, y)| x * y).sum()
+}
+
+pub fn vec_dot_f16(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let w: &[f16] = as_blocks(&w[..n * 2]);
+    let a: &[f16] = as_blocks(&act[..n * 2]);
+    w.iter().zip(a).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
+}
+
+pub fn vec_dot_bf16(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let w: &[bf16] = as_blocks(&w[..n * 2]);
+    let a: &[bf16] = as_blocks(&act[..n * 2]);
+    w.iter().zip(a).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
+}

@@ -1,0 +1,13 @@
+//! Q4_0: not implemented yet (placeholder so the dispatch compiles).
+
+pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
+    todo!("Q4_0 dequantize")
+}
+
+pub fn quantize(_src: &[f32], _dst: &mut [u8], _imatrix: Option<&[f32]>) {
+    todo!("Q4_0 quantize")
+}
+
+pub fn vec_dot(_n: usize, _w: &[u8], _act: &[u8]) -> f32 {
+    todo!("Q4_0 vec_dot")
+}
