@@ -207,60 +207,123 @@ fn by_value_desc(a: &Candidate, b: &Candidate) -> std::cmp::Ordering {
     b.v.total_cmp(&a.v).then(a.id.cmp(&b.id))
 }
 
-/// Runs the chain up to and including temperature, then turns the logits into probabilities.
-/// On return `cands` holds the final distribution sorted by descending probability.
-fn run_chain(
-    p: &SamplerParams,
-    logits: &[f32],
-    history: &[u32],
-    cands: &mut Vec<Candidate>,
-    window: &mut Vec<u32>,
-) {
-    cands.clear();
-    cands.extend(logits.iter().enumerate().map(|(i, &l)| Candidate {
-        id: i as u32,
-        v: if l.is_nan() { f32::NEG_INFINITY } else { l },
-    }));
-    if cands.is_empty() {
+/// Scratch buffers a chain run reuses.
+#[derive(Clone, Debug, Default)]
+struct Scratch {
+    cands: Vec<Candidate>,
+    /// The penalty window, sorted.
+    window: Vec<u32>,
+    /// Distinct window tokens with their penalised logits, by id.
+    penalised: Vec<Candidate>,
+}
+
+fn clean(l: f32) -> f32 {
+    if l.is_nan() {
+        f32::NEG_INFINITY
+    } else {
+        l
+    }
+}
+
+/// Fills `s.penalised` with each distinct token of the window and its penalised logit.
+fn penalise(p: &SamplerParams, logits: &[f32], history: &[u32], s: &mut Scratch) {
+    s.penalised.clear();
+    if !p.penalties_enabled() {
         return;
     }
-
-    // Penalties: `cands` is still indexed by token id here.
-    if p.penalties_enabled() {
-        let n = if p.repeat_last_n < 0 {
-            history.len()
-        } else {
-            (p.repeat_last_n as usize).min(history.len())
+    let n = if p.repeat_last_n < 0 {
+        history.len()
+    } else {
+        (p.repeat_last_n as usize).min(history.len())
+    };
+    s.window.clear();
+    s.window.extend_from_slice(&history[history.len() - n..]);
+    s.window.sort_unstable();
+    for run in s.window.chunk_by(|a, b| a == b) {
+        let tok = run[0];
+        let Some(&l) = logits.get(tok as usize) else {
+            continue;
         };
-        window.clear();
-        window.extend_from_slice(&history[history.len() - n..]);
-        window.sort_unstable();
-        let mut i = 0;
-        while i < window.len() {
-            let tok = window[i];
-            let mut j = i;
-            while j < window.len() && window[j] == tok {
-                j += 1;
-            }
-            let count = (j - i) as f32;
-            if let Some(c) = cands.get_mut(tok as usize) {
-                c.v = if c.v <= 0.0 {
-                    c.v * p.repeat_penalty
-                } else {
-                    c.v / p.repeat_penalty
-                };
-                c.v -= count * p.frequency_penalty + p.presence_penalty;
-            }
-            i = j;
+        let l = clean(l);
+        let mut v = if l <= 0.0 {
+            l * p.repeat_penalty
+        } else {
+            l / p.repeat_penalty
+        };
+        v -= run.len() as f32 * p.frequency_penalty + p.presence_penalty;
+        s.penalised.push(Candidate { id: tok, v });
+    }
+}
+
+/// The m largest raw logits (ties to the lower id) in `out`, unordered, in one pass: values
+/// are buffered up to 2m, cut back to the best m, and later values must beat the m-th.
+fn top_m(logits: &[f32], m: usize, out: &mut Vec<Candidate>) {
+    out.clear();
+    let cap = 2 * m.max(16);
+    let mut threshold = f32::NEG_INFINITY;
+    let mut full = false;
+    for (i, &l) in logits.iter().enumerate() {
+        let v = clean(l);
+        if full && v <= threshold {
+            continue;
+        }
+        out.push(Candidate { id: i as u32, v });
+        if out.len() == cap {
+            out.select_nth_unstable_by(m - 1, by_value_desc);
+            out.truncate(m);
+            threshold = out[m - 1].v;
+            full = true;
+        }
+    }
+}
+
+/// Runs the chain up to and including temperature, then turns the logits into probabilities.
+/// On return `s.cands` holds the final distribution sorted by descending probability.
+fn run_chain(p: &SamplerParams, logits: &[f32], history: &[u32], s: &mut Scratch) {
+    s.cands.clear();
+    let n = logits.len();
+    if n == 0 {
+        return;
+    }
+    penalise(p, logits, history, s);
+    let cands = &mut s.cands;
+
+    // Penalties and top_k (greedy is top 1). With k < n the k best are the best of
+    // (the k + W best raw logits without the W penalised tokens) ∪ (the penalised tokens).
+    let k = if p.temp <= 0.0 {
+        1
+    } else if p.top_k > 0 {
+        (p.top_k as usize).min(n)
+    } else {
+        n
+    };
+    if k < n {
+        top_m(logits, (k + s.penalised.len()).min(n), cands);
+        if !s.penalised.is_empty() {
+            let pen = &s.penalised;
+            cands.retain(|c| pen.binary_search_by_key(&c.id, |x| x.id).is_err());
+            cands.extend_from_slice(pen);
+        }
+        if cands.len() > k {
+            cands.select_nth_unstable_by(k - 1, by_value_desc);
+            cands.truncate(k);
+        }
+    } else {
+        cands.extend(logits.iter().enumerate().map(|(i, &l)| Candidate {
+            id: i as u32,
+            v: clean(l),
+        }));
+        for c in &s.penalised {
+            cands[c.id as usize].v = c.v;
         }
     }
 
     if p.temp <= 0.0 {
-        let best =
-            cands
-                .iter()
-                .copied()
-                .fold(cands[0], |best, c| if c.v > best.v { c } else { best });
+        let best = cands
+            .iter()
+            .copied()
+            .min_by(by_value_desc)
+            .unwrap_or(Candidate { id: 0, v: 0.0 });
         cands.clear();
         cands.push(Candidate {
             id: best.id,
@@ -269,12 +332,7 @@ fn run_chain(
         return;
     }
 
-    // top_k, then sort what is left: top_p, min_p and the output need descending order.
-    if p.top_k > 0 && (p.top_k as usize) < cands.len() {
-        let k = p.top_k as usize;
-        cands.select_nth_unstable_by(k - 1, by_value_desc);
-        cands.truncate(k);
-    }
+    // top_p, min_p and the output need descending order.
     cands.sort_unstable_by(by_value_desc);
     let min_keep = p.min_keep.max(1);
 
@@ -345,8 +403,7 @@ pub struct Sampler {
     params: SamplerParams,
     seed: u64,
     rng: Rng,
-    cands: Vec<Candidate>,
-    window: Vec<u32>,
+    scratch: Scratch,
 }
 
 impl Sampler {
@@ -363,8 +420,7 @@ impl Sampler {
             params,
             seed,
             rng: Rng::from_seed(seed),
-            cands: Vec::new(),
-            window: Vec::new(),
+            scratch: Scratch::default(),
         }
     }
 
@@ -380,14 +436,9 @@ impl Sampler {
     /// Picks the next token from one row of logits; `history` holds the tokens so far (the
     /// penalties read its tail). Empty logits give token 0.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
-        run_chain(
-            &self.params,
-            logits,
-            history,
-            &mut self.cands,
-            &mut self.window,
-        );
-        match self.cands.len() {
+        run_chain(&self.params, logits, history, &mut self.scratch);
+        let cands = &self.scratch.cands;
+        match cands.len() {
             0 => 0,
             1 => {
                 // Keep the random stream aligned whatever the filters left (llama.cpp's dist
@@ -395,11 +446,11 @@ impl Sampler {
                 if self.params.temp > 0.0 {
                     self.rng.next_f64();
                 }
-                self.cands[0].id
+                cands[0].id
             }
             _ => {
                 let u = self.rng.next_f64();
-                self.cands[draw(self.cands.iter().map(|c| c.v), u)].id
+                cands[draw(cands.iter().map(|c| c.v), u)].id
             }
         }
     }
@@ -408,10 +459,9 @@ impl Sampler {
     /// probability (ties to the lower id), summing to 1. Greedy gives one token with
     /// probability 1. Does not touch the random state.
     pub fn probs(&self, logits: &[f32], history: &[u32]) -> Vec<(u32, f32)> {
-        let mut cands = Vec::with_capacity(logits.len());
-        let mut window = Vec::new();
-        run_chain(&self.params, logits, history, &mut cands, &mut window);
-        cands.into_iter().map(|c| (c.id, c.v)).collect()
+        let mut scratch = Scratch::default();
+        run_chain(&self.params, logits, history, &mut scratch);
+        scratch.cands.into_iter().map(|c| (c.id, c.v)).collect()
     }
 
     /// Draws one token from an explicit distribution (weights need not be normalised), e.g.

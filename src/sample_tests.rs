@@ -337,3 +337,82 @@ fn nan_logits_are_never_sampled() {
         assert_ne!(s.sample(&[0.0, f32::NAN, 0.0], &[]), 1);
     }
 }
+
+/// The k best tokens after penalties by brute force: penalise, sort everything, cut.
+fn reference_top_k(p: &SamplerParams, logits: &[f32], history: &[u32], k: usize) -> Vec<u32> {
+    let mut v: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
+    let start = history.len().saturating_sub(p.repeat_last_n as usize);
+    let window = &history[start..];
+    for (id, l) in v.iter_mut() {
+        let count = window.iter().filter(|&&t| t == *id).count();
+        if count > 0 {
+            *l = if *l <= 0.0 {
+                *l * p.repeat_penalty
+            } else {
+                *l / p.repeat_penalty
+            };
+            *l -= count as f32 * p.frequency_penalty + p.presence_penalty;
+        }
+    }
+    v.sort_by(|a, b| b.1.partial_cmp(&a.1).unwrap().then(a.0.cmp(&b.0)));
+    v.truncate(k);
+    v.into_iter().map(|x| x.0).collect()
+}
+
+#[test]
+fn streaming_top_k_matches_a_full_sort_with_penalties_and_ties() {
+    let mut rng = Rng::from_seed(11);
+    for case in 0..60 {
+        let n = [50, 333, 5000][case % 3];
+        let k = [1, 5, 40, 49][case % 4].min(n);
+        // Quantised logits force many ties; ascending runs defeat the early threshold.
+        let logits: Vec<f32> = (0..n)
+            .map(|i| {
+                if case % 5 == 0 {
+                    i as f32 * 0.01
+                } else {
+                    (rng.next_f64() * 8.0).floor() as f32 - 4.0
+                }
+            })
+            .collect();
+        let history: Vec<u32> = (0..100)
+            .map(|_| (rng.next_u64() % n as u64) as u32)
+            .collect();
+        let params = SamplerParams {
+            temp: 1.0,
+            top_k: k as i32,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: if case % 2 == 0 { 1.3 } else { 1.0 },
+            frequency_penalty: if case % 3 == 0 { 0.2 } else { 0.0 },
+            presence_penalty: 0.0,
+            repeat_last_n: 64,
+            seed: Some(1),
+            ..SamplerParams::default()
+        };
+        let got: Vec<u32> = Sampler::new(params.clone())
+            .probs(&logits, &history)
+            .iter()
+            .map(|x| x.0)
+            .collect();
+        assert_eq!(
+            got,
+            reference_top_k(&params, &logits, &history, k),
+            "case {case}"
+        );
+        let greedy = SamplerParams {
+            temp: 0.0,
+            ..params.clone()
+        };
+        let want = reference_top_k(&params, &logits, &history, 1)[0];
+        assert_eq!(
+            Sampler::new(greedy).sample(&logits, &history),
+            want,
+            "case {case}"
+        );
+    }
+}
