@@ -247,3 +247,10 @@ fn python_string_methods_work_through_pycompat() {
         "Hello World|yes|Hello,World|Hello World  |  Hello World|HELLO WORLD"
     );
 }
+
+#[test]
+fn templates_and_samplers_can_move_to_a_worker_thread() {
+    fn shared<T: Send + Sync>() {}
+    shared::<ChatTemplate>();
+    shared::<crate::sample::Sampler>();
+}

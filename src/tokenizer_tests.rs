@@ -368,3 +368,13 @@ fn rejects_bad_specs() {
         TokenizerError::SpecialOutOfRange { which: "eos", .. }
     ));
 }
+
+#[test]
+fn tokenizer_can_be_shared_across_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<Tokenizer>();
+    let t = std::sync::Arc::new(tok());
+    let t2 = t.clone();
+    let h = std::thread::spawn(move || t2.encode(" the", false).unwrap());
+    assert_eq!(h.join().unwrap(), [258]);
+}

@@ -95,6 +95,11 @@ impl Cursor<'_> {
 }
 
 fn read_spec(path: &std::path::Path) -> TokenizerSpec {
+    read_gguf(path).0
+}
+
+/// The tokenizer spec and the chat template, if any.
+fn read_gguf(path: &std::path::Path) -> (TokenizerSpec, Option<String>) {
     let bytes = std::fs::read(path).unwrap();
     let mut c = Cursor { b: &bytes, pos: 0 };
     assert_eq!(c.take(4), b"GGUF");
@@ -102,6 +107,7 @@ fn read_spec(path: &std::path::Path) -> TokenizerSpec {
     let _n_tensors = c.u64();
     let n_kv = c.u64();
     let mut spec = TokenizerSpec::default();
+    let mut template = None;
     for _ in 0..n_kv {
         let key = c.string();
         let ty = c.u32();
@@ -118,10 +124,11 @@ fn read_spec(path: &std::path::Path) -> TokenizerSpec {
             ("tokenizer.ggml.eos_token_id", Meta::Int(i)) => spec.eos = Some(i as u32),
             ("tokenizer.ggml.padding_token_id", Meta::Int(i)) => spec.pad = Some(i as u32),
             ("tokenizer.ggml.add_bos_token", Meta::Int(i)) => spec.add_bos = i != 0,
+            ("tokenizer.chat_template", Meta::Str(s)) => template = Some(s),
             _ => {}
         }
     }
-    spec
+    (spec, template)
 }
 
 fn check_vectors(name: &str, pre: &str) {
@@ -190,4 +197,45 @@ fn qwen35_encoding_matches_llama_cpp_test_vectors() {
 #[test]
 fn qwen2_encoding_matches_llama_cpp_test_vectors() {
     check_vectors("qwen2", "qwen2");
+}
+
+#[test]
+fn real_vocab_parses_specials_and_renders_its_chat_template() {
+    let gguf = models_dir().join("ggml-vocab-qwen35.gguf");
+    if !gguf.exists() {
+        eprintln!(
+            "SKIPPED: {} not found (set CLOVER_LLAMA_MODELS)",
+            gguf.display()
+        );
+        return;
+    }
+    let (spec, template) = read_gguf(&gguf);
+    let tok = Tokenizer::new(&spec).unwrap();
+    let start = tok.token_to_id("<|im_start|>").unwrap();
+    let end = tok.token_to_id("<|im_end|>").unwrap();
+    assert!(tok.is_control(start) && tok.is_eog(end));
+    assert!(tok.is_eog(tok.token_to_id("<|endoftext|>").unwrap()));
+
+    // The GGUF's own template (ChatML with a default system prompt), rendered and tokenised.
+    let t = clover::chat::ChatTemplate::new(&template.unwrap(), "", "<|im_end|>").unwrap();
+    let text = t
+        .render(&[clover::chat::ChatMessage::user("Hi there")], true, None)
+        .unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n\
+         <|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let ids = tok.encode(&text, true).unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == start).count(), 3);
+    assert_eq!(ids.iter().filter(|&&i| i == end).count(), 2);
+    assert_eq!(tok.decode(&ids).unwrap(), text);
+    // Between the specials, plain text is encoded exactly as on its own.
+    let user_turn = tok.encode("user\nHi there", false).unwrap();
+    let i = ids.iter().rposition(|&x| x == end).unwrap();
+    assert_eq!(&ids[i - user_turn.len()..i], user_turn.as_slice());
+    assert_eq!(ids[i - user_turn.len() - 1], start);
+    // Without parse_special no control token appears.
+    let plain = tok.encode(&text, false).unwrap();
+    assert!(plain.iter().all(|&x| !tok.is_control(x)));
 }
