@@ -277,6 +277,25 @@ fn top_m(logits: &[f32], m: usize, out: &mut Vec<Candidate>) {
     }
 }
 
+/// Vocabularies above this size try a partial sort first when top_k is off.
+const PARTIAL_SORT_MIN: usize = 1024;
+/// How many of the best tokens the partial sort orders before checking the nucleus.
+const PARTIAL_SORT_PREFIX: usize = 256;
+
+/// How many of `sorted` (descending) top_p keeps: the shortest prefix whose probability mass
+/// (`e^{l − max} / sum`) reaches `top_p`, and at least `min_keep`; `None` if the prefix given
+/// does not reach it.
+fn nucleus(sorted: &[Candidate], max: f32, sum: f64, top_p: f32, min_keep: usize) -> Option<usize> {
+    let mut cum = 0.0f64;
+    for (i, c) in sorted.iter().enumerate() {
+        cum += ((c.v - max) as f64).exp() / sum;
+        if cum >= top_p as f64 && i + 1 >= min_keep {
+            return Some(i + 1);
+        }
+    }
+    None
+}
+
 /// Runs the chain up to and including temperature, then turns the logits into probabilities.
 /// On return `s.cands` holds the final distribution sorted by descending probability.
 fn run_chain(p: &SamplerParams, logits: &[f32], history: &[u32], s: &mut Scratch) {
@@ -332,22 +351,35 @@ fn run_chain(p: &SamplerParams, logits: &[f32], history: &[u32], s: &mut Scratch
         return;
     }
 
-    // top_p, min_p and the output need descending order.
-    cands.sort_unstable_by(by_value_desc);
+    // top_p, min_p and the output need descending order. With top_k off, avoid sorting the
+    // whole vocabulary when the nucleus (or the min_p survivors) is small, as llama.cpp does.
     let min_keep = p.min_keep.max(1);
-
-    if p.top_p < 1.0 {
-        let max = cands[0].v;
-        let sum: f64 = cands.iter().map(|c| ((c.v - max) as f64).exp()).sum();
-        let mut cum = 0.0f64;
-        let mut keep = cands.len();
-        for (i, c) in cands.iter().enumerate() {
-            cum += ((c.v - max) as f64).exp() / sum;
-            if cum >= p.top_p as f64 && i + 1 >= min_keep {
-                keep = i + 1;
-                break;
+    let mut top_p_done = p.top_p >= 1.0;
+    if k == n && n > PARTIAL_SORT_MIN {
+        let max = cands.iter().fold(f32::NEG_INFINITY, |m, c| m.max(c.v));
+        if !top_p_done {
+            let sum: f64 = cands.iter().map(|c| ((c.v - max) as f64).exp()).sum();
+            let m = PARTIAL_SORT_PREFIX.max(min_keep).min(n);
+            cands.select_nth_unstable_by(m - 1, by_value_desc);
+            cands[..m].sort_unstable_by(by_value_desc);
+            if let Some(keep) = nucleus(&cands[..m], max, sum, p.top_p, min_keep) {
+                cands.truncate(keep);
+                top_p_done = true;
+            }
+        } else if p.min_p > 0.0 {
+            let floor = max + p.min_p.ln();
+            let survivors = cands.iter().filter(|c| c.v >= floor).count();
+            if survivors >= min_keep {
+                cands.retain(|c| c.v >= floor);
             }
         }
+    }
+    cands.sort_unstable_by(by_value_desc);
+
+    if !top_p_done {
+        let max = cands[0].v;
+        let sum: f64 = cands.iter().map(|c| ((c.v - max) as f64).exp()).sum();
+        let keep = nucleus(cands, max, sum, p.top_p, min_keep).unwrap_or(cands.len());
         cands.truncate(keep);
     }
 
