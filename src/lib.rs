@@ -1,6 +1,9 @@
 //! clover: runs the Clover-35B-A3B model family (and plain qwen35moe) on CPUs.
 
+pub mod chat;
 pub mod cli;
 pub mod gguf;
+pub mod sample;
+pub mod tokenizer;
 
 pub use kernels;
