@@ -17,7 +17,10 @@ pub enum Ending {
     /// Still streaming.
     Streaming,
     /// Finished on its own: tokens and decode speed.
-    Done { tokens: usize, tok_per_s: f64 },
+    Done {
+        tokens: usize,
+        tok_per_s: f64,
+    },
     /// Stopped by the user (Esc).
     Stopped,
     Error(String),
@@ -87,7 +90,11 @@ impl ThinkSplitter {
             // Hold back the longest suffix that could start the tag.
             let keep = (1..tag.len())
                 .rev()
-                .find(|&k| rest.len() >= k && rest.is_char_boundary(rest.len() - k) && tag.starts_with(&rest[rest.len() - k..]))
+                .find(|&k| {
+                    rest.len() >= k
+                        && rest.is_char_boundary(rest.len() - k)
+                        && tag.starts_with(&rest[rest.len() - k..])
+                })
                 .unwrap_or(0);
             let (emit, hold) = rest.split_at(rest.len() - keep);
             if !emit.is_empty() {
@@ -219,8 +226,11 @@ mod tests {
                 }
             }
         }
-        if let Some(r) = s.finish() {
-            out.push(r);
+        if let Some((t, th)) = s.finish() {
+            match out.last_mut() {
+                Some(last) if last.1 == th => last.0.push_str(&t),
+                _ => out.push((t, th)),
+            }
         }
         out
     }

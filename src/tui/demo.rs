@@ -26,7 +26,9 @@ const ANSWER: &str = "This is the clover demo engine: no weights are loaded, and
     position, how many tokens each forward pass yields and the speed-up over plain decoding. \
     Press Esc to stop a reply, F1 for every key, and Ctrl-C to quit.";
 
-const WRONG: [&str; 6] = [" banana", " seven", " purple", " however", " quietly", " tree"];
+const WRONG: [&str; 6] = [
+    " banana", " seven", " purple", " however", " quietly", " tree",
+];
 
 /// The fake engine. `token_delay` is the simulated cost of one plain forward pass.
 pub struct DemoEngine {
@@ -83,7 +85,11 @@ impl DemoEngine {
         answer.push_str(ANSWER);
         let mut first = true;
         for w in answer.split_whitespace() {
-            toks.push(if first { w.to_string() } else { format!(" {w}") });
+            toks.push(if first {
+                w.to_string()
+            } else {
+                format!(" {w}")
+            });
             first = false;
         }
         toks
@@ -164,7 +170,9 @@ impl ChatEngine for DemoEngine {
             ms: self.token_delay.as_secs_f64() * 1000.0 * prompt_tokens as f64 / 8.0,
         });
         if prompt.contains("/error") {
-            emit(EngineEvent::Error("the demo engine was asked to fail".into()));
+            emit(EngineEvent::Error(
+                "the demo engine was asked to fail".into(),
+            ));
             return;
         }
         let toks = DemoEngine::reply_tokens(prompt);
@@ -268,6 +276,12 @@ mod tests {
         let mut out = Vec::new();
         let msgs = [ChatMessage::new(Role::User, prompt)];
         e.generate(&msgs, &Controls::new(spec), &mut |ev| out.push(ev));
+        // The decode time is the only wall-clock value; zero it for comparisons.
+        for ev in &mut out {
+            if let EngineEvent::Done { decode_ms, .. } = ev {
+                *decode_ms = 0.0;
+            }
+        }
         out
     }
 
@@ -308,14 +322,22 @@ mod tests {
                     .collect();
                 assert_eq!(texts.len(), accepted + 1);
                 for t in &texts[..accepted] {
-                    assert!(matches!(t, EngineEvent::Text { kind: TokenKind::Accepted, .. }));
+                    assert!(matches!(
+                        t,
+                        EngineEvent::Text {
+                            kind: TokenKind::Accepted,
+                            ..
+                        }
+                    ));
                 }
                 let last_kind = if accepted < drafted {
                     TokenKind::Corrected
                 } else {
                     TokenKind::Plain
                 };
-                assert!(matches!(texts[accepted], EngineEvent::Text { kind, .. } if *kind == last_kind));
+                assert!(
+                    matches!(texts[accepted], EngineEvent::Text { kind, .. } if *kind == last_kind)
+                );
                 rounds += 1;
             }
             i += 1;

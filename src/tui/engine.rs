@@ -134,7 +134,10 @@ pub enum EngineEvent {
     /// Verification of the current round: `accepted` of `drafted` drafts kept.
     Verified { accepted: usize, drafted: usize },
     /// Milliseconds per layer for the last token: mixer (GDN or attention) and MoE.
-    LayerTimes { mixer_ms: Vec<f32>, moe_ms: Vec<f32> },
+    LayerTimes {
+        mixer_ms: Vec<f32>,
+        moe_ms: Vec<f32>,
+    },
     /// Per layer, the experts the router selected for the last token.
     Routing { layer_experts: Vec<Vec<u16>> },
     /// The reply ended: `tokens` generated in `decode_ms`, `context_used` positions held.

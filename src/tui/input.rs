@@ -226,8 +226,9 @@ mod tests {
         let mut e = typed("abcdef\nxy\nlonger line");
         assert!(e.line_up());
         assert_eq!(&e.text()[e.cursor()..], "\nlonger line");
+        // Column 2 (clamped to the end of "xy") carries over to the first line.
         assert!(e.line_up());
-        assert_eq!(&e.text()[e.cursor()..], "\nxy\nlonger line");
+        assert_eq!(&e.text()[e.cursor()..], "cdef\nxy\nlonger line");
         assert!(!e.line_up());
         assert!(e.line_down());
         assert!(e.line_down());

@@ -51,14 +51,21 @@ pub fn run_lines<E: ChatEngine>(
                         continue;
                     }
                     // The answer's leading whitespace after thinking is noise.
-                    let piece = if started { piece.as_str() } else { piece.trim_start() };
+                    let piece = if started {
+                        piece.as_str()
+                    } else {
+                        piece.trim_start()
+                    };
                     if piece.is_empty() {
                         continue;
                     }
                     started = true;
                     reply.push_str(piece);
                     if write_err.is_none() {
-                        if let Err(e) = output.write_all(piece.as_bytes()).and_then(|_| output.flush()) {
+                        if let Err(e) = output
+                            .write_all(piece.as_bytes())
+                            .and_then(|_| output.flush())
+                        {
                             write_err = Some(e);
                             controls.request_stop();
                         }
@@ -103,7 +110,10 @@ mod tests {
         let out = String::from_utf8(out).unwrap();
         let paragraphs: Vec<&str> = out.split("\n\n").filter(|p| !p.is_empty()).collect();
         assert_eq!(paragraphs.len(), 2, "{out}");
-        assert!(paragraphs[0].starts_with("You wrote \"first question\"."), "{out}");
+        assert!(
+            paragraphs[0].starts_with("You wrote \"first question\"."),
+            "{out}"
+        );
         assert!(paragraphs[1].starts_with("You wrote \"second one\"."));
         assert!(!out.contains("think"));
         assert!(!out.contains("The user wants a reply"));
@@ -114,7 +124,13 @@ mod tests {
         let run = |spec| {
             let mut out = Vec::new();
             let opts = ChatOptions { system: None, spec };
-            run_lines(&mut DemoEngine::instant(), &opts, b"hi\n" as &[u8], &mut out).unwrap();
+            run_lines(
+                &mut DemoEngine::instant(),
+                &opts,
+                b"hi\n" as &[u8],
+                &mut out,
+            )
+            .unwrap();
             out
         };
         assert_eq!(run(false), run(true));
@@ -124,12 +140,25 @@ mod tests {
     fn line_mode_stops_at_quit_and_reports_engine_errors() {
         let mut out = Vec::new();
         let input = b"/quit\nnever answered\n" as &[u8];
-        run_lines(&mut DemoEngine::instant(), &ChatOptions::default(), input, &mut out).unwrap();
+        run_lines(
+            &mut DemoEngine::instant(),
+            &ChatOptions::default(),
+            input,
+            &mut out,
+        )
+        .unwrap();
         assert!(out.is_empty());
         let mut out = Vec::new();
         let input = b"please /error\n" as &[u8];
-        let r = run_lines(&mut DemoEngine::instant(), &ChatOptions::default(), input, &mut out);
+        let r = run_lines(
+            &mut DemoEngine::instant(),
+            &ChatOptions::default(),
+            input,
+            &mut out,
+        );
         assert!(r.is_err());
-        assert!(String::from_utf8(out).unwrap().contains("error: the demo engine was asked to fail"));
+        assert!(String::from_utf8(out)
+            .unwrap()
+            .contains("error: the demo engine was asked to fail"));
     }
 }

@@ -37,7 +37,9 @@ use crossterm::terminal::{
 use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
-pub use engine::{ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, TokenKind};
+pub use engine::{
+    ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, TokenKind,
+};
 pub use lines::{run_lines, ChatOptions};
 
 use events::WorkerMsg;
@@ -75,14 +77,9 @@ fn main_loop(
     let mut last_draw: Option<Instant> = None;
     loop {
         // Engine output first, so a burst of tokens is drawn in one frame.
-        loop {
-            match worker.rx.try_recv() {
-                Ok(msg) => {
-                    app.on_worker(msg, start.elapsed().as_secs_f64() * 1000.0);
-                    dirty = true;
-                }
-                Err(_) => break,
-            }
+        while let Ok(msg) = worker.rx.try_recv() {
+            app.on_worker(msg, start.elapsed().as_secs_f64() * 1000.0);
+            dirty = true;
         }
         if app.quit {
             return Ok(());
@@ -96,7 +93,11 @@ fn main_loop(
             last_draw = Some(Instant::now());
         }
         // Wait for input, but not past the next frame the engine may need.
-        let wait = if dirty { due.max(Duration::from_millis(1)) } else { FRAME };
+        let wait = if dirty {
+            due.max(Duration::from_millis(1))
+        } else {
+            FRAME
+        };
         if ct_event::poll(wait)? {
             // Take everything already queued before drawing again.
             loop {
@@ -124,7 +125,12 @@ impl TerminalGuard {
     fn enter() -> io::Result<Self> {
         enable_raw_mode()?;
         let mut out = io::stdout();
-        if let Err(e) = execute!(out, EnterAlternateScreen, EnableMouseCapture, EnableBracketedPaste) {
+        if let Err(e) = execute!(
+            out,
+            EnterAlternateScreen,
+            EnableMouseCapture,
+            EnableBracketedPaste
+        ) {
             restore_terminal();
             return Err(e);
         }

@@ -53,7 +53,7 @@ pub struct ViewInfo {
     pub chat_rows: u16,
     /// Wrapped lines of the whole chat at the last draw.
     pub chat_lines: usize,
-    /// Rows of the timing panel's layer list.
+    /// Layers the timing panel shows at once.
     pub timing_rows: u16,
 }
 
@@ -168,11 +168,9 @@ impl App {
             }
         }
         match k.code {
-            Code::Esc => {
-                if self.generating {
-                    self.controls.request_stop();
-                    self.notice = Some("stopping…".into());
-                }
+            Code::Esc if self.generating => {
+                self.controls.request_stop();
+                self.notice = Some("stopping…".into());
             }
             Code::F(1) => self.show_help = true,
             Code::F(2) => self.toggle_spec(),
@@ -250,7 +248,10 @@ impl App {
         match self.focus {
             Focus::Timing => {
                 let page = self.view.timing_rows.max(1) as isize;
-                let max = self.info.n_layers().saturating_sub(self.view.timing_rows as usize);
+                let max = self
+                    .info
+                    .n_layers()
+                    .saturating_sub(self.view.timing_rows as usize);
                 let v = (self.timing_scroll as isize - dir * page).max(0) as usize;
                 self.timing_scroll = v.min(max);
             }
@@ -396,7 +397,10 @@ mod tests {
         let req = a.handle_key(Key::plain(Code::Enter));
         assert_eq!(
             req,
-            Some(Request::Generate(vec![ChatMessage::new(Role::User, "hello")]))
+            Some(Request::Generate(vec![ChatMessage::new(
+                Role::User,
+                "hello"
+            )]))
         );
         assert!(a.generating);
         assert!(a.input.is_empty());
@@ -578,7 +582,10 @@ mod tests {
         );
         a.on_worker(WorkerMsg::Finished, 4.0);
         assert_eq!(a.context_used, 12);
-        assert!(matches!(a.chat.turns[1].ending, Ending::Done { tokens: 2, .. }));
+        assert!(matches!(
+            a.chat.turns[1].ending,
+            Ending::Done { tokens: 2, .. }
+        ));
         assert_eq!(a.chat.messages()[1].content, "a c");
     }
 

@@ -84,7 +84,10 @@ impl RoutingStats {
             .max()
             .unwrap_or(0);
         self.n_experts = self.n_experts.max(max_e);
-        let (layers, experts) = (layer_experts.len().max(self.cumulative.len()), self.n_experts);
+        let (layers, experts) = (
+            layer_experts.len().max(self.cumulative.len()),
+            self.n_experts,
+        );
         for grid in [&mut self.cumulative, &mut self.recent] {
             grid.resize(layers, Vec::new());
             for row in grid.iter_mut() {
@@ -257,7 +260,11 @@ impl Speeds {
         let spec = kind_spec || self.round_spec;
         let dt = self.last_ms.map_or(0.0, |t| now_ms - t);
         if self.last_ms.is_some() {
-            let meter = if spec { &mut self.spec } else { &mut self.plain };
+            let meter = if spec {
+                &mut self.spec
+            } else {
+                &mut self.plain
+            };
             meter.add(1, dt);
         }
         self.last_ms = Some(now_ms);

@@ -64,7 +64,11 @@ pub fn summary(app: &App) -> Vec<(String, Style)> {
     v.push(match s.speedup() {
         Some(x) => (
             format!("speed-up ×{x:.2} over plain"),
-            Style::new().fg(if x >= 1.0 { Color::LightGreen } else { Color::LightRed }),
+            Style::new().fg(if x >= 1.0 {
+                Color::LightGreen
+            } else {
+                Color::LightRed
+            }),
         ),
         None => ("speed-up: run both modes (F2)".into(), g),
     });
@@ -86,7 +90,12 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
     let (chart, text) = if beside {
         (
             Rect::new(inner.x, inner.y, hist_w, inner.height),
-            Rect::new(inner.x + hist_w + 1, inner.y, inner.width - hist_w - 1, inner.height),
+            Rect::new(
+                inner.x + hist_w + 1,
+                inner.y,
+                inner.width - hist_w - 1,
+                inner.height,
+            ),
         )
     } else {
         // Stacked: the numbers first; the chart gets whatever rows are left.
@@ -107,7 +116,14 @@ fn draw_histogram(hist: &[u64], area: Rect, buf: &mut Buffer) {
     if area.height < 3 || area.width < BAR_W || hist.iter().all(|&c| c == 0) {
         return;
     }
-    put(buf, area, area.x, area.y, "accepted/round", Style::new().fg(Color::Gray));
+    put(
+        buf,
+        area,
+        area.x,
+        area.y,
+        "accepted/round",
+        Style::new().fg(Color::Gray),
+    );
     let bars_h = (area.height - 2) as u64;
     let peak = hist.iter().copied().max().unwrap_or(1).max(1);
     let base = area.bottom() - 2;
@@ -122,10 +138,24 @@ fn draw_histogram(hist: &[u64], area: Rect, buf: &mut Buffer) {
             let fill = eighths.saturating_sub(row * 8).min(8) as usize;
             if fill > 0 {
                 let y = base - row as u16;
-                put(buf, area, x, y, &EIGHTHS[fill].repeat(2), Style::new().fg(BAR));
+                put(
+                    buf,
+                    area,
+                    x,
+                    y,
+                    &EIGHTHS[fill].repeat(2),
+                    Style::new().fg(BAR),
+                );
             }
         }
-        put(buf, area, x, area.bottom() - 1, &format!("{len:<2}"), Style::new().fg(Color::Gray));
+        put(
+            buf,
+            area,
+            x,
+            area.bottom() - 1,
+            &format!("{len:<2}"),
+            Style::new().fg(Color::Gray),
+        );
     }
 }
 
@@ -181,7 +211,10 @@ mod tests {
         // 24 rounds of 5 drafts; 0·2 + 1·3 + 2·4 + 3·9 + 4·5 + 5·1 = 63 accepted.
         let area = Rect::new(0, 0, 80, 12);
         let (_, text) = render_with(area, |b| render(&app, area, b));
-        assert!(contains(&text, "accepted 63 of 120 drafts (52%)"), "{text:#?}");
+        assert!(
+            contains(&text, "accepted 63 of 120 drafts (52%)"),
+            "{text:#?}"
+        );
         // (63 + 24) / 24 = 3.625
         assert!(contains(&text, "tokens/forward 3.6"), "{text:#?}");
         assert!(contains(&text, "by position ▕"));

@@ -14,18 +14,30 @@ pub const KEYS: [(&str, &str); 17] = [
     ("Esc", "stop the reply being generated"),
     ("Ctrl-C", "quit"),
     ("Tab, Shift+Tab", "move focus between panels"),
-    ("PgUp, PgDn", "scroll the focused panel (chat or layer timing)"),
+    (
+        "PgUp, PgDn",
+        "scroll the focused panel (chat or layer timing)",
+    ),
     ("mouse wheel", "scroll the chat"),
-    ("Up, Down", "history when the input is empty, else move between lines"),
+    (
+        "Up, Down",
+        "history if the input is empty, else line up / down",
+    ),
     ("Ctrl-Up, Ctrl-Down", "history, always"),
-    ("Left, Right, Home, End", "move in the input (Ctrl-A, Ctrl-E: line start, end)"),
+    (
+        "Left, Right, Home, End",
+        "move in the input (Ctrl-A, Ctrl-E: line start, end)",
+    ),
     ("Backspace, Delete", "delete a character"),
     ("Ctrl-U", "clear the input"),
     ("F1", "this help (any key closes it)"),
     ("F2", "speculation on / off, live"),
     ("F3", "heatmap: recent window / cumulative"),
     ("F4", "fold / unfold thinking"),
-    ("colours", "green: accepted draft, yellow: correction, underlined: pending"),
+    (
+        "colours",
+        "green accepted, yellow corrected, underlined pending",
+    ),
 ];
 
 pub fn render(area: Rect, buf: &mut Buffer) {
@@ -53,7 +65,9 @@ pub fn render(area: Rect, buf: &mut Buffer) {
             inner.x + 1,
             y,
             k,
-            Style::new().fg(Color::LightCyan).add_modifier(Modifier::BOLD),
+            Style::new()
+                .fg(Color::LightCyan)
+                .add_modifier(Modifier::BOLD),
         );
         put(buf, inner, inner.x + 1 + key_w, y, d, Style::new());
     }
@@ -79,11 +93,12 @@ mod tests {
     }
 
     #[test]
-    fn help_at_80x24_shows_all_key_names() {
+    fn help_at_80x24_shows_every_key_and_description_whole() {
         let area = Rect::new(0, 0, 80, 24);
         let (_, text) = render_with(area, |b| render(area, b));
-        for (k, _) in KEYS {
+        for (k, d) in KEYS {
             assert!(contains(&text, k), "{k} missing:\n{text:#?}");
+            assert!(contains(&text, d), "{d} cut:\n{text:#?}");
         }
     }
 }

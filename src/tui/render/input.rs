@@ -84,7 +84,9 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> Option<(u16, u16)> {
     }
     let (lines, (crow, ccol)) = rows(app.input.text(), app.input.cursor(), inner.width as usize);
     let h = inner.height as usize;
-    let first = (crow + 1).saturating_sub(h).min(lines.len().saturating_sub(1));
+    let first = (crow + 1)
+        .saturating_sub(h)
+        .min(lines.len().saturating_sub(1));
     for (i, line) in lines.iter().skip(first).take(h).enumerate() {
         put(buf, inner, inner.x, inner.y + i as u16, line, Style::new());
     }

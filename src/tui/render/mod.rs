@@ -146,7 +146,9 @@ pub(crate) fn panel(title: &str, focused: bool, area: Rect, buf: &mut Buffer) ->
         return area;
     }
     let style = if focused {
-        Style::new().fg(Color::LightCyan).add_modifier(Modifier::BOLD)
+        Style::new()
+            .fg(Color::LightCyan)
+            .add_modifier(Modifier::BOLD)
     } else {
         Style::new().fg(Color::DarkGray)
     };
@@ -271,7 +273,10 @@ mod tests {
             let mut app = app_after_reply(spec);
             for show_help in [false, true] {
                 app.show_help = show_help;
-                for (w, h) in SIZES.into_iter().chain([(2, 2), (3, 40), (119, 29), (120, 30)]) {
+                for (w, h) in SIZES
+                    .into_iter()
+                    .chain([(2, 2), (3, 40), (119, 29), (120, 30)])
+                {
                     let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
                     term.draw(|f| {
                         draw_frame(f, &app);
@@ -329,7 +334,7 @@ mod tests {
         })
         .unwrap();
         let text = buffer_text(term.backend().buffer(), Rect::new(0, 0, 80, 24));
-        assert!(text[0].contains("clover_moe"), "{}", text[0]);
+        assert!(text[0].contains("demo (no weights)"), "{}", text[0]);
         assert!(contains(&text, "Ctrl-C to quit"), "{text:#?}");
         assert!(contains(&text, "Type a message"), "{text:#?}");
     }

@@ -55,7 +55,10 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
     }
     let r = &app.routing;
     let (name, other) = match app.heat {
-        HeatWindow::Recent => (format!("recent {} tok", r.tokens_in(app.heat)), "cumulative"),
+        HeatWindow::Recent => (
+            format!("recent {} tok", r.tokens_in(app.heat)),
+            "cumulative",
+        ),
         HeatWindow::Cumulative => (format!("all {} tok", r.tokens_in(app.heat)), "recent"),
     };
     let title = format!("experts · {name} · F3 {other}");
@@ -94,8 +97,19 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
     let hot = r.hottest(app.heat, list.height.max(1) as usize * 4);
     let hot_style = Style::new().fg(Color::LightRed);
     if beside {
-        put(buf, list, list.x + 1, list.y, "hottest", Style::new().fg(Color::White));
-        for (i, (l, e, c)) in hot.iter().take(list.height.saturating_sub(1) as usize).enumerate() {
+        put(
+            buf,
+            list,
+            list.x + 1,
+            list.y,
+            "hottest",
+            Style::new().fg(Color::White),
+        );
+        for (i, (l, e, c)) in hot
+            .iter()
+            .take(list.height.saturating_sub(1) as usize)
+            .enumerate()
+        {
             let s = format!("L{l:<2} E{e:<3} {:>3.0}%", *c as f64 / tokens * 100.0);
             put(buf, list, list.x + 1, list.y + 1 + i as u16, &s, hot_style);
         }
@@ -123,8 +137,17 @@ fn draw_map(grid: &[Vec<u32>], n_experts: usize, area: Rect, buf: &mut Buffer) {
         let y = area.y + ri as u16;
         if label > 0 {
             // The first layer of this bin.
-            let first = (0..n_l).find(|&l| bin_of(l, n_l, cells.len()) == ri).unwrap_or(0);
-            put(buf, area, area.x, y, &format!("L{first:<2}"), Style::new().fg(Color::Gray));
+            let first = (0..n_l)
+                .find(|&l| bin_of(l, n_l, cells.len()) == ri)
+                .unwrap_or(0);
+            put(
+                buf,
+                area,
+                area.x,
+                y,
+                &format!("L{first:<2}"),
+                Style::new().fg(Color::Gray),
+            );
         }
         for (ci, &c) in row.iter().enumerate() {
             let level = if c == 0 {
@@ -133,13 +156,27 @@ fn draw_map(grid: &[Vec<u32>], n_experts: usize, area: Rect, buf: &mut Buffer) {
                 1 + ((c as u64 * (SHADES.len() as u64 - 2)) / peak as u64) as usize
             };
             let (sym, color) = SHADES[level.min(SHADES.len() - 1)];
-            put(buf, area, area.x + label + ci as u16, y, sym, Style::new().fg(color));
+            put(
+                buf,
+                area,
+                area.x + label + ci as u16,
+                y,
+                sym,
+                Style::new().fg(color),
+            );
         }
     }
     if axis > 0 {
         let y = area.bottom() - 1;
         let right = format!("E{}", n_experts.saturating_sub(1));
-        put(buf, area, area.x + label, y, "E0", Style::new().fg(Color::Gray));
+        put(
+            buf,
+            area,
+            area.x + label,
+            y,
+            "E0",
+            Style::new().fg(Color::Gray),
+        );
         let used = cells.first().map_or(0, |r| r.len()) as u16;
         let x = (area.x + label + used).saturating_sub(right.len() as u16);
         put(buf, area, x, y, &right, Style::new().fg(Color::Gray));
@@ -207,7 +244,10 @@ mod tests {
     #[test]
     fn binning_keeps_the_maximum_of_each_bin() {
         let grid = vec![vec![1, 5, 0, 2], vec![0, 0, 7, 0], vec![3, 0, 0, 0]];
-        assert_eq!(binned(&grid, 3, 2), vec![vec![5, 2], vec![0, 7], vec![3, 0]]);
+        assert_eq!(
+            binned(&grid, 3, 2),
+            vec![vec![5, 2], vec![0, 7], vec![3, 0]]
+        );
         assert_eq!(binned(&grid, 1, 1), vec![vec![7]]);
         assert_eq!(binned(&grid, 10, 10), grid);
     }
@@ -223,7 +263,9 @@ mod tests {
         }
         let (_, text) = render_with(area, |b| render(&app, area, b));
         assert!(text[0].contains("recent 64 tok"), "{}", text[0]);
-        app.handle_key(crate::tui::events::Key::plain(crate::tui::events::Code::F(3)));
+        app.handle_key(crate::tui::events::Key::plain(crate::tui::events::Code::F(
+            3,
+        )));
         let (_, text) = render_with(area, |b| render(&app, area, b));
         assert!(text[0].contains("all 150 tok"), "{}", text[0]);
     }

@@ -18,7 +18,9 @@ pub fn fields(app: &App) -> Vec<(String, Style)> {
     } else if app.spec() {
         (
             "spec ON".to_string(),
-            Style::new().fg(Color::LightGreen).add_modifier(Modifier::BOLD),
+            Style::new()
+                .fg(Color::LightGreen)
+                .add_modifier(Modifier::BOLD),
         )
     } else {
         ("spec off".to_string(), Style::new().fg(Color::Yellow))
@@ -38,10 +40,7 @@ pub fn fields(app: &App) -> Vec<(String, Style)> {
         ),
         spec,
         (decode, Style::new().fg(Color::LightCyan)),
-        (
-            format!("ctx {}/{}", app.context_now(), info.n_ctx),
-            dim,
-        ),
+        (format!("ctx {}/{}", app.context_now(), info.n_ctx), dim),
         (prefill, dim),
         (info.quant_mix.clone(), dim),
         (format!("{} thr", info.threads), dim),
@@ -55,7 +54,10 @@ pub fn fields(app: &App) -> Vec<(String, Style)> {
         );
     }
     if let Some(n) = &app.notice {
-        v.insert(0, (n.clone(), Style::new().fg(Color::Black).bg(Color::Yellow)));
+        v.insert(
+            0,
+            (n.clone(), Style::new().fg(Color::Black).bg(Color::Yellow)),
+        );
     }
     v
 }
@@ -79,7 +81,14 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) {
         } else {
             x += put(buf, area, x, area.y, sep, bg.fg(Color::DarkGray));
         }
-        x += put(buf, area, x, area.y, &text, style.bg(style.bg.unwrap_or(Color::Rgb(30, 30, 40))));
+        x += put(
+            buf,
+            area,
+            x,
+            area.y,
+            &text,
+            style.bg(style.bg.unwrap_or(Color::Rgb(30, 30, 40))),
+        );
         first = false;
     }
 }

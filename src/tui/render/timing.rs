@@ -24,7 +24,7 @@ pub fn kind_letter(k: LayerKind) -> &'static str {
     }
 }
 
-/// Draws the panel; returns the rows available for layers (for paging).
+/// Draws the panel; returns how many layers fit at once (the page size).
 pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
     if area.is_empty() {
         return 0;
@@ -42,7 +42,14 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
         num(moe as f64)
     );
     let mut x = inner.x;
-    x += put(buf, inner, x, inner.y, &header, Style::new().fg(Color::White));
+    x += put(
+        buf,
+        inner,
+        x,
+        inner.y,
+        &header,
+        Style::new().fg(Color::White),
+    );
     x += put(buf, inner, x, inner.y, "  ", Style::new());
     x += put(buf, inner, x, inner.y, "█ GDN ", Style::new().fg(GDN));
     x += put(buf, inner, x, inner.y, "█ attn ", Style::new().fg(ATTN));
@@ -68,10 +75,11 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
     let cols = n.div_ceil(rows.max(1)).clamp(1, max_cols);
     let col_w = body.width / cols as u16;
     let per_col = rows;
-    let first = if cols * per_col >= n {
+    let slots = cols * per_col;
+    let first = if slots >= n {
         0
     } else {
-        app.timing_scroll.min(n - rows)
+        app.timing_scroll.min(n - slots)
     };
     let max_total = (0..n)
         .map(|i| t.mixer_ms.get(i).unwrap_or(&0.0) + t.moe_ms.get(i).unwrap_or(&0.0))
@@ -79,7 +87,7 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
         .max(1e-6);
     let label_w = 5u16; // "39 G "
     let num_w = 6u16; // " 12.34"
-    for (slot, layer) in (first..n).enumerate().take(cols * per_col) {
+    for (slot, layer) in (first..n).enumerate().take(slots) {
         let col = (slot / per_col) as u16;
         let row = (slot % per_col) as u16;
         let cx = body.x + col * col_w;
@@ -91,9 +99,20 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
             .get(layer)
             .copied()
             .unwrap_or(LayerKind::DeltaNet);
-        let kcol = if kind == LayerKind::Attention { ATTN } else { GDN };
+        let kcol = if kind == LayerKind::Attention {
+            ATTN
+        } else {
+            GDN
+        };
         let mut x = cell.x;
-        x += put(buf, cell, x, y, &format!("{layer:>2} "), Style::new().fg(Color::Gray));
+        x += put(
+            buf,
+            cell,
+            x,
+            y,
+            &format!("{layer:>2} "),
+            Style::new().fg(Color::Gray),
+        );
         x += put(buf, cell, x, y, kind_letter(kind), Style::new().fg(kcol));
         x += put(buf, cell, x, y, " ", Style::new());
         let mx = *t.mixer_ms.get(layer).unwrap_or(&0.0);
@@ -115,12 +134,23 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
             Style::new().fg(Color::White),
         );
     }
-    if first + cols * per_col < n || first > 0 {
-        let tag = format!(" {}-{} of {n} · PgUp/PgDn ", first, (first + rows).min(n) - 1);
+    if first + slots < n || first > 0 {
+        let tag = format!(
+            " {}-{} of {n} · PgUp/PgDn ",
+            first,
+            (first + slots).min(n) - 1
+        );
         let x = area.right().saturating_sub(tag.chars().count() as u16 + 1);
-        put(buf, area, x, area.bottom() - 1, &tag, Style::new().fg(Color::Yellow));
+        put(
+            buf,
+            area,
+            x,
+            area.bottom() - 1,
+            &tag,
+            Style::new().fg(Color::Yellow),
+        );
     }
-    body.height
+    slots.min(u16::MAX as usize) as u16
 }
 
 #[cfg(test)]
@@ -180,7 +210,10 @@ mod tests {
         };
         assert_eq!(bar_fg(" 3 A"), ATTN);
         assert_eq!(bar_fg(" 0 G"), GDN);
-        assert!(buf.content().iter().any(|c| c.symbol() == "▒" && c.fg == MOE));
+        assert!(buf
+            .content()
+            .iter()
+            .any(|c| c.symbol() == "▒" && c.fg == MOE));
     }
 
     #[test]
