@@ -209,6 +209,44 @@ fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
 }
 
 #[test]
+fn a_panic_in_the_ui_restores_the_terminal_before_reporting() {
+    if !tmux_available() {
+        if std::env::var_os("CI").is_some() {
+            panic!("tmux is required for the TUI end-to-end test in CI");
+        }
+        eprintln!("###  SKIPPED tui_e2e panic test: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exit_file = dir.path().join("exit");
+    let bin = env!("CARGO_BIN_EXE_clover");
+    let tmux = Tmux::start(100, 30);
+    tmux.type_text(&format!(
+        "CLOVER_TUI_TEST_PANIC=1 '{bin}' chat --demo; echo EXIT:$? > '{}'",
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(e) = read_exit(&exit_file) {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exit; screen:\n{}",
+            tmux.screen()
+        );
+        sleep(Duration::from_millis(100));
+    };
+    assert_eq!(exit, "EXIT:101", "a panic exits with Rust's panic status");
+    let shell = tmux.wait_until("the panic report", 10, |s| {
+        s.contains("panicking after the first draw")
+    });
+    assert!(!tmux.alternate_on(), "alternate screen still on:\n{shell}");
+    assert!(!shell.contains("Type a message"), "{shell}");
+}
+
+#[test]
 fn plain_chat_without_a_model_fails_with_one_clear_line() {
     let out = Command::new(env!("CARGO_BIN_EXE_clover"))
         .args(["chat"])

@@ -34,6 +34,10 @@ const WRONG: [&str; 6] = [
 pub struct DemoEngine {
     info: EngineInfo,
     token_delay: Duration,
+    /// Pretend prefix cache: positions held, and how many messages they cover (the
+    /// last reply included), so each turn prefills only the new messages.
+    cached: usize,
+    seen: usize,
 }
 
 impl DemoEngine {
@@ -63,6 +67,8 @@ impl DemoEngine {
                 max_draft: 8,
             },
             token_delay,
+            cached: 0,
+            seen: 0,
         }
     }
 
@@ -159,15 +165,25 @@ impl ChatEngine for DemoEngine {
             .find(|m| m.role == Role::User)
             .map(|m| m.content.as_str())
             .unwrap_or("");
-        let prompt_tokens: usize = messages
+        // A conversation that does not extend the cached one starts from scratch.
+        let fresh = if self.seen > 0 && messages.len() > self.seen {
+            &messages[self.seen..]
+        } else {
+            self.cached = 0;
+            messages
+        };
+        let new_tokens: usize = fresh
             .iter()
             .map(|m| m.content.split_whitespace().count() + 4)
             .sum();
+        let prompt_tokens = self.cached + new_tokens;
+        self.cached = prompt_tokens;
+        self.seen = messages.len();
         let mut rng = Rng(fnv(prompt) ^ messages.len() as u64);
-        self.sleep(prompt_tokens as f64 / 8.0);
+        self.sleep(new_tokens as f64 / 8.0);
         emit(EngineEvent::Prefill {
-            tokens: prompt_tokens,
-            ms: self.token_delay.as_secs_f64() * 1000.0 * prompt_tokens as f64 / 8.0,
+            tokens: new_tokens,
+            ms: self.token_delay.as_secs_f64() * 1000.0 * new_tokens as f64 / 8.0,
         });
         if prompt.contains("/error") {
             emit(EngineEvent::Error(
@@ -178,7 +194,10 @@ impl ChatEngine for DemoEngine {
         let toks = DemoEngine::reply_tokens(prompt);
         let start = Instant::now();
         let mut i = 0;
+        // The reply joins the cache as it is generated (a stopped one too).
+        self.seen = messages.len() + 1;
         while i < toks.len() {
+            self.cached = prompt_tokens + i;
             if controls.stop_requested() {
                 return;
             }
@@ -232,6 +251,7 @@ impl ChatEngine for DemoEngine {
             emit(self.layer_times(&mut rng, context));
             emit(self.routing(&mut rng));
         }
+        self.cached = prompt_tokens + toks.len();
         emit(EngineEvent::Done {
             tokens: toks.len(),
             decode_ms: start.elapsed().as_secs_f64() * 1000.0,
@@ -369,6 +389,43 @@ mod tests {
         });
         assert_eq!(n, 5);
         assert!(!events.iter().any(|e| matches!(e, EngineEvent::Done { .. })));
+    }
+
+    #[test]
+    fn a_second_turn_prefills_only_the_new_message_and_context_adds_up() {
+        let mut e = DemoEngine::instant();
+        let c = Controls::new(false);
+        let mut msgs = vec![ChatMessage::new(Role::User, "one two three")];
+        let mut ev = Vec::new();
+        e.generate(&msgs, &c, &mut |x| ev.push(x));
+        let done1 = ev.iter().find_map(|x| match x {
+            EngineEvent::Done {
+                context_used,
+                tokens,
+                ..
+            } => Some((*context_used, *tokens)),
+            _ => None,
+        });
+        let (ctx1, gen1) = done1.unwrap();
+        assert_eq!(ctx1, 3 + 4 + gen1);
+        msgs.push(ChatMessage::new(Role::Assistant, "reply"));
+        msgs.push(ChatMessage::new(Role::User, "four five"));
+        ev.clear();
+        e.generate(&msgs, &c, &mut |x| ev.push(x));
+        assert!(
+            matches!(ev[0], EngineEvent::Prefill { tokens: 6, .. }),
+            "{:?}",
+            ev[0]
+        );
+        let ctx2 = ev.iter().find_map(|x| match x {
+            EngineEvent::Done {
+                context_used,
+                tokens,
+                ..
+            } => Some(context_used - tokens),
+            _ => None,
+        });
+        assert_eq!(ctx2, Some(ctx1 + 6));
     }
 
     #[test]

@@ -121,7 +121,8 @@ pub enum TokenKind {
 /// Everything an engine reports while it generates (see the module docs for the order).
 #[derive(Clone, Debug, PartialEq)]
 pub enum EngineEvent {
-    /// The prompt (`tokens` new tokens) was processed in `ms` milliseconds.
+    /// The prompt was processed: `tokens` positions newly added to the context (the
+    /// part of the conversation not already cached), in `ms` milliseconds.
     Prefill { tokens: usize, ms: f64 },
     /// One token's text (may be empty or a partial UTF-8 character's worth of nothing).
     Text {

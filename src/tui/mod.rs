@@ -49,6 +49,8 @@ use state::{App, Request};
 pub const FRAME: Duration = Duration::from_millis(33);
 /// How long to wait for the engine to notice a stop when quitting.
 const QUIT_GRACE: Duration = Duration::from_secs(2);
+/// When set, the UI panics after its first draw (to test the panic hook).
+pub const PANIC_TEST_VAR: &str = "CLOVER_TUI_TEST_PANIC";
 /// The worker thread's name; the panic hook leaves the terminal alone for it.
 const WORKER_NAME: &str = "clover-engine";
 
@@ -73,6 +75,7 @@ fn main_loop(
     worker: &Worker,
 ) -> io::Result<()> {
     let start = Instant::now();
+    let panic_for_test = std::env::var_os(PANIC_TEST_VAR).is_some();
     let mut dirty = true;
     let mut last_draw: Option<Instant> = None;
     loop {
@@ -91,6 +94,10 @@ fn main_loop(
             app.view = view;
             dirty = false;
             last_draw = Some(Instant::now());
+            if panic_for_test {
+                // Exercised by tests/tui_e2e.rs: the hook must restore the terminal.
+                panic!("{PANIC_TEST_VAR} is set: panicking after the first draw");
+            }
         }
         // Wait for input, but not past the next frame the engine may need.
         let wait = if dirty {
@@ -222,7 +229,7 @@ impl Worker {
                     }));
                     let done = match result {
                         Ok(()) => WorkerMsg::Finished,
-                        Err(payload) => WorkerMsg::Panicked(panic_message(&payload)),
+                        Err(payload) => WorkerMsg::Panicked(panic_message(payload.as_ref())),
                     };
                     let failed = matches!(done, WorkerMsg::Panicked(_));
                     if msg_tx.send(done).is_err() || failed {
@@ -274,5 +281,64 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "unknown panic".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Panicky;
+
+    impl ChatEngine for Panicky {
+        fn info(&self) -> EngineInfo {
+            demo::DemoEngine::instant().info()
+        }
+        fn generate(&mut self, _: &[ChatMessage], _: &Controls, emit: &mut dyn FnMut(EngineEvent)) {
+            emit(EngineEvent::Prefill { tokens: 1, ms: 1.0 });
+            panic!("engine exploded");
+        }
+    }
+
+    fn collect(worker: &Worker) -> Vec<WorkerMsg> {
+        let mut out = Vec::new();
+        while let Ok(m) = worker.rx.recv_timeout(Duration::from_secs(10)) {
+            let last = matches!(m, WorkerMsg::Finished | WorkerMsg::Panicked(_));
+            out.push(m);
+            if last {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn worker_streams_the_engine_events_then_finished() {
+        let controls = Arc::new(Controls::new(true));
+        let worker = Worker::spawn(demo::DemoEngine::instant(), Arc::clone(&controls));
+        worker.send(vec![ChatMessage::new(Role::User, "hi")]);
+        let msgs = collect(&worker);
+        assert!(matches!(
+            msgs.first(),
+            Some(WorkerMsg::Event(EngineEvent::Prefill { .. }))
+        ));
+        assert!(msgs
+            .iter()
+            .any(|m| matches!(m, WorkerMsg::Event(EngineEvent::Verified { .. }))));
+        assert!(matches!(msgs.last(), Some(WorkerMsg::Finished)));
+        let t = Instant::now();
+        worker.shut_down(&controls);
+        assert!(t.elapsed() < QUIT_GRACE);
+    }
+
+    #[test]
+    fn worker_turns_an_engine_panic_into_a_message() {
+        let controls = Arc::new(Controls::new(false));
+        let worker = Worker::spawn(Panicky, Arc::clone(&controls));
+        worker.send(vec![ChatMessage::new(Role::User, "hi")]);
+        let msgs = collect(&worker);
+        assert_eq!(msgs.len(), 2);
+        assert!(matches!(&msgs[1], WorkerMsg::Panicked(m) if m == "engine exploded"));
+        worker.shut_down(&controls);
     }
 }

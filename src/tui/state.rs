@@ -590,6 +590,28 @@ mod tests {
     }
 
     #[test]
+    fn context_in_use_counts_the_reply_in_flight_until_the_engine_reports_it() {
+        let mut a = app();
+        a.context_used = 100;
+        type_text(&mut a, "x");
+        a.handle_key(Key::plain(Code::Enter));
+        a.on_worker(
+            WorkerMsg::Event(EngineEvent::Prefill {
+                tokens: 10,
+                ms: 5.0,
+            }),
+            0.0,
+        );
+        a.on_worker(text_event("a", TokenKind::Plain), 1.0);
+        a.on_worker(text_event("b", TokenKind::Plain), 2.0);
+        assert_eq!(a.context_now(), 112);
+        // Stopped without Done: the estimate is kept.
+        a.handle_key(Key::plain(Code::Esc));
+        a.on_worker(WorkerMsg::Finished, 3.0);
+        assert_eq!(a.context_now(), 112);
+    }
+
+    #[test]
     fn an_engine_panic_ends_the_reply_with_an_error() {
         let mut a = app();
         type_text(&mut a, "x");
