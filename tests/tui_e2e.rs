@@ -145,7 +145,19 @@ fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
     );
     assert!(first.contains("waiting for the first token"), "{first}");
 
-    tmux.type_text("hello from tmux");
+    // F2 toggles speculation, shown on the status line.
+    tmux.keys(&["F2"]);
+    tmux.wait_until("speculation on", 10, |s| s.contains("spec ON"));
+    tmux.keys(&["F2"]);
+    tmux.wait_until("speculation off", 10, |s| s.contains("spec off"));
+
+    // Alt+Enter starts a new line in the input instead of sending.
+    tmux.type_text("hello");
+    tmux.keys(&["M-Enter"]);
+    tmux.type_text("from tmux");
+    tmux.wait_until("a two-line input", 10, |s| {
+        s.contains("│hello ") && s.contains("│from tmux ") && !s.contains("› you")
+    });
     tmux.keys(&["Enter"]);
     tmux.wait_until("streamed reply text", 30, |s| {
         s.contains("You wrote \"hello from tmux\".")

@@ -91,7 +91,7 @@ fn main_loop(
         if dirty && due.is_zero() {
             let mut view = app.view;
             terminal.draw(|f| view = render::draw_frame(f, app))?;
-            app.view = view;
+            app.set_view(view);
             dirty = false;
             last_draw = Some(Instant::now());
             if panic_for_test {

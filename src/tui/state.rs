@@ -128,6 +128,17 @@ impl App {
         self.controls.spec()
     }
 
+    /// Takes the sizes of a new draw. A chat scrolled up stays on the same text while
+    /// new lines stream in below it.
+    pub fn set_view(&mut self, v: ViewInfo) {
+        if self.chat_scroll > 0 && v.chat_lines > self.view.chat_lines {
+            self.chat_scroll += v.chat_lines - self.view.chat_lines;
+        }
+        self.view = v;
+        let max = v.chat_lines.saturating_sub(v.chat_rows as usize);
+        self.chat_scroll = self.chat_scroll.min(max);
+    }
+
     /// Context in use now: after the last reply, plus the reply in flight.
     pub fn context_now(&self) -> usize {
         if self.generating {
@@ -546,6 +557,24 @@ mod tests {
         assert_eq!(a.chat_scroll, 12);
         a.handle_key(Key::plain(Code::PageDown));
         a.handle_key(Key::plain(Code::PageDown));
+        assert_eq!(a.chat_scroll, 0);
+    }
+
+    #[test]
+    fn a_chat_scrolled_up_stays_put_while_text_streams_in() {
+        let mut a = app();
+        let v = |lines| ViewInfo {
+            chat_rows: 10,
+            chat_lines: lines,
+            timing_rows: 5,
+        };
+        a.set_view(v(30));
+        a.scroll_chat(5);
+        a.set_view(v(34));
+        assert_eq!(a.chat_scroll, 9);
+        // Following the stream (scroll 0) stays at the bottom.
+        a.chat_scroll = 0;
+        a.set_view(v(40));
         assert_eq!(a.chat_scroll, 0);
     }
 
