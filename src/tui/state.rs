@@ -172,11 +172,9 @@ impl App {
             return None;
         }
         if self.show_help {
-            // Any key closes the help; F1 and Esc only close it.
+            // Any key (but Ctrl-C) only closes the help.
             self.show_help = false;
-            if matches!(k.code, Code::F(1) | Code::Esc) {
-                return None;
-            }
+            return None;
         }
         match k.code {
             Code::Esc if self.generating => {
@@ -537,8 +535,12 @@ mod tests {
         let mut a = app();
         a.handle_key(Key::plain(Code::F(1)));
         assert!(a.show_help);
-        a.handle_key(Key::plain(Code::Esc));
+        a.handle_key(Key::plain(Code::Char('x')));
         assert!(!a.show_help);
+        assert!(a.input.is_empty(), "the closing key is not typed");
+        a.handle_key(Key::plain(Code::F(1)));
+        a.handle_key(Key::ctrl(Code::Char('c')));
+        assert!(a.quit);
     }
 
     #[test]

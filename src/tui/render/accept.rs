@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn histogram_bar_of_the_most_common_length_is_the_tallest() {
         let app = app_with_rounds();
-        for (w, h) in [(80, 12), (200, 20), (40, 16)] {
+        for (w, h) in [(80, 24), (200, 60), (80, 12), (200, 20), (40, 16)] {
             let area = Rect::new(0, 0, w, h);
             let (_, text) = render_with(area, |b| render(&app, area, b));
             let heights: Vec<usize> = (0..=5).map(|l| bar_height(&text, l)).collect();
