@@ -5,5 +5,6 @@ pub mod cli;
 pub mod gguf;
 pub mod sample;
 pub mod tokenizer;
+pub mod tui;
 
 pub use kernels;

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod chat;
 pub mod inspect;
 pub mod synth;
 
@@ -24,6 +25,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Write a random-weight model file of any size, in either architecture
     Synth(synth::SynthArgs),
+    /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
+    Chat(chat::ChatArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
@@ -41,6 +44,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Chat(args) => chat::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,295 @@
+//! End to end: `clover chat --demo` in a real terminal (a detached tmux session of
+//! 100×30). Types a prompt, watches the reply stream and the statistics change,
+//! stops the reply with Esc, quits with Ctrl-C, and checks the exit status and that
+//! the shell's screen is back (alternate screen left).
+//!
+//! Needs `tmux`. Without it the test says so loudly and passes, unless `CI` is set,
+//! where it fails.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A private tmux server with one session; killed on drop.
+struct Tmux {
+    name: String,
+}
+
+impl Tmux {
+    fn cmd(&self, args: &[&str]) -> Output {
+        Command::new("tmux")
+            .env_remove("TMUX")
+            .env("TERM", "xterm-256color")
+            .args(["-L", &self.name, "-f", "/dev/null"])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    }
+
+    fn start(width: u16, height: u16) -> Tmux {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let t = Tmux {
+            name: format!("clover-e2e-{}-{nanos}", std::process::id()),
+        };
+        let (w, h) = (width.to_string(), height.to_string());
+        let out = t.cmd(&["new-session", "-d", "-s", &t.name, "-x", &w, "-y", &h, "sh"]);
+        assert!(out.status.success(), "tmux new-session: {out:?}");
+        t
+    }
+
+    fn target(&self) -> String {
+        format!("{}:0.0", self.name)
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let target = self.target();
+        let mut args = vec!["send-keys", "-t", &target];
+        args.extend_from_slice(keys);
+        let out = self.cmd(&args);
+        assert!(out.status.success(), "send-keys {keys:?}: {out:?}");
+    }
+
+    fn type_text(&self, text: &str) {
+        let target = self.target();
+        let out = self.cmd(&["send-keys", "-t", &target, "-l", text]);
+        assert!(out.status.success(), "send-keys -l: {out:?}");
+    }
+
+    fn screen(&self) -> String {
+        let target = self.target();
+        let out = self.cmd(&["capture-pane", "-p", "-t", &target]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn alternate_on(&self) -> bool {
+        let target = self.target();
+        let out = self.cmd(&["display-message", "-p", "-t", &target, "#{alternate_on}"]);
+        String::from_utf8_lossy(&out.stdout).trim() == "1"
+    }
+
+    /// Polls the screen until `pred` holds; panics with the last screen after `secs`.
+    fn wait_until(&self, what: &str, secs: u64, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; screen:\n{s}");
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = self.cmd(&["kill-server"]);
+    }
+}
+
+fn tmux_available() -> bool {
+    Command::new("tmux")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The decode speed on the status line (the first row), if it shows a number.
+fn decode_speed(screen: &str) -> Option<f64> {
+    let status = screen.lines().next()?;
+    let rest = &status[status.find("decode ")? + "decode ".len()..];
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+fn read_exit(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+#[test]
+fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
+    if !tmux_available() {
+        if std::env::var_os("CI").is_some() {
+            panic!("tmux is required for the TUI end-to-end test in CI");
+        }
+        eprintln!("##############################################################");
+        eprintln!("###  SKIPPED tui_e2e: tmux is not installed (apt install tmux)");
+        eprintln!("##############################################################");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exit_file = dir.path().join("exit");
+    let bin = env!("CARGO_BIN_EXE_clover");
+    let tmux = Tmux::start(100, 30);
+
+    tmux.type_text(&format!(
+        "'{bin}' chat --demo; echo EXIT:$? > '{}'",
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    let first = tmux.wait_until("the chat UI", 60, |s| s.contains("Type a message"));
+    assert!(
+        tmux.alternate_on(),
+        "the UI should use the alternate screen"
+    );
+    assert!(
+        first.contains("decode – t/s"),
+        "no speed before any token:\n{first}"
+    );
+    assert!(first.contains("waiting for the first token"), "{first}");
+
+    // F2 toggles speculation, shown on the status line.
+    tmux.keys(&["F2"]);
+    tmux.wait_until("speculation on", 10, |s| s.contains("spec ON"));
+    tmux.keys(&["F2"]);
+    tmux.wait_until("speculation off", 10, |s| s.contains("spec off"));
+
+    // Alt+Enter starts a new line in the input instead of sending.
+    tmux.type_text("hello");
+    tmux.keys(&["M-Enter"]);
+    tmux.type_text("from tmux");
+    tmux.wait_until("a two-line input", 10, |s| {
+        s.contains("│hello ") && s.contains("│from tmux ") && !s.contains("› you")
+    });
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("streamed reply text", 30, |s| {
+        s.contains("You wrote \"hello from tmux\".")
+    });
+    let with_stats = tmux.wait_until("statistics to update", 30, |s| {
+        decode_speed(s).is_some_and(|v| v > 0.0) && s.contains("ms/token")
+    });
+    assert!(
+        !with_stats.contains("waiting for the first token"),
+        "{with_stats}"
+    );
+
+    // Stop mid-stream: the demo reply takes several seconds in all.
+    tmux.keys(&["Escape"]);
+    let stopped = tmux.wait_until("the reply to stop", 30, |s| s.contains("[stopped]"));
+    assert!(
+        !stopped.contains("tokens ·"),
+        "the reply finished before Esc stopped it:\n{stopped}"
+    );
+    // Nothing more streams in once stopped.
+    sleep(Duration::from_millis(600));
+    let later = tmux.screen();
+    let chat_rows = |s: &str| {
+        s.lines()
+            .skip(1)
+            .take(12)
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        chat_rows(&stopped),
+        chat_rows(&later),
+        "text kept streaming after Esc"
+    );
+    assert!(!later.contains("● generating"), "{later}");
+
+    tmux.keys(&["C-c"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let exit = loop {
+        if let Some(e) = read_exit(&exit_file) {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "clover did not exit after Ctrl-C; screen:\n{}",
+            tmux.screen()
+        );
+        sleep(Duration::from_millis(100));
+    };
+    assert_eq!(exit, "EXIT:0");
+
+    // The terminal is back to the shell: alternate screen left, no UI on screen.
+    let shell = tmux.wait_until("the shell screen", 10, |s| s.contains("chat --demo"));
+    assert!(!tmux.alternate_on(), "alternate screen still on:\n{shell}");
+    for ui in ["Type a message", "layer timing", "◆ clover", "decode "] {
+        assert!(
+            !shell.contains(ui),
+            "UI text {ui:?} left on the shell screen:\n{shell}"
+        );
+    }
+}
+
+#[test]
+fn a_panic_in_the_ui_restores_the_terminal_before_reporting() {
+    if !tmux_available() {
+        if std::env::var_os("CI").is_some() {
+            panic!("tmux is required for the TUI end-to-end test in CI");
+        }
+        eprintln!("###  SKIPPED tui_e2e panic test: tmux is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exit_file = dir.path().join("exit");
+    let bin = env!("CARGO_BIN_EXE_clover");
+    let tmux = Tmux::start(100, 30);
+    tmux.type_text(&format!(
+        "CLOVER_TUI_TEST_PANIC=1 '{bin}' chat --demo; echo EXIT:$? > '{}'",
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(e) = read_exit(&exit_file) {
+            break e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no exit; screen:\n{}",
+            tmux.screen()
+        );
+        sleep(Duration::from_millis(100));
+    };
+    assert_eq!(exit, "EXIT:101", "a panic exits with Rust's panic status");
+    let shell = tmux.wait_until("the panic report", 10, |s| {
+        s.contains("panicking after the first draw")
+    });
+    assert!(!tmux.alternate_on(), "alternate screen still on:\n{shell}");
+    assert!(!shell.contains("Type a message"), "{shell}");
+}
+
+#[test]
+fn plain_chat_without_a_model_fails_with_one_clear_line() {
+    let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args(["chat"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no model engine yet"), "{err}");
+}
+
+#[test]
+fn chat_with_piped_stdout_runs_in_line_mode() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args(["chat", "--demo"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"piped question\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("You wrote \"piped question\"."), "{text}");
+    assert!(text.trim_end().ends_with("Ctrl-C to quit."), "{text}");
+}
