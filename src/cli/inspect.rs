@@ -138,20 +138,25 @@ pub fn summary(file: &GgufFile) -> anyhow::Result<String> {
     };
 
     if let Some(blocks) = opt_u32("block_count")? {
-        match opt_u32("full_attention_interval")? {
-            Some(interval) if is_hybrid(arch) => {
-                let k = layer_kinds(blocks, interval)
-                    .with_context(|| key("full_attention_interval"))?;
-                writeln!(
+        if !is_hybrid(arch) {
+            writeln!(s, "layers: {blocks}")?;
+        } else {
+            // Without the interval key the kinds are unknown; the MTP rule
+            // still holds.
+            let interval = opt_u32("full_attention_interval")?;
+            let k = layer_kinds(blocks, interval.unwrap_or(1))
+                .with_context(|| key("full_attention_interval"))?;
+            match interval {
+                Some(i) => writeln!(
                     s,
-                    "layers: {} ({} gated deltanet, {} full attention, every {interval}th)",
+                    "layers: {} ({} gated deltanet, {} full attention, every {i}th)",
                     k.layers, k.gated_deltanet, k.full_attention
-                )?;
-                if let Some(b) = k.mtp_block {
-                    writeln!(s, "mtp: blk.{b} is an MTP block, skipped")?;
-                }
+                )?,
+                None => writeln!(s, "layers: {}", k.layers)?,
             }
-            _ => writeln!(s, "layers: {blocks}")?,
+            if let Some(b) = k.mtp_block {
+                writeln!(s, "mtp: blk.{b} is an MTP block, skipped")?;
+            }
         }
     }
     if let Some(n) = opt_u32("expert_count")? {
