@@ -10,7 +10,7 @@
 //! A string is a u64 byte length and UTF-8 bytes; an array is a u32 element
 //! type, a u64 count and the elements.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use kernels::GgmlType;
 
@@ -163,7 +163,7 @@ pub(super) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
     check_count_fits(&c, "metadata keys", n_kv, MIN_KV_BYTES)?;
 
     let mut metadata = Vec::with_capacity(n_kv as usize);
-    let mut seen_keys = HashMap::with_capacity(n_kv as usize);
+    let mut seen_keys = HashSet::with_capacity(n_kv as usize);
     for index in 0..n_kv {
         let key_offset = c.offset();
         let key = c.string(MAX_KEY_LEN, &|| format!("metadata key {index}"))?;
@@ -173,7 +173,7 @@ pub(super) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
                 offset: key_offset,
             });
         }
-        if seen_keys.insert(key.clone(), ()).is_some() {
+        if !seen_keys.insert(key.clone()) {
             return Err(GgufError::DuplicateKey { key });
         }
         let type_offset = c.offset();
@@ -198,10 +198,10 @@ pub(super) fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
 
     check_count_fits(&c, "tensors", n_tensors, MIN_TENSOR_INFO_BYTES)?;
     let mut raw = Vec::with_capacity(n_tensors as usize);
-    let mut seen_names = HashMap::with_capacity(n_tensors as usize);
+    let mut seen_names = HashSet::with_capacity(n_tensors as usize);
     for index in 0..n_tensors {
         let t = read_tensor_info(&mut c, index)?;
-        if seen_names.insert(t.name.clone(), ()).is_some() {
+        if !seen_names.insert(t.name.clone()) {
             return Err(GgufError::DuplicateTensor { tensor: t.name });
         }
         raw.push(t);
