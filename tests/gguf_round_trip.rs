@@ -321,3 +321,11 @@ fn array_getters_convert_elements_and_name_the_bad_one() {
         GgufError::WrongType { .. }
     ));
 }
+
+#[test]
+fn files_and_views_can_be_shared_across_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<GgufFile>();
+    send_sync::<clover::gguf::TensorView<'static>>();
+    send_sync::<GgufError>();
+}
