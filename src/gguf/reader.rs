@@ -1,0 +1,331 @@
+//! The GGUF reader: a validated file (by mmap, or from bytes) with typed
+//! metadata getters and borrowed tensor views. Every file is treated as
+//! hostile; the checks themselves are in `parse.rs`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::Path;
+
+use kernels::GgmlType;
+use memmap2::Mmap;
+
+use super::error::GgufError;
+use super::parse::{int_as_i128, parse_header};
+use super::value::Value;
+
+pub use super::parse::kernel_alignment;
+
+/// At most this many tensors (the largest MoE files have tens of thousands).
+pub const MAX_TENSORS: u64 = 1 << 20;
+/// At most this many metadata keys.
+pub const MAX_KEYS: u64 = 1 << 20;
+/// Longest metadata key, in bytes.
+pub const MAX_KEY_LEN: u64 = 1 << 16;
+/// Longest string value, in bytes (chat templates are tens of KiB).
+pub const MAX_STRING_LEN: u64 = 1 << 26;
+/// Most elements in one array (a vocabulary is ~250k strings).
+pub const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Deepest nesting of arrays inside arrays.
+pub const MAX_ARRAY_DEPTH: usize = 8;
+/// ggml's `GGML_MAX_DIMS`.
+pub const MAX_DIMS: u32 = 4;
+/// ggml's `GGML_MAX_NAME` less its terminating NUL.
+pub const MAX_TENSOR_NAME_LEN: u64 = super::writer::MAX_TENSOR_NAME_LEN as u64;
+
+/// One tensor as described by the header, validated against the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub ty: GgmlType,
+    /// ggml `ne` order: `dims[0]` is the contiguous dimension.
+    pub dims: Vec<u64>,
+    /// Absolute offset of the data in the file.
+    pub offset: u64,
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        // Checked at load time to fit in an i64.
+        self.dims.iter().product()
+    }
+}
+
+/// A tensor's bytes, borrowed from the file.
+#[derive(Clone, Copy, Debug)]
+pub struct TensorView<'a> {
+    pub name: &'a str,
+    pub ty: GgmlType,
+    pub dims: &'a [u64],
+    pub data: &'a [u8],
+}
+
+enum Storage {
+    Mmap(Mmap),
+    /// u64 words so that the bytes are 8-byte aligned, like a mapping.
+    Owned {
+        words: Vec<u64>,
+        len: usize,
+    },
+}
+
+impl Storage {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Storage::Mmap(m) => m,
+            Storage::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
+        }
+    }
+}
+
+/// A parsed GGUF file: metadata, tensor infos, and the bytes they point into.
+pub struct GgufFile {
+    storage: Storage,
+    version: u32,
+    alignment: u64,
+    metadata: Vec<(String, Value)>,
+    key_index: HashMap<String, usize>,
+    tensors: Vec<TensorInfo>,
+    tensor_index: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("file_size", &self.file_size())
+            .field("keys", &self.metadata.len())
+            .field("tensors", &self.tensors.len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Maps `path` into memory (no copy) and validates it.
+    pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
+        let io = |cause| GgufError::Io {
+            path: path.to_path_buf(),
+            cause,
+        };
+        let file = File::open(path).map_err(io)?;
+        if file.metadata().map_err(io)?.is_dir() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "is a directory",
+            )));
+        }
+        // SAFETY: the mapping is read-only and private to this process. Like
+        // every mmap-based model loader, we rely on the file not being
+        // truncated or rewritten by another process while it is mapped; all
+        // parsing below is bounds-checked against the mapping's length.
+        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        GgufFile::parse(Storage::Mmap(map))
+    }
+
+    /// Validates a file held in memory (tests, fuzzing).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
+        let len = bytes.len();
+        let mut words = vec![0u64; len.div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len].copy_from_slice(&bytes);
+        GgufFile::parse(Storage::Owned { words, len })
+    }
+
+    fn parse(storage: Storage) -> Result<GgufFile, GgufError> {
+        let header = parse_header(storage.bytes())?;
+        let key_index = header
+            .metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
+        let tensor_index = header
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(GgufFile {
+            storage,
+            version: header.version,
+            alignment: header.alignment,
+            metadata: header.metadata,
+            key_index,
+            tensors: header.tensors,
+            tensor_index,
+        })
+    }
+
+    pub fn version(&self) -> u32 {
+        self.version
+    }
+
+    pub fn alignment(&self) -> u64 {
+        self.alignment
+    }
+
+    pub fn file_size(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// All metadata, in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.key_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+
+    fn require(&self, key: &str) -> Result<&Value, GgufError> {
+        self.get(key).ok_or_else(|| GgufError::MissingKey {
+            key: key.to_string(),
+        })
+    }
+
+    /// An integer of any width whose value fits in a u32.
+    pub fn get_u32(&self, key: &str) -> Result<u32, GgufError> {
+        let v = self.require(key)?;
+        let wide = int_as_i128(v).ok_or_else(|| wrong_type(key, "an integer", v))?;
+        u32::try_from(wide).map_err(|_| out_of_range(key, v, "u32"))
+    }
+
+    /// An integer of any width whose value fits in a u64.
+    pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
+        let v = self.require(key)?;
+        let wide = int_as_i128(v).ok_or_else(|| wrong_type(key, "an integer", v))?;
+        u64::try_from(wide).map_err(|_| out_of_range(key, v, "u64"))
+    }
+
+    /// An integer of any width whose value fits in an i64.
+    pub fn get_i64(&self, key: &str) -> Result<i64, GgufError> {
+        let v = self.require(key)?;
+        let wide = int_as_i128(v).ok_or_else(|| wrong_type(key, "an integer", v))?;
+        i64::try_from(wide).map_err(|_| out_of_range(key, v, "i64"))
+    }
+
+    /// An f32, or an f64 rounded to f32.
+    pub fn get_f32(&self, key: &str) -> Result<f32, GgufError> {
+        match *self.require(key)? {
+            Value::F32(x) => Ok(x),
+            Value::F64(x) => Ok(x as f32),
+            ref v => Err(wrong_type(key, "a float", v)),
+        }
+    }
+
+    pub fn get_bool(&self, key: &str) -> Result<bool, GgufError> {
+        let v = self.require(key)?;
+        v.as_bool().ok_or_else(|| wrong_type(key, "a bool", v))
+    }
+
+    pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
+        let v = self.require(key)?;
+        v.as_str().ok_or_else(|| wrong_type(key, "a string", v))
+    }
+
+    pub fn get_array(&self, key: &str) -> Result<&[Value], GgufError> {
+        let v = self.require(key)?;
+        v.as_array().ok_or_else(|| wrong_type(key, "an array", v))
+    }
+
+    pub fn get_str_array(&self, key: &str) -> Result<Vec<&str>, GgufError> {
+        self.get_array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                v.as_str()
+                    .ok_or_else(|| wrong_element(key, i, "a string", v))
+            })
+            .collect()
+    }
+
+    /// Elements of any integer type, each of which must fit in a u32.
+    pub fn get_u32_array(&self, key: &str) -> Result<Vec<u32>, GgufError> {
+        self.int_array(key, "an integer that fits in u32")
+    }
+
+    /// Elements of any integer type, each of which must fit in an i32.
+    pub fn get_i32_array(&self, key: &str) -> Result<Vec<i32>, GgufError> {
+        self.int_array(key, "an integer that fits in i32")
+    }
+
+    fn int_array<T: TryFrom<i128>>(
+        &self,
+        key: &str,
+        expected: &'static str,
+    ) -> Result<Vec<T>, GgufError> {
+        self.get_array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                int_as_i128(v)
+                    .and_then(|x| T::try_from(x).ok())
+                    .ok_or_else(|| wrong_element(key, i, expected, v))
+            })
+            .collect()
+    }
+
+    /// All tensors, in file order.
+    pub fn tensors(&self) -> &[TensorInfo] {
+        &self.tensors
+    }
+
+    pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<TensorView<'_>> {
+        self.tensor_info(name).map(|t| self.view(t))
+    }
+
+    /// The bytes of a tensor. Panics if `info` did not come from this file's
+    /// `tensors()` (its range was checked against this file only).
+    pub fn view<'a>(&'a self, info: &'a TensorInfo) -> TensorView<'a> {
+        let start = info.offset as usize;
+        let end = start + info.n_bytes as usize;
+        TensorView {
+            name: &info.name,
+            ty: info.ty,
+            dims: &info.dims,
+            data: &self.bytes()[start..end],
+        }
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        self.storage.bytes()
+    }
+}
+
+/// How a value is described in errors: its type, and the value itself when short.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) if s.len() > 40 => format!("a string of {} bytes", s.len()),
+        Value::Array(t, items) => format!("an array of {} {}", items.len(), t.name()),
+        _ => format!("{} {}", v.value_type().name(), v),
+    }
+}
+
+fn wrong_type(key: &str, expected: &'static str, v: &Value) -> GgufError {
+    GgufError::WrongType {
+        key: key.to_string(),
+        expected,
+        found: describe(v),
+    }
+}
+
+fn wrong_element(key: &str, index: usize, expected: &'static str, v: &Value) -> GgufError {
+    GgufError::WrongElement {
+        key: key.to_string(),
+        index,
+        expected,
+        found: describe(v),
+    }
+}
+
+fn out_of_range(key: &str, v: &Value, target: &'static str) -> GgufError {
+    GgufError::OutOfRange {
+        key: key.to_string(),
+        value: v.to_string(),
+        target,
+    }
+}
