@@ -74,8 +74,8 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
     for (bx, by) in x.iter().zip(y) {
         let q = unpack5(bx.qh, &bx.qs);
         let mut sumi = 0i32;
-        for j in 0..QK {
-            sumi += q[j] as i32 * by.qs[j] as i32;
+        for (&qx, &qy) in q.iter().zip(&by.qs) {
+            sumi += qx as i32 * qy as i32;
         }
         sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
     }
