@@ -84,8 +84,12 @@ fn check_quantiser(table: &KernelTable, act_ty: GgmlType, x: &[f32]) -> Buf {
 }
 
 fn check_dot(table: &KernelTable, ty: GgmlType, n: usize, w: &Buf, a: &Buf) {
+    check_dot_fn(table.isa.name(), table.vec_dot(ty), ty, n, w, a);
+}
+
+fn check_dot_fn(name: &str, dot: kernels::isa::VecDotFn, ty: GgmlType, n: usize, w: &Buf, a: &Buf) {
     let want = scalar::vec_dot(ty, n, w.bytes(), a.bytes());
-    let got = (table.vec_dot(ty))(n, w.bytes(), a.bytes());
+    let got = dot(n, w.bytes(), a.bytes());
     let act_ty = ty.vec_dot_type();
     let (wf, af) = (dequantize(ty, w, n), dequantize(act_ty, a, n));
     let magnitude: f64 = wf
@@ -96,8 +100,7 @@ fn check_dot(table: &KernelTable, ty: GgmlType, n: usize, w: &Buf, a: &Buf) {
     let tol = 1e-5 * magnitude + f32::MIN_POSITIVE as f64;
     assert!(
         ((got - want) as f64).abs() <= tol,
-        "{} {ty} dot at n = {n}: {got} vs scalar {want} (tolerance {tol})",
-        table.isa
+        "{name} {ty} dot at n = {n}: {got} vs scalar {want} (tolerance {tol})"
     );
 }
 
@@ -153,6 +156,35 @@ fn q8_1_quantiser_matches_scalar_on_every_tier() {
         let mut rng = Rng::new(3);
         for nb in BLOCK_COUNTS {
             check_quantiser(&table, GgmlType::Q8_1, &activation_row(&mut rng, nb * 32));
+        }
+    }
+}
+
+/// The AVX-512 tier picks VNNI / BF16 variants by detection; the fallbacks a
+/// host without them would get are checked here too.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_avx512_variant_matches_scalar() {
+    use kernels::x86::avx512::legacy::vec_dot_variants;
+    if !Isa::Avx512.available() {
+        eprintln!("!!! tier avx512 is NOT available on this host: variants SKIPPED !!!");
+        return;
+    }
+    for ty in BLOCK_TYPES.into_iter().chain(FLOAT_TYPES) {
+        let variants = vec_dot_variants(ty);
+        assert!(!variants.is_empty(), "{ty} has no AVX-512 dot");
+        let mut rng = Rng::new(4000 + ty.id() as u64);
+        for nb in BLOCK_COUNTS {
+            let n = nb * 32 + if ty.block_size() == 1 { 5 } else { 0 };
+            let a = quantize(ty.vec_dot_type(), &activation_row(&mut rng, n), None);
+            let w = if ty.block_size() == 1 {
+                quantize(ty, &test_row(&mut rng, n), None)
+            } else {
+                random_blocks(ty, nb, &mut rng)
+            };
+            for (name, dot) in &variants {
+                check_dot_fn(&format!("avx512/{name}"), *dot, ty, n, &w, &a);
+            }
         }
     }
 }

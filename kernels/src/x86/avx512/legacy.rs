@@ -55,6 +55,40 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     })
 }
 
+/// Every dot product this tier has for `ty` that the host can run, named
+/// (`"bw"`, `"vnni"`, `"bf16"`): `vec_dot_fn` picks one by detection, tests
+/// and benches check them all.
+pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
+    if !Isa::Avx512.available() {
+        return Vec::new();
+    }
+    let pair = |plain: VecDotFn, vnni: VecDotFn| {
+        let mut v = vec![("bw", plain)];
+        if has_vnni() {
+            v.push(("vnni", vnni));
+        }
+        v
+    };
+    match ty {
+        GgmlType::Q4_0 => pair(vec_dot_q4_0, vec_dot_q4_0_vnni),
+        GgmlType::Q5_0 => pair(vec_dot_q5_0, vec_dot_q5_0_vnni),
+        GgmlType::Q8_0 => pair(vec_dot_q8_0, vec_dot_q8_0_vnni),
+        GgmlType::IQ4_NL => pair(vec_dot_iq4_nl, vec_dot_iq4_nl_vnni),
+        GgmlType::Q4_1 => pair(vec_dot_q4_1, vec_dot_q4_1_vnni),
+        GgmlType::Q5_1 => pair(vec_dot_q5_1, vec_dot_q5_1_vnni),
+        GgmlType::F32 => vec![("f", vec_dot_f32 as VecDotFn)],
+        GgmlType::F16 => vec![("f", vec_dot_f16 as VecDotFn)],
+        GgmlType::BF16 => {
+            let mut v = vec![("bw", vec_dot_bf16 as VecDotFn)];
+            if is_x86_feature_detected!("avx512bf16") {
+                v.push(("bf16", vec_dot_bf16_dp));
+            }
+            v
+        }
+        _ => Vec::new(),
+    }
+}
+
 /// None: the AVX2 quantisers serve this tier (see the module comment).
 pub fn quantize_fn(_act_ty: GgmlType) -> Option<QuantizeFn> {
     None
