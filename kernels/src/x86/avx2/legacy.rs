@@ -529,7 +529,14 @@ unsafe fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
     // bytes of `qs`; AVX2 is enabled by the caller.
     unsafe {
         let x = &x[..32];
-        let v: [__m256; 4] = std::array::from_fn(|k| _mm256_loadu_ps(x[8 * k..].as_ptr()));
+        // Plain arrays, not closures: a closure here would not inherit the
+        // caller's target features.
+        let v = [
+            _mm256_loadu_ps(x.as_ptr()),
+            _mm256_loadu_ps(x[8..].as_ptr()),
+            _mm256_loadu_ps(x[16..].as_ptr()),
+            _mm256_loadu_ps(x[24..].as_ptr()),
+        ];
         let sign_bit = _mm256_set1_ps(-0.0);
         let mut m = _mm256_andnot_ps(sign_bit, v[0]);
         for vk in &v[1..] {
@@ -540,9 +547,19 @@ unsafe fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
         let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         let d = amax / 127.0;
         let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
-        let r: [__m256; 4] = std::array::from_fn(|k| round_away_ps(_mm256_mul_ps(v[k], id)));
+        let r = [
+            round_away_ps(_mm256_mul_ps(v[0], id)),
+            round_away_ps(_mm256_mul_ps(v[1], id)),
+            round_away_ps(_mm256_mul_ps(v[2], id)),
+            round_away_ps(_mm256_mul_ps(v[3], id)),
+        ];
         let sum = _mm256_add_ps(_mm256_add_ps(r[0], r[1]), _mm256_add_ps(r[2], r[3]));
-        let i: [__m256i; 4] = std::array::from_fn(|k| _mm256_cvttps_epi32(r[k]));
+        let i = [
+            _mm256_cvttps_epi32(r[0]),
+            _mm256_cvttps_epi32(r[1]),
+            _mm256_cvttps_epi32(r[2]),
+            _mm256_cvttps_epi32(r[3]),
+        ];
         let p = _mm256_packs_epi16(
             _mm256_packs_epi32(i[0], i[1]),
             _mm256_packs_epi32(i[2], i[3]),

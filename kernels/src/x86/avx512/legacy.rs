@@ -145,6 +145,33 @@ unsafe fn dot_ss<const VNNI: bool>(x: __m512i, y: __m512i) -> __m512 {
     }
 }
 
+/// One pair of blocks of signed-level weights: `acc + d·(x·y)` with `d` the
+/// per-half scale products; `second` multiplies the second block's scale (0
+/// for a lone block paired with itself: 0·p adds exactly 0).
+///
+/// # Safety
+/// As [`dot_sym`].
+#[inline(always)]
+unsafe fn pair_sym<B: SymBlock, const VNNI: bool>(
+    x: [&B; 2],
+    y: [&BlockQ8_0; 2],
+    second: f32,
+    acc: __m512,
+) -> __m512 {
+    // SAFETY: register-only work on the blocks' bytes; the caller enables the features.
+    unsafe {
+        let d = halves(
+            x[0].scale() * y[0].scale(),
+            second * (x[1].scale() * y[1].scale()),
+        );
+        let p = dot_ss::<VNNI>(
+            join(x[0].levels(), x[1].levels()),
+            join(y[0].levels(), y[1].levels()),
+        );
+        _mm512_fmadd_ps(d, p, acc)
+    }
+}
+
 /// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0.
 ///
 /// # Safety
@@ -155,36 +182,53 @@ unsafe fn dot_sym<B: SymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_0]) -> f3
     // SAFETY: block accesses are through slices; intrinsics need only the
     // features the caller enables.
     unsafe {
-        let pair = |x0: &B, x1: &B, y0: &BlockQ8_0, y1: &BlockQ8_0, acc: __m512| {
-            let d = halves(x0.scale() * y0.scale(), x1.scale() * y1.scale());
-            let p = dot_ss::<VNNI>(
-                join(x0.levels(), x1.levels()),
-                join(y0.levels(), y1.levels()),
-            );
-            _mm512_fmadd_ps(d, p, acc)
-        };
         let mut acc = [_mm512_setzero_ps(); 2];
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            acc[0] = pair(&xq[0], &xq[1], &yq[0], &yq[1], acc[0]);
-            acc[1] = pair(&xq[2], &xq[3], &yq[2], &yq[3], acc[1]);
+            acc[0] = pair_sym::<B, VNNI>([&xq[0], &xq[1]], [&yq[0], &yq[1]], 1.0, acc[0]);
+            acc[1] = pair_sym::<B, VNNI>([&xq[2], &xq[3]], [&yq[2], &yq[3]], 1.0, acc[1]);
         }
         let (xr, yr) = (xs.remainder(), ys.remainder());
         if xr.len() >= 2 {
-            acc[0] = pair(&xr[0], &xr[1], &yr[0], &yr[1], acc[0]);
+            acc[0] = pair_sym::<B, VNNI>([&xr[0], &xr[1]], [&yr[0], &yr[1]], 1.0, acc[0]);
         }
         if xr.len() % 2 == 1 {
-            // A lone block: duplicated, with scale 0 on the copy (0·p adds exactly 0).
             let (bx, by) = (&xr[xr.len() - 1], &yr[xr.len() - 1]);
-            let d = halves(bx.scale() * by.scale(), 0.0);
-            let p = dot_ss::<VNNI>(
-                join(bx.levels(), bx.levels()),
-                join(by.levels(), by.levels()),
-            );
-            acc[1] = _mm512_fmadd_ps(d, p, acc[1]);
+            acc[1] = pair_sym::<B, VNNI>([bx, bx], [by, by], 0.0, acc[1]);
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+    }
+}
+
+/// One pair of min-offset blocks: returns `acc + d·(x·y)` and adds the
+/// blocks' `m·s` terms to `mins` (`second` as in [`pair_sym`]).
+///
+/// # Safety
+/// As [`dot_sym`].
+#[inline(always)]
+unsafe fn pair_asym<B: AsymBlock, const VNNI: bool>(
+    x: [&B; 2],
+    y: [&BlockQ8_1; 2],
+    second: f32,
+    acc: __m512,
+    mins: &mut f32,
+) -> __m512 {
+    // SAFETY: the loads read the 32 level bytes of each activation block; the
+    // caller enables the features.
+    unsafe {
+        let d = halves(
+            x[0].scale() * f16_to_f32(y[0].d),
+            second * (x[1].scale() * f16_to_f32(y[1].d)),
+        );
+        *mins += x[0].min() * f16_to_f32(y[0].s);
+        *mins += second * (x[1].min() * f16_to_f32(y[1].s));
+        let ly = join(
+            _mm256_loadu_si256(y[0].qs.as_ptr().cast()),
+            _mm256_loadu_si256(y[1].qs.as_ptr().cast()),
+        );
+        let p = dot_us::<VNNI>(join(x[0].levels(), x[1].levels()), ly);
+        _mm512_fmadd_ps(d, p, acc)
     }
 }
 
@@ -197,34 +241,24 @@ unsafe fn dot_asym<B: AsymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> 
     // SAFETY: block accesses are through slices; intrinsics need only the
     // features the caller enables.
     unsafe {
-        let ly = |b: &BlockQ8_1| _mm256_loadu_si256(b.qs.as_ptr().cast());
         let mut mins = 0f32;
-        let mut pair =
-            |x0: &B, x1: &B, y0: &BlockQ8_1, y1: &BlockQ8_1, second: f32, acc: __m512| {
-                let d = halves(
-                    x0.scale() * f16_to_f32(y0.d),
-                    second * x1.scale() * f16_to_f32(y1.d),
-                );
-                mins += x0.min() * f16_to_f32(y0.s);
-                mins += second * (x1.min() * f16_to_f32(y1.s));
-                let p = dot_us::<VNNI>(join(x0.levels(), x1.levels()), join(ly(y0), ly(y1)));
-                _mm512_fmadd_ps(d, p, acc)
-            };
         let mut acc = [_mm512_setzero_ps(); 2];
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            acc[0] = pair(&xq[0], &xq[1], &yq[0], &yq[1], 1.0, acc[0]);
-            acc[1] = pair(&xq[2], &xq[3], &yq[2], &yq[3], 1.0, acc[1]);
+            let (x0, x1) = ([&xq[0], &xq[1]], [&xq[2], &xq[3]]);
+            let (y0, y1) = ([&yq[0], &yq[1]], [&yq[2], &yq[3]]);
+            acc[0] = pair_asym::<B, VNNI>(x0, y0, 1.0, acc[0], &mut mins);
+            acc[1] = pair_asym::<B, VNNI>(x1, y1, 1.0, acc[1], &mut mins);
         }
         let (xr, yr) = (xs.remainder(), ys.remainder());
         if xr.len() >= 2 {
-            acc[0] = pair(&xr[0], &xr[1], &yr[0], &yr[1], 1.0, acc[0]);
+            let (xp, yp) = ([&xr[0], &xr[1]], [&yr[0], &yr[1]]);
+            acc[0] = pair_asym::<B, VNNI>(xp, yp, 1.0, acc[0], &mut mins);
         }
         if xr.len() % 2 == 1 {
-            // A lone block: duplicated, with factor 0 on the copy.
             let (bx, by) = (&xr[xr.len() - 1], &yr[xr.len() - 1]);
-            acc[1] = pair(bx, bx, by, by, 0.0, acc[1]);
+            acc[1] = pair_asym::<B, VNNI>([bx, bx], [by, by], 0.0, acc[1], &mut mins);
         }
         _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + mins
     }
