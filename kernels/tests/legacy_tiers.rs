@@ -173,6 +173,8 @@ fn every_avx512_variant_matches_scalar() {
     for ty in BLOCK_TYPES.into_iter().chain(FLOAT_TYPES) {
         let variants = vec_dot_variants(ty);
         assert!(!variants.is_empty(), "{ty} has no AVX-512 dot");
+        let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+        eprintln!("avx512 variants tested for {ty}: {names:?}");
         let mut rng = Rng::new(4000 + ty.id() as u64);
         for nb in BLOCK_COUNTS {
             let n = nb * 32 + if ty.block_size() == 1 { 5 } else { 0 };
@@ -184,6 +186,40 @@ fn every_avx512_variant_matches_scalar() {
             };
             for (name, dot) in &variants {
                 check_dot_fn(&format!("avx512/{name}"), *dot, ty, n, &w, &a);
+            }
+        }
+    }
+}
+
+/// The NEON tier picks the `sdot` variant where detected; the plain NEON
+/// fallback is checked here too.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn every_neon_variant_matches_scalar() {
+    use kernels::aarch64::neon::legacy::vec_dot_variants;
+    if !Isa::Neon.available() {
+        eprintln!("!!! tier neon is NOT available on this host: variants SKIPPED !!!");
+        return;
+    }
+    for ty in BLOCK_TYPES
+        .into_iter()
+        .chain([GgmlType::F32, GgmlType::BF16])
+    {
+        let variants = vec_dot_variants(ty);
+        assert!(!variants.is_empty(), "{ty} has no NEON dot");
+        let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+        eprintln!("neon variants tested for {ty}: {names:?}");
+        let mut rng = Rng::new(5000 + ty.id() as u64);
+        for nb in BLOCK_COUNTS {
+            let n = nb * 32 + if ty.block_size() == 1 { 5 } else { 0 };
+            let a = quantize(ty.vec_dot_type(), &activation_row(&mut rng, n), None);
+            let w = if ty.block_size() == 1 {
+                quantize(ty, &test_row(&mut rng, n), None)
+            } else {
+                random_blocks(ty, nb, &mut rng)
+            };
+            for (name, dot) in &variants {
+                check_dot_fn(&format!("neon/{name}"), *dot, ty, n, &w, &a);
             }
         }
     }
