@@ -21,7 +21,7 @@ pub fn round_away(x: f32) -> f32 {
     x.round()
 }
 
-/// Index of the entry of the sorted table `val` nearest to `x` (the lower one
+/// Index of the entry of the sorted table `val` nearest to `x` (the upper one
 /// on a tie), as ggml's `best_index_int8`.
 pub fn best_index_int8(val: &[i8], x: f32) -> usize {
     let n = val.len();
@@ -199,11 +199,11 @@ mod tests {
     }
 
     #[test]
-    fn best_index_int8_takes_the_lower_entry_on_a_tie() {
+    fn best_index_int8_takes_the_upper_entry_on_a_tie() {
         let v: [i8; 4] = [-10, 0, 10, 20];
         assert_eq!(best_index_int8(&v, -100.0), 0);
-        assert_eq!(best_index_int8(&v, 5.0), 1);
-        assert_eq!(best_index_int8(&v, 5.1), 2);
+        assert_eq!(best_index_int8(&v, 4.9), 1);
+        assert_eq!(best_index_int8(&v, 5.0), 2);
         assert_eq!(best_index_int8(&v, 99.0), 3);
     }
 }
