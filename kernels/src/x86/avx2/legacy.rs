@@ -63,6 +63,8 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
 
 /// A weight block whose 32 levels are signed bytes (`x = d·level`).
 pub(crate) trait SymBlock: Pod {
+    /// The raw f16 bits of the scale.
+    fn d_bits(&self) -> u16;
     /// # Safety
     /// The caller must have AVX2 and F16C enabled.
     unsafe fn scale(&self) -> f32;
@@ -75,6 +77,8 @@ pub(crate) trait SymBlock: Pod {
 
 /// A weight block with levels in [0, 31] and a minimum (`x = d·level + m`).
 pub(crate) trait AsymBlock: Pod {
+    /// The raw f16 bits of the scale and of the minimum.
+    fn dm_bits(&self) -> [u16; 2];
     /// # Safety
     /// The caller must have AVX2 and F16C enabled.
     unsafe fn scale(&self) -> f32;
@@ -134,6 +138,9 @@ unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
 }
 
 impl SymBlock for BlockQ8_0 {
+    fn d_bits(&self) -> u16 {
+        self.d.to_bits()
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -147,6 +154,9 @@ impl SymBlock for BlockQ8_0 {
 }
 
 impl SymBlock for BlockQ4_0 {
+    fn d_bits(&self) -> u16 {
+        self.d.to_bits()
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -160,6 +170,9 @@ impl SymBlock for BlockQ4_0 {
 }
 
 impl SymBlock for BlockQ5_0 {
+    fn d_bits(&self) -> u16 {
+        self.d.to_bits()
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -177,6 +190,9 @@ impl SymBlock for BlockQ5_0 {
 }
 
 impl SymBlock for BlockIq4Nl {
+    fn d_bits(&self) -> u16 {
+        self.d.to_bits()
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -193,6 +209,9 @@ impl SymBlock for BlockIq4Nl {
 }
 
 impl AsymBlock for BlockQ4_1 {
+    fn dm_bits(&self) -> [u16; 2] {
+        [self.d.to_bits(), self.m.to_bits()]
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -211,6 +230,9 @@ impl AsymBlock for BlockQ4_1 {
 }
 
 impl AsymBlock for BlockQ5_1 {
+    fn dm_bits(&self) -> [u16; 2] {
+        [self.d.to_bits(), self.m.to_bits()]
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -268,7 +290,41 @@ unsafe fn dot_ss(x: __m256i, y: __m256i) -> __m256 {
     unsafe { dot_us(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x)) }
 }
 
-/// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0.
+/// Eight f16 values (as bits) → f32: `a` in lanes 0..4, `b` in lanes 4..8.
+///
+/// # Safety
+/// The caller must have AVX2 and F16C enabled.
+#[inline(always)]
+pub(crate) unsafe fn halves8(a: [u16; 4], b: [u16; 4]) -> __m256 {
+    // SAFETY: register-only intrinsics; the caller enables the features.
+    unsafe {
+        let h = _mm_setr_epi16(
+            a[0] as i16,
+            a[1] as i16,
+            a[2] as i16,
+            a[3] as i16,
+            b[0] as i16,
+            b[1] as i16,
+            b[2] as i16,
+            b[3] as i16,
+        );
+        _mm256_cvtph_ps(h)
+    }
+}
+
+/// Lane `k` of `v` in all 8 lanes.
+///
+/// # Safety
+/// The caller must have AVX2 enabled.
+#[inline(always)]
+unsafe fn lane(v: __m128, k: i32) -> __m256 {
+    // SAFETY: register-only intrinsics; AVX2 is enabled by the caller.
+    unsafe { _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(k)) }
+}
+
+/// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0. Four blocks
+/// per iteration: their four scale products come from one conversion and one
+/// multiply (the same f32 products as the scalar code).
 ///
 /// # Safety
 /// The caller must have AVX2, FMA and F16C enabled.
@@ -278,13 +334,27 @@ unsafe fn dot_sym<B: SymBlock>(x: &[B], y: &[BlockQ8_0]) -> f32 {
     // features the caller enables.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 2];
-        let mut xs = x.chunks_exact(2);
-        let mut ys = y.chunks_exact(2);
-        for (xp, yp) in (&mut xs).zip(&mut ys) {
-            for k in 0..2 {
-                let d = _mm256_set1_ps(xp[k].scale() * yp[k].scale());
-                let p = dot_ss(xp[k].levels(), yp[k].levels());
-                acc[k] = _mm256_fmadd_ps(d, p, acc[k]);
+        let mut xs = x.chunks_exact(4);
+        let mut ys = y.chunks_exact(4);
+        for (xq, yq) in (&mut xs).zip(&mut ys) {
+            let f = halves8(
+                [
+                    xq[0].d_bits(),
+                    xq[1].d_bits(),
+                    xq[2].d_bits(),
+                    xq[3].d_bits(),
+                ],
+                [
+                    yq[0].d_bits(),
+                    yq[1].d_bits(),
+                    yq[2].d_bits(),
+                    yq[3].d_bits(),
+                ],
+            );
+            let d = _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+            for k in 0..4 {
+                let p = dot_ss(xq[k].levels(), yq[k].levels());
+                acc[k & 1] = _mm256_fmadd_ps(lane(d, k as i32), p, acc[k & 1]);
             }
         }
         for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
@@ -295,7 +365,9 @@ unsafe fn dot_sym<B: SymBlock>(x: &[B], y: &[BlockQ8_0]) -> f32 {
     }
 }
 
-/// Σ_blocks dx·dy·(x·y) + mx·sy for min-offset weights against Q8_1.
+/// Σ_blocks dx·dy·(x·y) + mx·sy for min-offset weights against Q8_1, four
+/// blocks per iteration as [`dot_sym`]; the `m·s` terms go to a vector
+/// accumulator.
 ///
 /// # Safety
 /// The caller must have AVX2, FMA and F16C enabled.
@@ -305,24 +377,48 @@ unsafe fn dot_asym<B: AsymBlock>(x: &[B], y: &[BlockQ8_1]) -> f32 {
     // features the caller enables.
     unsafe {
         let mut acc = [_mm256_setzero_ps(); 2];
-        let mut mins = 0f32;
-        let mut xs = x.chunks_exact(2);
-        let mut ys = y.chunks_exact(2);
-        for (xp, yp) in (&mut xs).zip(&mut ys) {
-            for k in 0..2 {
-                let d = _mm256_set1_ps(xp[k].scale() * f16_to_f32(yp[k].d));
-                let ly = _mm256_loadu_si256(yp[k].qs.as_ptr().cast());
-                acc[k] = _mm256_fmadd_ps(d, dot_us(xp[k].levels(), ly), acc[k]);
-                mins += xp[k].min() * f16_to_f32(yp[k].s);
+        let mut mins = _mm_setzero_ps();
+        let mut xs = x.chunks_exact(4);
+        let mut ys = y.chunks_exact(4);
+        for (xq, yq) in (&mut xs).zip(&mut ys) {
+            let xb: [[u16; 2]; 4] = [
+                xq[0].dm_bits(),
+                xq[1].dm_bits(),
+                xq[2].dm_bits(),
+                xq[3].dm_bits(),
+            ];
+            let fx = halves8(
+                [xb[0][0], xb[1][0], xb[2][0], xb[3][0]],
+                [xb[0][1], xb[1][1], xb[2][1], xb[3][1]],
+            );
+            let yb = |k: usize| [yq[k].d.to_bits(), yq[k].s.to_bits()];
+            let yb = [yb(0), yb(1), yb(2), yb(3)];
+            let fy = halves8(
+                [yb[0][0], yb[1][0], yb[2][0], yb[3][0]],
+                [yb[0][1], yb[1][1], yb[2][1], yb[3][1]],
+            );
+            let d = _mm_mul_ps(_mm256_castps256_ps128(fx), _mm256_castps256_ps128(fy));
+            mins = _mm_fmadd_ps(
+                _mm256_extractf128_ps(fx, 1),
+                _mm256_extractf128_ps(fy, 1),
+                mins,
+            );
+            for k in 0..4 {
+                let ly = _mm256_loadu_si256(yq[k].qs.as_ptr().cast());
+                let p = dot_us(xq[k].levels(), ly);
+                acc[k & 1] = _mm256_fmadd_ps(lane(d, k as i32), p, acc[k & 1]);
             }
         }
+        let mut tail = 0f32;
         for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
             let d = _mm256_set1_ps(bx.scale() * f16_to_f32(by.d));
             let ly = _mm256_loadu_si256(by.qs.as_ptr().cast());
             acc[0] = _mm256_fmadd_ps(d, dot_us(bx.levels(), ly), acc[0]);
-            mins += bx.min() * f16_to_f32(by.s);
+            tail += bx.min() * f16_to_f32(by.s);
         }
-        hsum_ps(_mm256_add_ps(acc[0], acc[1])) + mins
+        let m = _mm_add_ps(mins, _mm_movehl_ps(mins, mins));
+        let m = _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
+        hsum_ps(_mm256_add_ps(acc[0], acc[1])) + m + tail
     }
 }
 

@@ -21,7 +21,7 @@ use crate::scalar::q5_0::BlockQ5_0;
 use crate::scalar::q5_1::BlockQ5_1;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_1::BlockQ8_1;
-use crate::x86::avx2::legacy::{f16_to_f32, AsymBlock, SymBlock};
+use crate::x86::avx2::legacy::{f16_to_f32, halves8, AsymBlock, SymBlock};
 use crate::GgmlType;
 
 fn has_vnni() -> bool {
@@ -114,6 +114,22 @@ unsafe fn halves(a: f32, b: f32) -> __m512 {
     unsafe { _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b)) }
 }
 
+/// Four scale products spread over two registers: lanes 0..8 / 8..16 of the
+/// first hold `d[0]` / `d[1]`, of the second `d[2]` / `d[3]`.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn spread4(d: __m128) -> (__m512, __m512) {
+    // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
+    unsafe {
+        let z = _mm512_castps128_ps512(d);
+        let i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+        let i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+        (_mm512_permutexvar_ps(i01, z), _mm512_permutexvar_ps(i23, z))
+    }
+}
+
 /// Unsigned × signed byte dot into 16 f32 lanes (4 products per lane).
 ///
 /// # Safety
@@ -186,8 +202,32 @@ unsafe fn dot_sym<B: SymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_0]) -> f3
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            acc[0] = pair_sym::<B, VNNI>([&xq[0], &xq[1]], [&yq[0], &yq[1]], 1.0, acc[0]);
-            acc[1] = pair_sym::<B, VNNI>([&xq[2], &xq[3]], [&yq[2], &yq[3]], 1.0, acc[1]);
+            let f = halves8(
+                [
+                    xq[0].d_bits(),
+                    xq[1].d_bits(),
+                    xq[2].d_bits(),
+                    xq[3].d_bits(),
+                ],
+                [
+                    yq[0].d_bits(),
+                    yq[1].d_bits(),
+                    yq[2].d_bits(),
+                    yq[3].d_bits(),
+                ],
+            );
+            let d = _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+            let (d01, d23) = spread4(d);
+            let p01 = dot_ss::<VNNI>(
+                join(xq[0].levels(), xq[1].levels()),
+                join(yq[0].levels(), yq[1].levels()),
+            );
+            let p23 = dot_ss::<VNNI>(
+                join(xq[2].levels(), xq[3].levels()),
+                join(yq[2].levels(), yq[3].levels()),
+            );
+            acc[0] = _mm512_fmadd_ps(d01, p01, acc[0]);
+            acc[1] = _mm512_fmadd_ps(d23, p23, acc[1]);
         }
         let (xr, yr) = (xs.remainder(), ys.remainder());
         if xr.len() >= 2 {
@@ -245,12 +285,38 @@ unsafe fn dot_asym<B: AsymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> 
         let mut acc = [_mm512_setzero_ps(); 2];
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
+        let mut mins4 = _mm_setzero_ps();
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            let (x0, x1) = ([&xq[0], &xq[1]], [&xq[2], &xq[3]]);
-            let (y0, y1) = ([&yq[0], &yq[1]], [&yq[2], &yq[3]]);
-            acc[0] = pair_asym::<B, VNNI>(x0, y0, 1.0, acc[0], &mut mins);
-            acc[1] = pair_asym::<B, VNNI>(x1, y1, 1.0, acc[1], &mut mins);
+            let xb = [
+                xq[0].dm_bits(),
+                xq[1].dm_bits(),
+                xq[2].dm_bits(),
+                xq[3].dm_bits(),
+            ];
+            let yb = [0, 1, 2, 3].map(|k| [yq[k].d.to_bits(), yq[k].s.to_bits()]);
+            let fx = halves8(
+                [xb[0][0], xb[1][0], xb[2][0], xb[3][0]],
+                [xb[0][1], xb[1][1], xb[2][1], xb[3][1]],
+            );
+            let fy = halves8(
+                [yb[0][0], yb[1][0], yb[2][0], yb[3][0]],
+                [yb[0][1], yb[1][1], yb[2][1], yb[3][1]],
+            );
+            let d = _mm_mul_ps(_mm256_castps256_ps128(fx), _mm256_castps256_ps128(fy));
+            mins4 = _mm_fmadd_ps(
+                _mm256_extractf128_ps(fx, 1),
+                _mm256_extractf128_ps(fy, 1),
+                mins4,
+            );
+            let (d01, d23) = spread4(d);
+            let ly = |k: usize| _mm256_loadu_si256(yq[k].qs.as_ptr().cast());
+            let p01 = dot_us::<VNNI>(join(xq[0].levels(), xq[1].levels()), join(ly(0), ly(1)));
+            let p23 = dot_us::<VNNI>(join(xq[2].levels(), xq[3].levels()), join(ly(2), ly(3)));
+            acc[0] = _mm512_fmadd_ps(d01, p01, acc[0]);
+            acc[1] = _mm512_fmadd_ps(d23, p23, acc[1]);
         }
+        let m = _mm_add_ps(mins4, _mm_movehl_ps(mins4, mins4));
+        mins += _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
         let (xr, yr) = (xs.remainder(), ys.remainder());
         if xr.len() >= 2 {
             let (xp, yp) = ([&xr[0], &xr[1]], [&yr[0], &yr[1]]);
