@@ -1,4 +1,4 @@
-//! Weight bytes streamed per second by the 32-element block dots, per tier,
+//! Weight bytes streamed per second by the 32-element block and float dots, per tier,
 //! as a single-threaded mat-vec (`rows` dots of one activation row) over a
 //! matrix larger than the last-level cache, next to a plain streaming read
 //! of the same size (the single-thread memory bandwidth to compare against).
@@ -71,6 +71,9 @@ fn table(bytes: usize, reps: usize) {
         GgmlType::Q5_0,
         GgmlType::Q5_1,
         GgmlType::IQ4_NL,
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
     ] {
         let row_bytes = ty.row_bytes(N as u64).unwrap() as usize;
         let rows = bytes / row_bytes;
