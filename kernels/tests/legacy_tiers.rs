@@ -201,10 +201,7 @@ fn every_neon_variant_matches_scalar() {
         eprintln!("!!! tier neon is NOT available on this host: variants SKIPPED !!!");
         return;
     }
-    for ty in BLOCK_TYPES
-        .into_iter()
-        .chain([GgmlType::F32, GgmlType::BF16])
-    {
+    for ty in BLOCK_TYPES.into_iter().chain(FLOAT_TYPES) {
         let variants = vec_dot_variants(ty);
         assert!(!variants.is_empty(), "{ty} has no NEON dot");
         let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
