@@ -1,4 +1,6 @@
-//! F32, F16 and BF16: one element per "block"; f32 accumulation.
+//! F32, F16 and BF16: one element per "block"; f32 products summed in f64
+//! (ggml's scalar `ggml_float`), the reference the f32-accumulating SIMD sums
+//! are held to.
 //!
 //! F16 and BF16 weights are dotted with activations of their own type (ggml
 //! converts the activation row first), so both operands are rounded.
@@ -47,20 +49,33 @@ pub fn quantize_bf16(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Σ x·y with each product rounded to f32 and the sum kept in f64, as ggml's
+/// scalar `ggml_vec_dot_f32` (`ggml_float` is double). The more accurate sum
+/// makes this the tighter reference for the reordered SIMD sums.
 pub fn vec_dot_f32(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let w: &[f32] = as_blocks(&w[..n * 4]);
     let a: &[f32] = as_blocks(&act[..n * 4]);
-    w.iter().zip(a).map(|(x, y)| x * y).sum()
+    w.iter().zip(a).map(|(x, y)| (x * y) as f64).sum::<f64>() as f32
 }
 
+/// F16 · F16: products are exact in f32 (11-bit significands), summed in f64
+/// as ggml's scalar `ggml_vec_dot_f16`.
 pub fn vec_dot_f16(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let w: &[f16] = as_blocks(&w[..n * 2]);
     let a: &[f16] = as_blocks(&act[..n * 2]);
-    w.iter().zip(a).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
+    w.iter()
+        .zip(a)
+        .map(|(x, y)| (x.to_f32() * y.to_f32()) as f64)
+        .sum::<f64>() as f32
 }
 
+/// BF16 · BF16: products exact in f32 (8-bit significands), summed in f64 as
+/// ggml's scalar `ggml_vec_dot_bf16`.
 pub fn vec_dot_bf16(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let w: &[bf16] = as_blocks(&w[..n * 2]);
     let a: &[bf16] = as_blocks(&act[..n * 2]);
-    w.iter().zip(a).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
+    w.iter()
+        .zip(a)
+        .map(|(x, y)| (x.to_f32() * y.to_f32()) as f64)
+        .sum::<f64>() as f32
 }

@@ -10,6 +10,7 @@
 pub mod float;
 pub mod iq4_nl;
 pub mod iq4_xs;
+pub mod legacy_search;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

@@ -1,13 +1,102 @@
-//! Q4_0: not implemented yet (placeholder so the dispatch compiles).
+//! Q4_0: 32 weights, one f16 scale, 4-bit levels `q ∈ [0, 15]`;
+//! `x = d·(q − 8)`. Nibble `j` of byte `j` holds element `j` (low) and element
+//! `j + 16` (high). Dot type: Q8_0.
 
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!("Q4_0 dequantize")
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::legacy_search::{importance_weights, make_qx_quants, row_sigma2};
+use super::q8_0::BlockQ8_0;
+use crate::assert_block_size;
+use crate::blocks::{as_blocks, as_blocks_mut};
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ4_0 {
+    pub d: f16,
+    pub qs: [u8; QK / 2],
+}
+assert_block_size!(BlockQ4_0, 18);
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ4_0] = as_blocks(&src[..dst.len() / QK * 18]);
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for j in 0..QK / 2 {
+            y[j] = d * ((b.qs[j] & 0x0f) as i32 - 8) as f32;
+            y[j + QK / 2] = d * ((b.qs[j] >> 4) as i32 - 8) as f32;
+        }
+    }
 }
 
-pub fn quantize(_src: &[f32], _dst: &mut [u8], _imatrix: Option<&[f32]>) {
-    todo!("Q4_0 quantize")
+/// ggml's `quantize_row_q4_0_ref` (imatrix `None`) or `quantize_row_q4_0_impl`.
+pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    let blocks: &mut [BlockQ4_0] = as_blocks_mut(&mut dst[..src.len() / QK * 18]);
+    match imatrix {
+        None => {
+            for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+                *b = quantize_block_ref(x);
+            }
+        }
+        Some(qw) => {
+            let sigma2 = row_sigma2(src);
+            let mut weight = [0f32; QK];
+            let mut l = [0u8; QK];
+            for ((b, x), w) in blocks
+                .iter_mut()
+                .zip(src.chunks_exact(QK))
+                .zip(qw.chunks_exact(QK))
+            {
+                importance_weights(x, w, sigma2, &mut weight);
+                let d = make_qx_quants(8, x, &mut l, &weight);
+                b.d = f16::from_f32(d);
+                for j in 0..QK / 2 {
+                    b.qs[j] = l[j] | (l[j + QK / 2] << 4);
+                }
+            }
+        }
+    }
 }
 
-pub fn vec_dot(_n: usize, _w: &[u8], _act: &[u8]) -> f32 {
-    todo!("Q4_0 vec_dot")
+fn quantize_block_ref(x: &[f32]) -> BlockQ4_0 {
+    let mut amax = 0f32;
+    let mut max = 0f32;
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    let d = max / -8.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut b = BlockQ4_0 {
+        d: f16::from_f32(d),
+        qs: [0; QK / 2],
+    };
+    // `(int8_t)(x·id + 8.5)` truncates toward zero; the sum lies in [0.5, 16.5].
+    let level = |v: f32| ((v * id + 8.5) as i8).min(15) as u8;
+    for j in 0..QK / 2 {
+        b.qs[j] = level(x[j]) | (level(x[j + QK / 2]) << 4);
+    }
+    b
+}
+
+/// Per block: integer dot of the centred levels with the Q8_0 levels, then
+/// `sumf += sumi·dx·dy` (ggml's `ggml_vec_dot_q4_0_q8_0_generic`).
+pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = n / QK;
+    let x: &[BlockQ4_0] = as_blocks(&w[..nb * 18]);
+    let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    let mut sumf = 0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let (mut s0, mut s1) = (0i32, 0i32);
+        for j in 0..QK / 2 {
+            s0 += ((bx.qs[j] & 0x0f) as i32 - 8) * by.qs[j] as i32;
+            s1 += ((bx.qs[j] >> 4) as i32 - 8) * by.qs[j + QK / 2] as i32;
+        }
+        sumf += (s0 + s1) as f32 * bx.d.to_f32() * by.d.to_f32();
+    }
+    sumf
 }

@@ -1,13 +1,83 @@
-//! Q5_1: not implemented yet (placeholder so the dispatch compiles).
+//! Q5_1: 32 weights, f16 scale `d` and minimum `m`, 5-bit levels;
+//! `x = d·q + m`. Bit layout as Q5_0. Dot type: Q8_1.
 
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!("Q5_1 dequantize")
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::legacy_search::{importance_weights, make_qkx3_quants, row_sigma2};
+use super::q4_1::quantize_block_ref;
+use super::q5_0::{pack5, unpack5};
+use super::q8_1::BlockQ8_1;
+use crate::assert_block_size;
+use crate::blocks::{as_blocks, as_blocks_mut};
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ5_1 {
+    pub d: f16,
+    pub m: f16,
+    pub qh: [u8; 4],
+    pub qs: [u8; QK / 2],
+}
+assert_block_size!(BlockQ5_1, 24);
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ5_1] = as_blocks(&src[..dst.len() / QK * 24]);
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (o, q) in y.iter_mut().zip(unpack5(b.qh, &b.qs)) {
+            *o = d * q as f32 + m;
+        }
+    }
 }
 
-pub fn quantize(_src: &[f32], _dst: &mut [u8], _imatrix: Option<&[f32]>) {
-    todo!("Q5_1 quantize")
+/// ggml's `quantize_row_q5_1_ref` (imatrix `None`) or `quantize_row_q5_1_impl`.
+pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    let blocks: &mut [BlockQ5_1] = as_blocks_mut(&mut dst[..src.len() / QK * 24]);
+    match imatrix {
+        None => {
+            for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+                let (d, m, l) = quantize_block_ref(x, 31);
+                b.d = f16::from_f32(d);
+                b.m = f16::from_f32(m);
+                (b.qh, b.qs) = pack5(&l);
+            }
+        }
+        Some(qw) => {
+            let sigma2 = row_sigma2(src);
+            let mut weight = [0f32; QK];
+            let mut l = [0u8; QK];
+            for ((b, x), w) in blocks
+                .iter_mut()
+                .zip(src.chunks_exact(QK))
+                .zip(qw.chunks_exact(QK))
+            {
+                importance_weights(x, w, sigma2, &mut weight);
+                let (d, m) = make_qkx3_quants(31, x, &weight, &mut l);
+                b.d = f16::from_f32(d);
+                b.m = f16::from_f32(m);
+                (b.qh, b.qs) = pack5(&l);
+            }
+        }
+    }
 }
 
-pub fn vec_dot(_n: usize, _w: &[u8], _act: &[u8]) -> f32 {
-    todo!("Q5_1 vec_dot")
+/// `sumf += (dx·dy)·sumi + mx·sy` per block (ggml's
+/// `ggml_vec_dot_q5_1_q8_1_generic`).
+pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = n / QK;
+    let x: &[BlockQ5_1] = as_blocks(&w[..nb * 24]);
+    let y: &[BlockQ8_1] = as_blocks(&act[..nb * 36]);
+    let mut sumf = 0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let q = unpack5(bx.qh, &bx.qs);
+        let mut sumi = 0i32;
+        for (&qx, &qy) in q.iter().zip(&by.qs) {
+            sumi += qx as i32 * qy as i32;
+        }
+        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
+    }
+    sumf
 }

@@ -1,13 +1,70 @@
-//! Q8_0: not implemented yet (placeholder so the dispatch compiles).
+//! Q8_0: 32 weights, one f16 scale, signed 8-bit levels; `x = d·q`. Also the
+//! activation type for Q4_0, Q5_0, Q8_0 and IQ4_NL weights. Dot type: Q8_0.
 
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!("Q8_0 dequantize")
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::legacy_search::round_away;
+use crate::assert_block_size;
+use crate::blocks::{as_blocks, as_blocks_mut};
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ8_0 {
+    pub d: f16,
+    pub qs: [i8; QK],
+}
+assert_block_size!(BlockQ8_0, 34);
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_0] = as_blocks(&src[..dst.len() / QK * 34]);
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = q as f32 * d;
+        }
+    }
 }
 
-pub fn quantize(_src: &[f32], _dst: &mut [u8], _imatrix: Option<&[f32]>) {
-    todo!("Q8_0 quantize")
+/// The scale and levels of one block by ggml's `quantize_row_q8_0_ref`:
+/// `d = amax/127` (f32), levels `roundf(x·(1/d))`. Returns the f32 `d`.
+pub(crate) fn quantize_block(x: &[f32], qs: &mut [i8; QK]) -> f32 {
+    let mut amax = 0f32;
+    for &v in x {
+        amax = amax.max(v.abs());
+    }
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = round_away(v * id) as i8;
+    }
+    d
 }
 
-pub fn vec_dot(_n: usize, _w: &[u8], _act: &[u8]) -> f32 {
-    todo!("Q8_0 vec_dot")
+/// ggml's `quantize_row_q8_0_ref`; ggml ignores the importance matrix for Q8_0
+/// and so do we.
+pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
+    let blocks: &mut [BlockQ8_0] = as_blocks_mut(&mut dst[..src.len() / QK * 34]);
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+        let d = quantize_block(x, &mut b.qs);
+        b.d = f16::from_f32(d);
+    }
+}
+
+/// `sumf += sumi·(dx·dy)` per block (ggml's `ggml_vec_dot_q8_0_q8_0_generic`).
+pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = n / QK;
+    let x: &[BlockQ8_0] = as_blocks(&w[..nb * 34]);
+    let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    let mut sumf = 0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let mut sumi = 0i32;
+        for j in 0..QK {
+            sumi += bx.qs[j] as i32 * by.qs[j] as i32;
+        }
+        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+    }
+    sumf
 }

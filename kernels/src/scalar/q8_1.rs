@@ -1,13 +1,58 @@
-//! Q8_1: not implemented yet (placeholder so the dispatch compiles).
+//! Q8_1: Q8_0's levels plus `s = d·Σq` (f16), the activation type for Q4_1 and
+//! Q5_1 weights, whose minimum term needs the activation block's sum.
 
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!("Q8_1 dequantize")
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use super::q8_0;
+use crate::assert_block_size;
+use crate::blocks::{as_blocks, as_blocks_mut};
+
+pub const QK: usize = 32;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ8_1 {
+    pub d: f16,
+    /// `d · Σ qs`, rounded once from f32.
+    pub s: f16,
+    pub qs: [i8; QK],
+}
+assert_block_size!(BlockQ8_1, 36);
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8_1] = as_blocks(&src[..dst.len() / QK * 36]);
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK)) {
+        let d = b.d.to_f32();
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = q as f32 * d;
+        }
+    }
 }
 
-pub fn quantize(_src: &[f32], _dst: &mut [u8], _imatrix: Option<&[f32]>) {
-    todo!("Q8_1 quantize")
+/// ggml's `quantize_row_q8_1_ref` (the same levels as Q8_0); no imatrix use.
+pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
+    let blocks: &mut [BlockQ8_1] = as_blocks_mut(&mut dst[..src.len() / QK * 36]);
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+        let d = q8_0::quantize_block(x, &mut b.qs);
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
+        b.d = f16::from_f32(d);
+        b.s = f16::from_f32(sum as f32 * d);
+    }
 }
 
-pub fn vec_dot(_n: usize, _w: &[u8], _act: &[u8]) -> f32 {
-    todo!("Q8_1 vec_dot")
+/// Q8_1 · Q8_1 (ggml has no such kernel; defined as Q8_0's, ignoring `s`).
+pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let nb = n / QK;
+    let x: &[BlockQ8_1] = as_blocks(&w[..nb * 36]);
+    let y: &[BlockQ8_1] = as_blocks(&act[..nb * 36]);
+    let mut sumf = 0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let mut sumi = 0i32;
+        for j in 0..QK {
+            sumi += bx.qs[j] as i32 * by.qs[j] as i32;
+        }
+        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+    }
+    sumf
 }
