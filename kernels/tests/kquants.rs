@@ -99,7 +99,10 @@ fn quantise_then_dequantise_error_is_within_one_step_of_each_sub_block() {
             }
         }
         println!("{ty}: worst error {worst:.3} steps");
-        assert!(worst <= 1.0, "{ty}: an element is off by {worst} sub-block steps");
+        assert!(
+            worst <= 1.0,
+            "{ty}: an element is off by {worst} sub-block steps"
+        );
     }
 }
 
@@ -116,7 +119,10 @@ fn all_zero_input_quantises_to_exact_zeros() {
 /// Σ|wᵢ·aᵢ| over dequantised weights and activations, the scale of the f32
 /// rounding error of any order of summation.
 fn abs_dot(w: &[f32], a: &[f32]) -> f64 {
-    w.iter().zip(a).map(|(x, y)| (*x as f64 * *y as f64).abs()).sum()
+    w.iter()
+        .zip(a)
+        .map(|(x, y)| (*x as f64 * *y as f64).abs())
+        .sum()
 }
 
 #[test]
@@ -150,7 +156,13 @@ fn importance_matrix_lowers_the_weighted_error() {
     let x: Vec<f32> = (0..n).map(|_| rng.gauss()).collect();
     // A few columns matter a hundred times more than the rest.
     let w: Vec<f32> = (0..n)
-        .map(|i| if i % 11 == 0 || i % 37 == 5 { 100.0 } else { 1.0 })
+        .map(|i| {
+            if i % 11 == 0 || i % 37 == 5 {
+                100.0
+            } else {
+                1.0
+            }
+        })
         .collect();
     for ty in WEIGHT_TYPES {
         let werr = |imatrix: Option<&[f32]>| -> f64 {
@@ -163,7 +175,10 @@ fn importance_matrix_lowers_the_weighted_error() {
         let plain = werr(None);
         let weighted = werr(Some(&w));
         println!("{ty}: weighted error {plain:.4} without imatrix, {weighted:.4} with");
-        assert!(weighted < plain, "{ty}: {weighted} with imatrix ≥ {plain} without");
+        assert!(
+            weighted < plain,
+            "{ty}: {weighted} with imatrix ≥ {plain} without"
+        );
     }
 }
 
