@@ -281,3 +281,66 @@ fn every_tier_q8_k_quantiser_is_bit_exact_with_scalar() {
         }
     }
 }
+
+/// Single-thread read bandwidth (AVX2 loads, or plain u64 sums elsewhere).
+fn read_bandwidth_gbs(buf: &[u64]) -> f64 {
+    let t = std::time::Instant::now();
+    let mut reps = 0;
+    let mut sink = 0u64;
+    while t.elapsed().as_secs_f64() < 0.5 {
+        let mut acc = [0u64; 4];
+        for c in buf.chunks_exact(4) {
+            for k in 0..4 {
+                acc[k] = acc[k].wrapping_add(c[k]);
+            }
+        }
+        sink = sink.wrapping_add(acc.iter().fold(0, |a, b| a ^ b));
+        reps += 1;
+    }
+    std::hint::black_box(sink);
+    (buf.len() * 8 * reps) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+#[test]
+#[ignore = "timing: run with --ignored --nocapture on a quiet machine"]
+fn matvec_bandwidth_per_tier() {
+    let n = 4096;
+    let bytes_target = 96 << 20; // well past the last-level cache
+    let mut rng = Rng(3);
+    let stream: Vec<u64> = (0..bytes_target / 8).map(|i| i as u64).collect();
+    println!(
+        "read bandwidth (1 thread): {:.1} GB/s",
+        read_bandwidth_gbs(&stream)
+    );
+    drop(stream);
+    let a: Vec<f32> = (0..n).map(|_| rng.gauss()).collect();
+    let (qa, alen) = quantize(GgmlType::Q8_K, &a, None);
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::IQ4_XS,
+        GgmlType::Q6_K,
+        GgmlType::Q5_K,
+        GgmlType::Q3_K,
+        GgmlType::Q2_K,
+    ] {
+        let rb = row_bytes(ty, n);
+        let rows = bytes_target / rb;
+        let (w, wlen) = random_weights(ty, rows * n / 256, &mut rng);
+        let wb = bytes(&w, wlen);
+        for isa in Isa::all_available() {
+            let f = KernelTable::new(isa).vec_dot(ty);
+            let t = std::time::Instant::now();
+            let mut reps = 0;
+            let mut s = 0f32;
+            while t.elapsed().as_secs_f64() < 0.5 {
+                for r in 0..rows {
+                    s += f(n, &wb[r * rb..(r + 1) * rb], bytes(&qa, alen));
+                }
+                reps += 1;
+            }
+            std::hint::black_box(s);
+            let gbs = (wlen * reps) as f64 / t.elapsed().as_secs_f64() / 1e9;
+            println!("{ty} {isa}: {gbs:.1} GB/s of weights");
+        }
+    }
+}

@@ -139,12 +139,27 @@ pub(crate) fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Sixteen i16 lanes: eight copies of `a`, then eight copies of `b` (the
-/// scales of two 16-element sub-blocks against one 32-byte `maddubs` result).
+/// Sixteen i16 lanes: eight copies of byte `is` of `scales`, then eight of
+/// byte `is + 1` (the scales of two 16-element sub-blocks against one 32-byte
+/// `maddubs` result), sign- or zero-extended.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn scale_pair(a: i16, b: i16) -> __m256i {
-    _mm256_setr_epi16(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+fn scale_pair(scales: __m128i, is: usize, signed: bool) -> __m256i {
+    const ONES: i64 = 0x0101_0101_0101_0101;
+    let mask = _mm_set_epi64x((is as i64 + 1) * ONES, is as i64 * ONES);
+    let s = _mm_shuffle_epi8(scales, mask);
+    if signed {
+        _mm256_cvtepi8_epi16(s)
+    } else {
+        _mm256_cvtepu8_epi16(s)
+    }
+}
+
+/// Sixteen scale bytes as a 128-bit vector.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_scales16<T: bytemuck::Pod>(s: &[T; 16]) -> __m128i {
+    load_u8_128(bytemuck::cast_ref(s))
 }
 
 /// Σ over i16 pairs of `scale·p` into i32 (`madd`), added to `acc`.
@@ -156,24 +171,46 @@ fn madd_acc(acc: __m256i, scale: __m256i, p: __m256i) -> __m256i {
 
 // ---------------------------------------------------------------- Q4_K
 
-/// Unpacked Q4_K/Q5_K scales and mins as i16.
-#[inline(always)]
-fn k4_scales_mins(s: &[u8; 12]) -> ([i16; 8], [i16; 8]) {
-    let (sc, m) = crate::scalar::kquant_search::unpack_scale_min_k4(s);
-    (sc.map(|v| v as i16), m.map(|v| v as i16))
+/// Q4_K/Q5_K's twelve scale bytes as (eight 6-bit scales as i16 in both
+/// 128-bit lanes, eight 6-bit mins as i16), unpacked with ggml's 32-bit masks.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn k4_scales_mins(s: &[u8; 12]) -> (__m256i, __m128i) {
+    const KMASK1: u32 = 0x3f3f_3f3f;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    const KMASK3: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (u0, u1, u2) = (w(0), w(1), w(2));
+    let sc_lo = u0 & KMASK1;
+    let sc_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let m_lo = u1 & KMASK1;
+    let m_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let v = _mm256_cvtepu8_epi16(_mm_setr_epi32(
+        sc_lo as i32,
+        sc_hi as i32,
+        m_lo as i32,
+        m_hi as i32,
+    ));
+    let sc = _mm256_castsi256_si128(v);
+    (_mm256_set_m128i(sc, sc), _mm256_extracti128_si256(v, 1))
 }
 
-/// Σ_j mins[j/2]·bsums[j] as eight i32 lanes (hadd pairs of bsums to
+/// Broadcasts i16 lane `j` (0..8) of each 128-bit half to all of it.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn bcast_i16(v: __m256i, j: usize) -> __m256i {
+    let lo = (2 * j) as i16;
+    _mm256_shuffle_epi8(v, _mm256_set1_epi16(lo | ((lo + 1) << 8)))
+}
+
+/// Σ_j mins[j/2]·bsums[j] as four i32 lanes (hadd pairs of bsums to
 /// 32-element sums, then `madd` with the eight mins).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn mins_dot_bsums(mins: &[i16; 8], bsums: &[i16; 16]) -> __m128i {
+pub(crate) fn mins_dot_bsums(mins: __m128i, bsums: &[i16; 16]) -> __m128i {
     let q8 = load_bsums(bsums);
     let q8s = _mm_hadd_epi16(_mm256_castsi256_si128(q8), _mm256_extracti128_si256(q8, 1));
-    let m = _mm_setr_epi16(
-        mins[0], mins[1], mins[2], mins[3], mins[4], mins[5], mins[6], mins[7],
-    );
-    _mm_madd_epi16(m, q8s)
+    _mm_madd_epi16(mins, q8s)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -185,7 +222,7 @@ fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
         let d = yb.d * f16_to_f32(xb.d);
         let dmin = -yb.d * f16_to_f32(xb.dmin);
         let (sc, mins) = k4_scales_mins(&xb.scales);
-        let prod = mins_dot_bsums(&mins, &yb.bsums);
+        let prod = mins_dot_bsums(mins, &yb.bsums);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
@@ -194,8 +231,8 @@ fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
             let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             let pl = _mm256_maddubs_epi16(q4l, load_i8(at(&yb.qs, 64 * j)));
             let ph = _mm256_maddubs_epi16(q4h, load_i8(at(&yb.qs, 64 * j + 32)));
-            sumi = madd_acc(sumi, _mm256_set1_epi16(sc[2 * j]), pl);
-            sumi = madd_acc(sumi, _mm256_set1_epi16(sc[2 * j + 1]), ph);
+            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j), pl);
+            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j + 1), ph);
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -216,7 +253,7 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
         let d = yb.d * f16_to_f32(xb.d);
         let dmin = -yb.d * f16_to_f32(xb.dmin);
         let (sc, mins) = k4_scales_mins(&xb.scales);
-        let prod = mins_dot_bsums(&mins, &yb.bsums);
+        let prod = mins_dot_bsums(mins, &yb.bsums);
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
         let hbits = load_u8(&xb.qh);
         let high = |bit: i32| {
@@ -233,8 +270,8 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
             );
             let pl = _mm256_maddubs_epi16(q5l, load_i8(at(&yb.qs, 64 * j)));
             let ph = _mm256_maddubs_epi16(q5h, load_i8(at(&yb.qs, 64 * j + 32)));
-            sumi = madd_acc(sumi, _mm256_set1_epi16(sc[2 * j]), pl);
-            sumi = madd_acc(sumi, _mm256_set1_epi16(sc[2 * j + 1]), ph);
+            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j), pl);
+            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j + 1), ph);
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -253,7 +290,7 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
-        let sc = xb.scales.map(|v| v as i16);
+        let sc = load_scales16(&xb.scales);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             let ql0 = load_u8(at(&xb.ql, 64 * h));
@@ -279,8 +316,7 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
                 // (q − 32)·a as q·a − 32·a: both operands of maddubs unsigned-safe.
                 let p =
                     _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
-                let is = 8 * h + 2 * k;
-                sumi = madd_acc(sumi, scale_pair(sc[is], sc[is + 1]), p);
+                sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, true), p);
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -297,13 +333,9 @@ fn q2_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     for (xb, yb) in x.iter().zip(y) {
         let dall = yb.d * f16_to_f32(xb.d);
         let dmin = -yb.d * f16_to_f32(xb.dmin);
-        let sc = xb.scales.map(|v| (v & 0xF) as i16);
-        let mins = xb.scales.map(|v| (v >> 4) as i16);
-        // Σ_j mins[j]·bsums[j]
-        let mv = _mm256_setr_epi16(
-            mins[0], mins[1], mins[2], mins[3], mins[4], mins[5], mins[6], mins[7], mins[8],
-            mins[9], mins[10], mins[11], mins[12], mins[13], mins[14], mins[15],
-        );
+        let packed = load_scales16(&xb.scales);
+        let sc = _mm_and_si128(packed, _mm_set1_epi8(0xF));
+        let mv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0xF)));
         let summs = _mm256_madd_epi16(mv, load_bsums(&yb.bsums));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc);
         let mut sumi = _mm256_setzero_si256();
@@ -317,8 +349,7 @@ fn q2_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
             ];
             for (k, qk) in q.into_iter().enumerate() {
                 let p = _mm256_maddubs_epi16(qk, load_i8(at(&yb.qs, 128 * h + 32 * k)));
-                let is = 8 * h + 2 * k;
-                sumi = madd_acc(sumi, scale_pair(sc[is], sc[is + 1]), p);
+                sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, false), p);
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(sumi), acc);
@@ -335,7 +366,7 @@ fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
-        let sc = q3_unpack_scales(&xb.scales).map(|v| v as i16);
+        let sc = load_scales16(&q3_unpack_scales(&xb.scales));
         let hbits = load_u8(&xb.hmask);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
@@ -354,8 +385,7 @@ fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
                 let q8 = load_i8(at(&yb.qs, 128 * h + 32 * k));
                 let p =
                     _mm256_sub_epi16(_mm256_maddubs_epi16(low, q8), _mm256_maddubs_epi16(sub, q8));
-                let is = 8 * h + 2 * k;
-                sumi = madd_acc(sumi, scale_pair(sc[is], sc[is + 1]), p);
+                sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, true), p);
             }
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
