@@ -47,7 +47,11 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
 }
 
 /// Checked views of a weight row and its activation row, `n / 256` blocks each.
-fn rows<'a, B: bytemuck::Pod>(n: usize, w: &'a [u8], act: &'a [u8]) -> (&'a [B], &'a [BlockQ8K]) {
+pub(crate) fn rows<'a, B: bytemuck::Pod>(
+    n: usize,
+    w: &'a [u8],
+    act: &'a [u8],
+) -> (&'a [B], &'a [BlockQ8K]) {
     let x: &[B] = as_blocks(w);
     let y: &[BlockQ8K] = as_blocks(act);
     let nb = n / QK_K;
