@@ -407,6 +407,24 @@ fn mul_add_i8(a: __m256i, b: __m256i) -> __m256i {
     _mm256_maddubs_epi16(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a))
 }
 
+/// IQ4_XS's eight 6-bit sub-block scales, unbiased (`ls − 32`), as i16 in
+/// both 128-bit lanes: nibble `j` of `scales_l` or'ed with bits `2j..2j+2` of
+/// `scales_h` shifted to bit 4, with per-lane variable shifts.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn iq4_xs_scales(b: &BlockIq4Xs) -> __m256i {
+    let l = _mm256_set1_epi32(i32::from_le_bytes(b.scales_l));
+    // Lane j: byte j/2 of scales_l, shifted right by 4·(j%2).
+    let l = _mm256_srlv_epi32(l, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    let l = _mm256_and_si256(l, _mm256_set1_epi32(0xF));
+    let h = _mm256_set1_epi32(b.scales_h as i32);
+    let h = _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14));
+    let h = _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(3)), 4);
+    let ls = _mm256_sub_epi32(_mm256_or_si256(l, h), _mm256_set1_epi32(32));
+    let ls16 = _mm_packs_epi32(_mm256_castsi256_si128(ls), _mm256_extracti128_si256(ls, 1));
+    _mm256_set_m128i(ls16, ls16)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm_set1_epi8(0xF);
@@ -417,6 +435,7 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
+        let ls = iq4_xs_scales(xb);
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
             let q4: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
@@ -425,7 +444,7 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
             let hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), m4));
             let w = _mm256_set_m128i(hi, lo);
             let p = mul_add_i8(w, load_i8(at(&yb.qs, 32 * ib)));
-            sumi = madd_acc(sumi, _mm256_set1_epi16(xb.scale(ib) as i16), p);
+            sumi = madd_acc(sumi, bcast_i16(ls, ib), p);
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }

@@ -23,7 +23,8 @@ use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{
-    at, f16_to_f32, k4_scales_mins, load_bsums, load_u8, load_u8_128, mins_dot_bsums, rows,
+    at, f16_to_f32, iq4_xs_scales, k4_scales_mins, load_bsums, load_u8, load_u8_128,
+    mins_dot_bsums, rows,
 };
 use crate::GgmlType;
 
@@ -261,16 +262,14 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm512_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
-        let mut ls = [0i32; 8];
-        let mut corr = 0i32;
-        for (ib, l) in ls.iter_mut().enumerate() {
-            *l = xb.scale(ib);
-            corr += *l * (yb.bsums[2 * ib] as i32 + yb.bsums[2 * ib + 1] as i32);
-        }
-        // SAFETY: `ls` is 8 readable i32 and `loadu` has no alignment requirement.
-        let lsv = _mm512_zextsi256_si512(unsafe { _mm256_loadu_si256(ls.as_ptr().cast()) });
-        // Remove the +128 bias: 128·Σ ls·Σa per sub-block.
-        let mut sumi = _mm512_zextsi128_si512(_mm_cvtsi32_si128(-128 * corr));
+        let ls = iq4_xs_scales(xb);
+        // Remove the +128 bias: 128·Σ_j ls_j·(Σ of sub-block j's activations).
+        let corr = mins_dot_bsums(_mm256_castsi256_si128(ls), &yb.bsums);
+        let mut sumi = _mm512_zextsi128_si512(_mm_sub_epi32(
+            _mm_setzero_si128(),
+            _mm_slli_epi32::<7>(corr),
+        ));
+        let lsv = _mm512_zextsi256_si512(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(ls)));
         for (p, idx) in idxs.iter().enumerate() {
             // Two sub-blocks: [lo(2p) | lo(2p+1)] and [hi(2p) | hi(2p+1)] as
             // 128-bit lanes, reordered to lo(2p), hi(2p), lo(2p+1), hi(2p+1).
