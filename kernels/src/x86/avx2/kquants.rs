@@ -427,28 +427,85 @@ pub(crate) fn iq4_xs_scales(b: &BlockIq4Xs) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
-    let m4 = _mm_set1_epi8(0xF);
+    let m4 = _mm256_set1_epi8(0xF);
     let values = {
         let v: [u8; 16] = KVALUES_IQ4NL.map(|v| v as u8);
-        load_u8_128(&v)
+        let v = load_u8_128(&v);
+        _mm256_set_m128i(v, v)
     };
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
         let ls = iq4_xs_scales(xb);
         let mut sumi = _mm256_setzero_si256();
-        for ib in 0..8 {
-            let q4: &[u8; 16] = xb.qs[16 * ib..16 * ib + 16].try_into().unwrap();
-            let q4 = load_u8_128(q4);
-            let lo = _mm_shuffle_epi8(values, _mm_and_si128(q4, m4));
-            let hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16(q4, 4), m4));
-            let w = _mm256_set_m128i(hi, lo);
-            let p = mul_add_i8(w, load_i8(at(&yb.qs, 32 * ib)));
-            sumi = madd_acc(sumi, bcast_i16(ls, ib), p);
+        for p in 0..4 {
+            // Sub-blocks 2p and 2p+1 in the two 128-bit lanes: low nibbles are
+            // their elements 0..16, high nibbles their elements 16..32.
+            let q4 = load_u8(at(&xb.qs, 32 * p));
+            let lo = _mm256_shuffle_epi8(values, _mm256_and_si256(q4, m4));
+            let hi = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4));
+            let a = &yb.qs[64 * p..64 * p + 64];
+            let a_lo = load_halves(&a[0..16], &a[32..48]);
+            let a_hi = load_halves(&a[16..32], &a[48..64]);
+            // Lanes 0..8 scale 2p, lanes 8..16 scale 2p+1.
+            let sc = _mm256_shuffle_epi8(
+                ls,
+                _mm256_setr_epi8(
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p) as i8,
+                    (4 * p + 1) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                    (4 * p + 2) as i8,
+                    (4 * p + 3) as i8,
+                ),
+            );
+            sumi = madd_acc(sumi, sc, mul_add_i8(lo, a_lo));
+            sumi = madd_acc(sumi, sc, mul_add_i8(hi, a_hi));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// Two 16-byte activation pieces as the low and high 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load_halves(lo: &[i8], hi: &[i8]) -> __m256i {
+    let lo: &[i8; 16] = lo.try_into().unwrap();
+    let hi: &[i8; 16] = hi.try_into().unwrap();
+    // SAFETY: each is 16 readable bytes and `loadu` has no alignment requirement.
+    unsafe {
+        _mm256_set_m128i(
+            _mm_loadu_si128(hi.as_ptr().cast()),
+            _mm_loadu_si128(lo.as_ptr().cast()),
+        )
+    }
 }
 
 // ---------------------------------------------------------------- Q8_K quantiser
