@@ -18,7 +18,7 @@ use crate::isa::{QuantizeFn, VecDotFn};
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q2_k::BlockQ2K;
-use crate::scalar::q3_k::{unpack_scales as q3_unpack_scales, BlockQ3K};
+use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
@@ -363,6 +363,23 @@ fn q2_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
 
 // ---------------------------------------------------------------- Q3_K
 
+/// Q3_K's sixteen 6-bit scales, unbiased, as i8 (ggml's 32-bit masks).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q3_k_scales(s: &[u8; 12]) -> __m128i {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a0, a1, tmp) = (w(0), w(1), w(2));
+    let v = _mm_setr_epi32(
+        ((a0 & KMASK2) | ((tmp & KMASK1) << 4)) as i32,
+        ((a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4)) as i32,
+        (((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4)) as i32,
+        (((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4)) as i32,
+    );
+    _mm_sub_epi8(v, _mm_set1_epi8(32))
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
@@ -370,7 +387,7 @@ fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
-        let sc = load_scales16(&q3_unpack_scales(&xb.scales));
+        let sc = q3_k_scales(&xb.scales);
         let hbits = load_u8(&xb.hmask);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
