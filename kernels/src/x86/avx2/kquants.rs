@@ -513,7 +513,7 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
 /// Two 16-byte activation pieces as the low and high 128-bit lanes.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn load_halves(lo: &[i8], hi: &[i8]) -> __m256i {
+pub(crate) fn load_halves(lo: &[i8], hi: &[i8]) -> __m256i {
     let lo: &[i8; 16] = lo.try_into().unwrap();
     let hi: &[i8; 16] = hi.try_into().unwrap();
     // SAFETY: each is 16 readable bytes and `loadu` has no alignment requirement.
