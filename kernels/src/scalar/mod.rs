@@ -8,9 +8,11 @@
 //!   type's `vec_dot_type()` layout, f32 accumulation.
 
 pub mod float;
+pub mod iq4_grid;
 pub mod iq4_nl;
 pub mod iq4_xs;
 pub mod legacy_search;
+pub mod kquant_search;
 pub mod q2_k;
 pub mod q3_k;
 pub mod q4_0;

@@ -1,13 +1,96 @@
-//! Q8_K: not implemented yet (placeholder so the dispatch compiles).
+//! Q8_K: the activation type of the K-quants and IQ4_XS.
+//!
+//! 256 values `x ≈ d·q` with `d: f32`, `q: i8 ∈ [-127, 127]`, plus `bsums`, the
+//! sum of each 16 consecutive `q` (used to apply the weights' sub-block mins).
+//! Layout (ggml `block_q8_K`): `d: f32`, `qs[256]`, `bsums[16]: i16`.
 
-pub fn dequantize(_src: &[u8], _dst: &mut [f32]) {
-    todo!("Q8_K dequantize")
+// Index loops mirror ggml's reference line by line (the order of f32 operations is the spec).
+#![allow(clippy::needless_range_loop)]
+
+use bytemuck::{Pod, Zeroable};
+
+use super::kquant_search::nearest_int;
+use crate::assert_block_size;
+use crate::blocks::{as_blocks, as_blocks_mut};
+
+pub const QK_K: usize = 256;
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+pub struct BlockQ8K {
+    pub d: f32,
+    pub qs: [i8; 256],
+    pub bsums: [i16; 16],
+}
+assert_block_size!(BlockQ8K, 292);
+
+pub fn dequantize(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[BlockQ8K] = as_blocks(src);
+    assert_eq!(blocks.len() * QK_K, dst.len(), "Q8_K dequantize length");
+    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
+        for (v, &q) in y.iter_mut().zip(&b.qs) {
+            *v = b.d * q as f32;
+        }
+    }
 }
 
-pub fn quantize(_src: &[f32], _dst: &mut [u8], _imatrix: Option<&[f32]>) {
-    todo!("Q8_K quantize")
+/// ggml's `quantize_row_q8_K_ref`: `d = max/−127` where `max` is the first
+/// element of largest magnitude, `q = round_half_even(x/d)`.
+/// Q8_K is an activation format: the importance matrix is ignored.
+pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
+    let blocks: &mut [BlockQ8K] = as_blocks_mut(dst);
+    assert_eq!(blocks.len() * QK_K, src.len(), "Q8_K quantize length");
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK_K)) {
+        quantize_block(x, b);
+    }
 }
 
-pub fn vec_dot(_n: usize, _w: &[u8], _act: &[u8]) -> f32 {
-    todo!("Q8_K vec_dot")
+/// One block of [`quantize`] (shared by the SIMD tiers for their tails).
+pub fn quantize_block(x: &[f32], b: &mut BlockQ8K) {
+    let mut max = 0f32;
+    let mut amax = 0f32;
+    for &v in x {
+        let ax = v.abs();
+        if ax > amax {
+            amax = ax;
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        b.d = 0.0;
+        b.qs = [0; 256];
+        // ggml leaves bsums as they were; zero is what they sum to.
+        b.bsums = [0; 16];
+        return;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in b.qs.iter_mut().zip(x) {
+        *q = nearest_int(iscale * v).min(127) as i8;
+    }
+    for j in 0..16 {
+        b.bsums[j] = b.qs[16 * j..16 * j + 16].iter().map(|&q| q as i16).sum();
+    }
+    b.d = 1.0 / iscale;
+}
+
+/// Q8_K × Q8_K (not a ggml weight type; provided for completeness and tests).
+pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let x: &[BlockQ8K] = as_blocks(w);
+    let y: &[BlockQ8K] = as_blocks(act);
+    let nb = n / QK_K;
+    assert!(
+        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
+        "Q8_K vec_dot length"
+    );
+    let mut sumf = 0f32;
+    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
+        let sumi: i32 = xb
+            .qs
+            .iter()
+            .zip(&yb.qs)
+            .map(|(&a, &b)| a as i32 * b as i32)
+            .sum();
+        sumf += xb.d * yb.d * sumi as f32;
+    }
+    sumf
 }
