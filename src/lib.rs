@@ -2,5 +2,6 @@
 
 pub mod cli;
 pub mod gguf;
+pub mod model;
 
 pub use kernels;

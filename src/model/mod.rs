@@ -1,0 +1,48 @@
+//! The qwen35moe / clover_moe model: configuration, weights, state and the
+//! autoregressive forward pass (DESIGN §1.2, §2).
+
+pub mod attention;
+pub mod config;
+pub mod deltanet;
+pub mod forward;
+pub mod kv;
+pub mod linear;
+pub mod moe;
+pub mod ops;
+pub mod state;
+pub mod weights;
+
+#[cfg(test)]
+mod tests;
+
+use kernels::GgmlType;
+use thiserror::Error;
+
+pub use config::{Arch, ConfigError, LayerKind, ModelConfig};
+pub use forward::{LogitsFor, Model, Stats};
+pub use state::{DeltaNetState, State, StateOptions};
+pub use weights::{WeightError, WeightRef, Weights};
+
+/// A state that cannot be built.
+#[derive(Debug, Error, PartialEq)]
+pub enum StateError {
+    #[error("KV cache type {0} is not supported (use f32, f16, bf16 or q8_0)")]
+    CacheType(GgmlType),
+    #[error("{0}")]
+    Size(String),
+}
+
+/// A forward call that cannot run.
+#[derive(Debug, Error, PartialEq)]
+pub enum ForwardError {
+    #[error("no tokens to process")]
+    Empty,
+    #[error("position {got} given, but the state holds {expected} positions")]
+    Position { expected: usize, got: usize },
+    #[error("{need} positions exceed the context of {n_ctx}")]
+    ContextFull { need: usize, n_ctx: usize },
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    Token { id: u32, n_vocab: usize },
+    #[error("logits index {index} is outside the {n_tokens} input tokens")]
+    Index { index: usize, n_tokens: usize },
+}
