@@ -22,6 +22,7 @@ use super::config::ModelConfig;
 use super::linear::MatScratch;
 use super::ops::{l2norm_inplace, rmsnorm, sigmoid, silu, softplus};
 use super::state::DeltaNetState;
+use super::verify::GdnStash;
 use super::weights::DeltaNetWeights;
 
 /// Scratch of a GDN layer for up to `max_batch` tokens.
@@ -87,7 +88,13 @@ pub fn conv_silu(
             *oc = silu(sum);
         }
     }
-    // New window: the last K−1 rows of concat(window, mixed).
+    push_window(window, mixed, ch);
+}
+
+/// `window ← the last K−1 rows of concat(window, mixed)` (rows of `ch`).
+pub fn push_window(window: &mut [f32], mixed: &[f32], ch: usize) {
+    let hist = window.len() / ch;
+    let t_n = mixed.len() / ch;
     if t_n >= hist {
         window.copy_from_slice(&mixed[(t_n - hist) * ch..t_n * ch]);
     } else {
@@ -116,12 +123,7 @@ pub fn delta_step(
     let decay = g.exp();
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
         // Rows are independent: decay, predict, correct, read out.
-        let mut m = 0.0f32;
-        for (si, &ki) in row.iter_mut().zip(k) {
-            *si *= decay;
-            m += *si * ki;
-        }
-        let delta = (v[j] - m) * beta;
+        let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
         let mut o = 0.0f32;
         for ((si, &ki), &qi) in row.iter_mut().zip(k).zip(q) {
             *si += ki * delta;
@@ -131,8 +133,34 @@ pub fn delta_step(
     }
 }
 
+/// `row ← e^g · row`, returning `row · k` (the prediction m_j).
+#[inline(always)]
+fn decay_and_predict(row: &mut [f32], k: &[f32], decay: f32) -> f32 {
+    let mut m = 0.0f32;
+    for (si, &ki) in row.iter_mut().zip(k) {
+        *si *= decay;
+        m += *si * ki;
+    }
+    m
+}
+
+/// The state update of `delta_step` without the read-out: bit-identical
+/// state, used to replay stashed positions.
+#[inline]
+pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
+    let dk = k.len();
+    let decay = g.exp();
+    for (j, row) in s.chunks_exact_mut(dk).enumerate() {
+        let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
+        for (si, &ki) in row.iter_mut().zip(k) {
+            *si += ki * delta;
+        }
+    }
+}
+
 /// The GDN mixer over `t` tokens of normed input `u` (`[t][n_embd]`), writing
-/// `out` (`[t][n_embd]`) and advancing `state`.
+/// `out` (`[t][n_embd]`) and advancing `state`. With `stash`, also records
+/// what `advance` needs to replay the recurrence later (DESIGN §5).
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     kt: &KernelTable,
@@ -144,6 +172,7 @@ pub fn forward(
     sc: &mut DeltaNetScratch,
     lin: &mut MatScratch,
     out: &mut [f32],
+    stash: Option<&mut GdnStash>,
 ) {
     let ch = cfg.ssm_conv_channels();
     let inner = cfg.ssm_inner();
@@ -182,6 +211,10 @@ pub fn forward(
         for head in row[..2 * hk * d].chunks_exact_mut(d) {
             l2norm_inplace(head, cfg.rms_eps);
         }
+    }
+
+    if let Some(st) = stash {
+        st.record(cfg, t, &sc.mixed, &sc.conv, &sc.gate, &sc.beta);
     }
 
     // 5. Delta rule, value heads in parallel.

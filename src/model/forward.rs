@@ -21,6 +21,7 @@ use super::linear::MatScratch;
 use super::moe::{self, MoeScratch};
 use super::ops::rmsnorm;
 use super::state::{LayerSlot, State, StateOptions};
+use super::verify::VerifyStash;
 use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
 use super::{ForwardError, StateError};
 
@@ -178,6 +179,71 @@ impl<'a> Model<'a> {
         pos0: usize,
         logits_for: LogitsFor,
     ) -> Result<&'s [f32], ForwardError> {
+        if state.verify_pending() {
+            return Err(ForwardError::VerifyPending);
+        }
+        self.forward_impl(state, tokens, pos0, logits_for, false)
+    }
+
+    /// A verify pass (DESIGN §5): `forward` over `tokens` (at most one batch)
+    /// that leaves every GDN state untouched and stashes what
+    /// `commit_verify` needs. The KV cache holds all `tokens` until the commit.
+    pub fn forward_verify<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+    ) -> Result<&'s [f32], ForwardError> {
+        if state.verify_pending() {
+            return Err(ForwardError::VerifyPending);
+        }
+        if tokens.len() > state.max_batch {
+            return Err(ForwardError::VerifyTooLong {
+                n: tokens.len(),
+                max_batch: state.max_batch,
+            });
+        }
+        if state.verify.is_none() {
+            state.verify = Some(VerifyStash::new(&self.config));
+        }
+        self.forward_impl(state, tokens, pos0, logits_for, true)?;
+        if let Some(v) = &mut state.verify {
+            v.pending = Some((pos0, tokens.len()));
+        }
+        let rows = match logits_for {
+            LogitsFor::Last => 1,
+            LogitsFor::All => tokens.len(),
+            LogitsFor::Indices(idx) => idx.len(),
+        };
+        Ok(&state.scratch.logits[..rows * self.n_vocab()])
+    }
+
+    /// Keeps the first `n_keep` positions of the pending verify pass:
+    /// advances the GDN states over them from the stash and truncates the KV
+    /// cache after them. `n_keep = 0` discards the pass.
+    pub fn commit_verify(&self, state: &mut State, n_keep: usize) -> Result<(), ForwardError> {
+        let stash = state.verify.as_mut().ok_or(ForwardError::NoVerifyPending)?;
+        let (pos0, n) = stash.pending.ok_or(ForwardError::NoVerifyPending)?;
+        if n_keep > n {
+            return Err(ForwardError::KeepTooMany { n_keep, n });
+        }
+        for (layer, rec) in stash.layers.iter().zip(state.recurrent.iter_mut()) {
+            layer.advance(&self.config, rec, n_keep);
+        }
+        stash.pending = None;
+        state.kv.truncate(pos0 + n_keep);
+        Ok(())
+    }
+
+    fn forward_impl<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+        verify: bool,
+    ) -> Result<&'s [f32], ForwardError> {
         let n = tokens.len();
         let v = self.n_vocab();
         if n == 0 {
@@ -234,18 +300,25 @@ impl<'a> Model<'a> {
                         .map(|(r, &g)| (r, g - c0)),
                 ),
             }
-            self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0);
+            self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
             c0 += t;
         }
         Ok(&state.scratch.logits[..rows * v])
     }
 
     /// One batch: embed, every layer, the output head for `head_rows`.
-    fn run_batch(&self, kt: &KernelTable, state: &mut State, tokens: &[u32], pos0: usize) {
+    fn run_batch(
+        &self,
+        kt: &KernelTable,
+        state: &mut State,
+        tokens: &[u32],
+        pos0: usize,
+        verify: bool,
+    ) {
         let t = tokens.len();
         self.embed(tokens, &mut state.scratch.x[..t * self.config.n_embd]);
         for il in 0..self.config.n_layer {
-            self.mixer_block(kt, state, il, pos0, t);
+            self.mixer_block(kt, state, il, pos0, t, verify);
             self.moe_block(kt, state, il, t);
         }
         state.kv.set_len(pos0 + t);
@@ -260,8 +333,17 @@ impl<'a> Model<'a> {
         }
     }
 
-    /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)`.
-    fn mixer_block(&self, kt: &KernelTable, state: &mut State, il: usize, pos0: usize, t: usize) {
+    /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)`. In a verify pass a GDN layer
+    /// runs on a scratch copy of its state and stashes its inputs.
+    fn mixer_block(
+        &self,
+        kt: &KernelTable,
+        state: &mut State,
+        il: usize,
+        pos0: usize,
+        t: usize,
+        verify: bool,
+    ) {
         let cfg = &self.config;
         let e = cfg.n_embd;
         let lw = &self.weights.layers[il];
@@ -274,17 +356,29 @@ impl<'a> Model<'a> {
             &mut s.xn[..t * e],
         );
         match (&lw.mixer, state.slots[il]) {
-            (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => deltanet::forward(
-                kt,
-                cfg,
-                w,
-                &mut state.recurrent[r],
-                &s.xn[..t * e],
-                t,
-                &mut s.gdn,
-                &mut s.lin,
-                &mut s.y,
-            ),
+            (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
+                let real = &mut state.recurrent[r];
+                let (target, stash) = match (verify, state.verify.as_mut()) {
+                    (true, Some(v)) => {
+                        v.scratch_state.conv.copy_from_slice(&real.conv);
+                        v.scratch_state.ssm.copy_from_slice(&real.ssm);
+                        (&mut v.scratch_state, Some(&mut v.layers[r]))
+                    }
+                    _ => (real, None),
+                };
+                deltanet::forward(
+                    kt,
+                    cfg,
+                    w,
+                    target,
+                    &s.xn[..t * e],
+                    t,
+                    &mut s.gdn,
+                    &mut s.lin,
+                    &mut s.y,
+                    stash,
+                )
+            }
             (MixerWeights::Attention(w), LayerSlot::Attention(a)) => attention::forward(
                 kt,
                 cfg,

@@ -10,6 +10,7 @@ pub mod linear;
 pub mod moe;
 pub mod ops;
 pub mod state;
+pub mod verify;
 pub mod weights;
 
 #[cfg(test)]
@@ -45,4 +46,12 @@ pub enum ForwardError {
     Token { id: u32, n_vocab: usize },
     #[error("logits index {index} is outside the {n_tokens} input tokens")]
     Index { index: usize, n_tokens: usize },
+    #[error("a verify pass of {n} tokens exceeds the batch size {max_batch}")]
+    VerifyTooLong { n: usize, max_batch: usize },
+    #[error("a verify pass is pending: commit it first")]
+    VerifyPending,
+    #[error("no verify pass to commit")]
+    NoVerifyPending,
+    #[error("cannot keep {n_keep} of {n} verified positions")]
+    KeepTooMany { n_keep: usize, n: usize },
 }

@@ -14,6 +14,7 @@ use kernels::GgmlType;
 use super::config::{LayerKind, ModelConfig};
 use super::forward::{Scratch, Stats};
 use super::kv::KvCache;
+use super::verify::VerifyStash;
 use super::StateError;
 
 /// One GDN layer's recurrent state.
@@ -80,6 +81,8 @@ pub struct State {
     pub(crate) slots: Vec<LayerSlot>,
     pub(crate) scratch: Scratch,
     pub(crate) max_batch: usize,
+    /// The stash of verify passes, created by the first one.
+    pub(crate) verify: Option<VerifyStash>,
 }
 
 impl State {
@@ -118,7 +121,13 @@ impl State {
             slots,
             scratch: Scratch::new(cfg, n_vocab, opts.max_batch, opts.n_ctx),
             max_batch: opts.max_batch,
+            verify: None,
         })
+    }
+
+    /// Whether a verify pass awaits `Model::commit_verify`.
+    pub fn verify_pending(&self) -> bool {
+        self.verify.as_ref().is_some_and(|v| v.pending.is_some())
     }
 
     /// Positions processed so far.
@@ -129,6 +138,9 @@ impl State {
     /// Back to an empty sequence: KV cache emptied, recurrent state zeroed.
     pub fn reset(&mut self) {
         self.kv.clear();
+        if let Some(v) = &mut self.verify {
+            v.pending = None;
+        }
         for r in &mut self.recurrent {
             r.reset();
         }

@@ -166,7 +166,9 @@ fn one_token_steps_match_the_design_transcription() {
     let mut out = vec![0.0f32; cfg.n_embd];
     for step in 0..6 {
         let u = r.vec(cfg.n_embd, 1.0);
-        deltanet::forward(kt, cfg, w, &mut state, &u, 1, &mut sc, &mut lin, &mut out);
+        deltanet::forward(
+            kt, cfg, w, &mut state, &u, 1, &mut sc, &mut lin, &mut out, None,
+        );
         let want = reference.step(&u);
         for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
             assert!(
@@ -214,6 +216,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
             &mut sc,
             &mut lin,
             &mut singles[t * e..],
+            None,
         );
     }
     // Batches of 2 (shorter than the conv window) and 3.
@@ -229,6 +232,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
         &mut sc,
         &mut lin,
         &mut batched[..2 * e],
+        None,
     );
     deltanet::forward(
         kt,
@@ -240,6 +244,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
         &mut sc,
         &mut lin,
         &mut batched[2 * e..],
+        None,
     );
     assert!(max_abs_diff(&singles, &batched) < 1e-6);
     assert!(max_abs_diff(&s1.ssm, &s2.ssm) < 1e-6);

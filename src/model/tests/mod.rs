@@ -6,6 +6,7 @@ mod attention;
 mod deltanet;
 mod forward;
 mod moe;
+mod verify;
 mod weights;
 
 use std::collections::HashMap;
