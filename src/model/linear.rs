@@ -212,7 +212,7 @@ impl MatScratch {
 
 /// Output rows per rayon task: enough tasks to balance, not so many that
 /// scheduling costs show.
-fn rows_per_task(n_out: usize) -> usize {
+pub(crate) fn rows_per_task(n_out: usize) -> usize {
     let tasks = rayon::current_num_threads() * 4;
     n_out.div_ceil(tasks).max(8)
 }

@@ -15,9 +15,11 @@
 use kernels::{GgmlType, KernelTable};
 
 use super::config::ModelConfig;
-use super::linear::{matmul, Activations, MatScratch, Matrix};
+use rayon::prelude::*;
+
+use super::linear::{matmul, rows_per_task, Activations, MatScratch, Matrix};
 use super::ops::{sigmoid, silu, softmax_inplace};
-use super::weights::{FfnWeights, GateUp};
+use super::weights::{Experts, FfnWeights, GateUp};
 
 /// Smallest normalising sum, 2^-14 = 6.1035e-5 (ggml clamps to the smallest
 /// normal f16).
@@ -50,6 +52,14 @@ pub fn route(logits: &mut [f32], sel: &mut [usize], weights: &mut [f32]) {
     }
 }
 
+/// How routed experts are evaluated (`Auto` picks by how shared they are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertPath {
+    Auto,
+    Grouped,
+    Flat,
+}
+
 /// Scratch of the MoE block for up to `max_batch` tokens.
 #[derive(Debug)]
 pub struct MoeScratch {
@@ -63,6 +73,9 @@ pub struct MoeScratch {
     offsets: Vec<usize>,
     fill: Vec<usize>,
     idx: Vec<usize>,
+    expert_of: Vec<usize>,
+    /// Test hook: force one evaluation path.
+    pub path: ExpertPath,
     gathered: Activations,
     /// `[T][2·n_ff]` gate|up of one expert (or gate, then up).
     gu: Vec<f32>,
@@ -92,13 +105,15 @@ impl MoeScratch {
             routed: vec![(0, 0); t * k],
             offsets: vec![0; cfg.n_expert + 1],
             fill: vec![0; cfg.n_expert],
-            idx: Vec::with_capacity(t),
-            gathered: Activations::with_capacity(t * e * 4),
-            gu: vec![0.0; t * 2 * ff],
-            up: vec![0.0; t * ff],
-            h: vec![0.0; t * ff_max],
-            h_act: Activations::with_capacity(t * ff_max * 4),
-            dn: vec![0.0; t * e],
+            idx: Vec::with_capacity(t * k),
+            expert_of: Vec::with_capacity(t * k),
+            path: ExpertPath::Auto,
+            gathered: Activations::with_capacity(t * k * e * 4),
+            gu: vec![0.0; t * k * 2 * ff],
+            up: vec![0.0; t * k * ff],
+            h: vec![0.0; t * k * ff_max],
+            h_act: Activations::with_capacity(t * k * ff_max * 4),
+            dn: vec![0.0; t * k * e],
             slots: vec![0.0; t * k * e],
             sh_g: vec![0.0; t * ffs],
             sh_u: vec![0.0; t * ffs],
@@ -125,7 +140,7 @@ pub fn forward(
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
-    let (e, ne, k, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp);
+    let (e, ne, k) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used);
     let u = &u[..t * e];
 
     // 1. Route.
@@ -156,42 +171,20 @@ pub fn forward(
         }
     }
 
-    // 3. Each selected expert on its tokens.
-    for x in 0..ne {
-        let (a, b) = (sc.offsets[x], sc.offsets[x + 1]);
-        if a == b {
-            continue;
-        }
-        let n = b - a;
-        sc.idx.clear();
-        sc.idx.extend(sc.routed[a..b].iter().map(|&(ti, _)| ti));
-        match w.gate_up {
-            GateUp::Fused(gu) => {
-                let m = gu.expert(x);
-                expert_product(kt, &m, u, e, lin, sc, ProductDst::Gu, n);
-                for r in 0..n {
-                    let row = &sc.gu[r * 2 * ff..(r + 1) * 2 * ff];
-                    let (g, up) = row.split_at(ff);
-                    swiglu(g, up, &mut sc.h[r * ff..(r + 1) * ff]);
-                }
-            }
-            GateUp::Split { gate, up } => {
-                expert_product(kt, &gate.expert(x), u, e, lin, sc, ProductDst::Gu, n);
-                expert_product(kt, &up.expert(x), u, e, lin, sc, ProductDst::Up, n);
-                for r in 0..n {
-                    let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
-                    swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
-                }
-            }
-        }
-        let down = w.down.expert(x);
-        sc.h_act
-            .quantize(kt, down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
-        matmul(kt, &down, &sc.h_act, &mut sc.dn[..n * e], &mut lin.tile);
-        for (r, &(ti, slot)) in sc.routed[a..b].iter().enumerate() {
-            sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
-                .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
-        }
+    // 3. The selected experts: grouped by expert when experts are shared
+    //    by several tokens, else every (token, slot) pair in one product.
+    let distinct = (0..ne)
+        .filter(|&x| sc.offsets[x + 1] > sc.offsets[x])
+        .count();
+    let flat = match sc.path {
+        ExpertPath::Auto => t * k <= 2 * distinct,
+        ExpertPath::Grouped => false,
+        ExpertPath::Flat => true,
+    };
+    if flat {
+        experts_flat(kt, cfg, w, u, t, sc, lin);
+    } else {
+        experts_grouped(kt, cfg, w, u, sc, lin);
     }
 
     // 4. Shared expert and its gate.
@@ -238,6 +231,142 @@ pub fn forward(
             *oi += si * g;
         }
     }
+}
+
+/// Each selected expert on the tokens routed to it: its rows are streamed
+/// once for all of them.
+fn experts_grouped(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &FfnWeights,
+    u: &[f32],
+    sc: &mut MoeScratch,
+    lin: &mut MatScratch,
+) {
+    let (e, ne, k, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp);
+    for x in 0..ne {
+        let (a, b) = (sc.offsets[x], sc.offsets[x + 1]);
+        if a == b {
+            continue;
+        }
+        let n = b - a;
+        sc.idx.clear();
+        sc.idx.extend(sc.routed[a..b].iter().map(|&(ti, _)| ti));
+        match w.gate_up {
+            GateUp::Fused(gu) => {
+                let m = gu.expert(x);
+                expert_product(kt, &m, u, e, lin, sc, ProductDst::Gu, n);
+                for r in 0..n {
+                    let row = &sc.gu[r * 2 * ff..(r + 1) * 2 * ff];
+                    let (g, up) = row.split_at(ff);
+                    swiglu(g, up, &mut sc.h[r * ff..(r + 1) * ff]);
+                }
+            }
+            GateUp::Split { gate, up } => {
+                expert_product(kt, &gate.expert(x), u, e, lin, sc, ProductDst::Gu, n);
+                expert_product(kt, &up.expert(x), u, e, lin, sc, ProductDst::Up, n);
+                for r in 0..n {
+                    let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
+                    swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
+                }
+            }
+        }
+        let down = w.down.expert(x);
+        sc.h_act
+            .quantize(kt, down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
+        matmul(kt, &down, &sc.h_act, &mut sc.dn[..n * e], &mut lin.tile);
+        for (r, &(ti, slot)) in sc.routed[a..b].iter().enumerate() {
+            sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
+                .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
+        }
+    }
+}
+
+/// Every (token, slot) pair at once, in routed order: one parallel product
+/// per projection, each pair reading its own expert's rows.
+fn experts_flat(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &FfnWeights,
+    u: &[f32],
+    t: usize,
+    sc: &mut MoeScratch,
+    lin: &mut MatScratch,
+) {
+    let (e, k, ff) = (cfg.n_embd, cfg.n_expert_used, cfg.n_ff_exp);
+    let n = t * k;
+    sc.idx.clear();
+    sc.idx.extend(sc.routed[..n].iter().map(|&(ti, _)| ti));
+    sc.expert_of.clear();
+    sc.expert_of.extend(
+        sc.routed[..n]
+            .iter()
+            .map(|&(ti, slot)| sc.sel[ti * k + slot]),
+    );
+    match w.gate_up {
+        GateUp::Fused(gu) => {
+            sc.gathered
+                .gather(lin.cache.get(kt, gu.ty.vec_dot_type(), u, e), &sc.idx);
+            rows_product(
+                kt,
+                &gu,
+                &sc.expert_of,
+                &sc.gathered,
+                &mut sc.gu[..n * 2 * ff],
+            );
+            for r in 0..n {
+                let (g, up) = sc.gu[r * 2 * ff..(r + 1) * 2 * ff].split_at(ff);
+                swiglu(g, up, &mut sc.h[r * ff..(r + 1) * ff]);
+            }
+        }
+        GateUp::Split { gate, up } => {
+            sc.gathered
+                .gather(lin.cache.get(kt, gate.ty.vec_dot_type(), u, e), &sc.idx);
+            rows_product(kt, &gate, &sc.expert_of, &sc.gathered, &mut sc.gu[..n * ff]);
+            if up.ty.vec_dot_type() != gate.ty.vec_dot_type() {
+                sc.gathered
+                    .gather(lin.cache.get(kt, up.ty.vec_dot_type(), u, e), &sc.idx);
+            }
+            rows_product(kt, &up, &sc.expert_of, &sc.gathered, &mut sc.up[..n * ff]);
+            for r in 0..n {
+                let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
+                swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
+            }
+        }
+    }
+    sc.h_act
+        .quantize(kt, w.down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
+    rows_product(kt, &w.down, &sc.expert_of, &sc.h_act, &mut sc.dn[..n * e]);
+    for (r, &(ti, slot)) in sc.routed[..n].iter().enumerate() {
+        sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
+            .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
+    }
+}
+
+/// `out[r] = M_{expert_of[r]} · acts[r]` for every row r, in one parallel
+/// region over (row, output chunk).
+fn rows_product(
+    kt: &KernelTable,
+    m: &Experts,
+    expert_of: &[usize],
+    acts: &Activations,
+    out: &mut [f32],
+) {
+    let (n_in, n_out) = (m.n_in, m.n_out);
+    let dot = kt.vec_dot(m.ty);
+    let per = rows_per_task(n_out * expert_of.len()).min(n_out);
+    out.par_chunks_mut(n_out)
+        .zip(expert_of.par_iter())
+        .enumerate()
+        .for_each(|(r, (row, &x))| {
+            let mx = m.expert(x);
+            let a = acts.row(r);
+            row.par_chunks_mut(per).enumerate().for_each(|(c, ys)| {
+                for (i, y) in ys.iter_mut().enumerate() {
+                    *y = dot(n_in, mx.row(c * per + i), a);
+                }
+            });
+        });
 }
 
 /// `h = silu(g) ⊙ up`.

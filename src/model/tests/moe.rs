@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::model::linear::MatScratch;
-use crate::model::moe::{self, route, top_k, MoeScratch};
+use crate::model::moe::{self, route, top_k, ExpertPath, MoeScratch};
 
 #[test]
 fn top_k_is_descending_with_ties_to_the_lower_index() {
@@ -105,11 +105,16 @@ pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
 }
 
 fn run(tm: &TinyModel, u: &[f32]) -> (Vec<f32>, Vec<usize>) {
+    run_path(tm, u, ExpertPath::Auto)
+}
+
+fn run_path(tm: &TinyModel, u: &[f32], path: ExpertPath) -> (Vec<f32>, Vec<usize>) {
     let model = tm.model();
     let cfg = &model.config;
     let kt = kernels::isa::active();
     let t = u.len() / cfg.n_embd;
     let mut sc = MoeScratch::new(cfg, t);
+    sc.path = path;
     let mut lin = MatScratch::new(t, 64);
     let mut out = vec![0.0f32; u.len()];
     moe::forward(
@@ -170,6 +175,24 @@ fn fused_gate_up_experts_give_the_same_output_as_split_ones() {
         "blk.0.ffn_gate_up_exps.weight",
         Tensor::f32(&[e as u64, 2 * ff as u64, ne as u64], &fused),
     );
-    let (got, _) = run(&tm, &u);
-    assert_eq!(split, got);
+    for path in [ExpertPath::Grouped, ExpertPath::Flat] {
+        let (got, _) = run_path(&tm, &u, path);
+        assert_eq!(split, got, "{path:?}");
+    }
+}
+
+#[test]
+fn grouped_and_flat_expert_paths_agree_with_the_reference() {
+    for (seed, n_tok) in [(33u64, 1usize), (34, 2), (35, 7)] {
+        let tm = TinyModel::random(tiny_config(2, 2), seed);
+        let mut r = Rng::new(seed);
+        let u = r.vec(n_tok * tm.cfg.n_embd, 1.0);
+        let (grouped, _) = run_path(&tm, &u, ExpertPath::Grouped);
+        let (flat, _) = run_path(&tm, &u, ExpertPath::Flat);
+        assert_eq!(grouped, flat, "{n_tok} tokens");
+        let want = reference(&tm, 0, &u);
+        for (g, w) in flat.iter().zip(&want) {
+            assert!((*g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()));
+        }
+    }
 }
