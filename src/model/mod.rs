@@ -10,6 +10,7 @@ pub mod linear;
 pub mod moe;
 pub mod ops;
 pub mod state;
+pub mod tiny;
 pub mod verify;
 pub mod weights;
 
