@@ -11,8 +11,10 @@
 //! out = attn_output · concat_h(a_h ⊙ σ(gate_h))
 //! ```
 //! `q·k` runs through the kernel table in the K cache's dot type (q is
-//! converted into it, as ggml converts the activation); V rows are
-//! dequantised and accumulated in f32.
+//! converted into it, as ggml converts the activation). V rows are
+//! dequantised and accumulated in f32; with an f16/bf16 V cache the softmax
+//! weights are first rounded to that type, as ggml's non-flash-attention
+//! `V·softmax` product converts them.
 
 use kernels::{scalar, GgmlType, KernelTable};
 use rayon::prelude::*;
@@ -136,6 +138,7 @@ pub fn forward(
                     *sc = dot(d, kv.k_head(layer, s, g), qa) * scale;
                 }
                 softmax_inplace(scores);
+                round_to_v_type(ty_v, scores);
                 o.fill(0.0);
                 for (s, &ps) in scores.iter().enumerate() {
                     let vh = kv.v_head(layer, s, g);
@@ -160,4 +163,17 @@ pub fn forward(
     // 4. Output projection.
     lin.new_input();
     lin.project(kt, &w.o, &sc.o[..t * nh * d], &mut out[..t * cfg.n_embd]);
+}
+
+/// Rounds softmax weights to the V cache's float type (no-op for f32/q8_0).
+fn round_to_v_type(ty_v: GgmlType, p: &mut [f32]) {
+    match ty_v {
+        GgmlType::F16 => p
+            .iter_mut()
+            .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        GgmlType::BF16 => p
+            .iter_mut()
+            .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+        _ => {}
+    }
 }

@@ -251,3 +251,41 @@ fn f16_and_bf16_caches_stay_close_to_f32() {
         assert!(d > 0.0, "{ty} cache must actually round");
     }
 }
+
+#[test]
+fn an_f16_v_cache_sees_softmax_weights_rounded_to_f16() {
+    // k = 0 (zero attn_k) makes the weights uniform: 1/3 at position 2. With a
+    // one-hot input, v is a column of attn_v, chosen exact in f16, so the only
+    // difference an f16 cache makes is p = f16(1/3) instead of 1/3.
+    let mut tm = TinyModel::random(tiny_config(2, 2), 27);
+    let c = tm.cfg.clone();
+    let (e, d, nkv) = (c.n_embd, c.head_dim, c.n_head_kv);
+    tm.set(
+        "blk.1.attn_k.weight",
+        Tensor::f32(&[e as u64, (nkv * d) as u64], &vec![0.0; e * nkv * d]),
+    );
+    let mut wv = vec![0.0f32; e * nkv * d];
+    for o in 0..nkv * d {
+        wv[o * e] = (o as f32 - 13.0) / 8.0;
+    }
+    tm.set(
+        "blk.1.attn_v.weight",
+        Tensor::f32(&[e as u64, (nkv * d) as u64], &wv),
+    );
+    let mut u = vec![0.0f32; 3 * e];
+    for t in 0..3 {
+        u[t * e] = 1.0;
+    }
+    let f32_out = run(&tm, 1, &u, 3, GgmlType::F32);
+    let f16_out = run(&tm, 1, &u, 3, GgmlType::F16);
+    let ratio = 3.0 * half::f16::from_f32(1.0 / 3.0).to_f32();
+    assert!((ratio - 1.0).abs() > 1e-4);
+    let mut checked = 0;
+    for (a, b) in f32_out[2 * e..].iter().zip(&f16_out[2 * e..]) {
+        if a.abs() > 0.1 {
+            assert!((b / a - ratio).abs() < 1e-5, "{b} / {a} vs {ratio}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 8);
+}
