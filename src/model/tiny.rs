@@ -117,6 +117,28 @@ pub fn tiny_config(n_layer: usize, interval: usize) -> ModelConfig {
     }
 }
 
+/// The 35B-A3B layer dimensions (DESIGN §1.1) with `n_expert` experts
+/// (8 are used per token): for benches of real per-token work at small size.
+pub fn a3b_layer_config(n_layer: usize, n_expert: usize) -> ModelConfig {
+    let mut c = tiny_config(n_layer, 4.min(n_layer.max(1)));
+    c.n_embd = 2048;
+    c.n_head = 16;
+    c.n_head_kv = 2;
+    c.head_dim = 256;
+    c.head_dim_v = 256;
+    c.rope_base = 1e7;
+    c.n_rot = 64;
+    c.n_expert = n_expert;
+    c.n_expert_used = 8.min(n_expert);
+    c.n_ff_exp = 512;
+    c.n_ff_shexp = 512;
+    c.ssm_head_dim = 128;
+    c.ssm_n_k_heads = 16;
+    c.ssm_n_v_heads = 32;
+    c.context_length = 4096;
+    c
+}
+
 pub const TINY_VOCAB: usize = 50;
 
 pub struct TinyModel {
@@ -197,6 +219,20 @@ impl TinyModel {
             }
         }
         TinyModel { cfg, tensors: t }
+    }
+
+    /// Converts every tensor of at least `min_elems` elements to F16.
+    pub fn to_f16(&mut self, min_elems: usize) {
+        for t in self.tensors.values_mut() {
+            if t.ty == GgmlType::F32 && t.dims.iter().product::<u64>() as usize >= min_elems {
+                *t = Tensor::f16(&t.dims, &t.values());
+            }
+        }
+    }
+
+    /// Bytes of every tensor.
+    pub fn bytes(&self) -> usize {
+        self.tensors.values().map(|t| t.bytes).sum()
     }
 
     pub fn values(&self, name: &str) -> Vec<f32> {
