@@ -18,6 +18,7 @@
 use kernels::KernelTable;
 use rayon::prelude::*;
 
+use super::chunked::{self, ChunkScratch, HeadInputs};
 use super::config::ModelConfig;
 use super::linear::MatScratch;
 use super::ops::{l2norm_inplace, rmsnorm, sigmoid, silu, softplus};
@@ -41,6 +42,12 @@ pub struct DeltaNetScratch {
     o_heads: Vec<f32>,
     /// `[T][inner]` gated-norm output.
     o: Vec<f32>,
+    /// Run batches of more than one token through the chunked form
+    /// (`chunked.rs`) instead of token by token. Off by default: the token
+    /// form is llama.cpp's and what verify replays bit-exactly.
+    pub chunked: bool,
+    /// Per value head, for the chunked form.
+    chunk: Vec<ChunkScratch>,
 }
 
 impl DeltaNetScratch {
@@ -56,6 +63,8 @@ impl DeltaNetScratch {
             gate: vec![0.0; t * hv],
             o_heads: vec![0.0; t * inner],
             o: vec![0.0; t * inner],
+            chunked: false,
+            chunk: vec![ChunkScratch::new(cfg.ssm_head_dim); hv],
         }
     }
 }
@@ -217,24 +226,49 @@ pub fn forward(
         st.record(cfg, t, &sc.mixed, &sc.conv, &sc.gate, &sc.beta);
     }
 
-    // 5. Delta rule, value heads in parallel.
+    // 5. Delta rule, value heads in parallel (token by token, or chunked).
     let scale = 1.0 / (d as f32).sqrt();
     let (conv, beta, gate) = (&sc.conv, &sc.beta, &sc.gate);
-    state
-        .ssm
-        .par_chunks_mut(d * d)
-        .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
-        .enumerate()
-        .for_each(|(h, (s, oh))| {
-            let kh = h % hk;
-            for (ti, o) in oh.chunks_exact_mut(d).enumerate() {
-                let row = &conv[ti * ch..(ti + 1) * ch];
-                let q = &row[kh * d..(kh + 1) * d];
-                let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
-                let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
-                delta_step(s, q, k, v, gate[ti * hv + h], beta[ti * hv + h], scale, o);
-            }
-        });
+    if sc.chunked && t > 1 {
+        state
+            .ssm
+            .par_chunks_mut(d * d)
+            .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+            .zip(sc.chunk.par_iter_mut())
+            .enumerate()
+            .for_each(|(h, ((s, oh), cs))| {
+                let kh = h % hk;
+                let x = HeadInputs {
+                    rows: &conv[..t * ch],
+                    stride: ch,
+                    q_off: kh * d,
+                    k_off: (hk + kh) * d,
+                    v_off: 2 * hk * d + h * d,
+                    gate,
+                    beta,
+                    gstride: hv,
+                    h,
+                    d,
+                };
+                chunked::head(s, &x, t, scale, cs, oh);
+            });
+    } else {
+        state
+            .ssm
+            .par_chunks_mut(d * d)
+            .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+            .enumerate()
+            .for_each(|(h, (s, oh))| {
+                let kh = h % hk;
+                for (ti, o) in oh.chunks_exact_mut(d).enumerate() {
+                    let row = &conv[ti * ch..(ti + 1) * ch];
+                    let q = &row[kh * d..(kh + 1) * d];
+                    let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
+                    let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
+                    delta_step(s, q, k, v, gate[ti * hv + h], beta[ti * hv + h], scale, o);
+                }
+            });
+    }
 
     // 6. Gated RMSNorm, then the output projection.
     for ti in 0..t {

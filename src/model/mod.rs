@@ -2,6 +2,7 @@
 //! autoregressive forward pass (DESIGN §1.2, §2).
 
 pub mod attention;
+pub mod chunked;
 pub mod config;
 pub mod deltanet;
 pub mod forward;
