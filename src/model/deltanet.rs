@@ -133,24 +133,45 @@ pub fn delta_step(
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
         // Rows are independent: decay, predict, correct, read out.
         let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
-        let mut o = 0.0f32;
-        for ((si, &ki), &qi) in row.iter_mut().zip(k).zip(q) {
-            *si += ki * delta;
-            o += *si * qi;
-        }
-        out[j] = o * scale;
+        axpy(row, k, delta);
+        out[j] = dot8(row, q) * scale;
     }
 }
 
 /// `row ← e^g · row`, returning `row · k` (the prediction m_j).
 #[inline(always)]
 fn decay_and_predict(row: &mut [f32], k: &[f32], decay: f32) -> f32 {
-    let mut m = 0.0f32;
-    for (si, &ki) in row.iter_mut().zip(k) {
+    for si in row.iter_mut() {
         *si *= decay;
-        m += *si * ki;
     }
-    m
+    dot8(row, k)
+}
+
+/// `row += a · k`.
+#[inline(always)]
+fn axpy(row: &mut [f32], k: &[f32], a: f32) {
+    for (si, &ki) in row.iter_mut().zip(k) {
+        *si += ki * a;
+    }
+}
+
+/// Dot product with 8 partial sums (vectorisable; a fixed order, so every
+/// caller gets bit-identical results for the same inputs).
+#[inline(always)]
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ar.iter().zip(br) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
 }
 
 /// The state update of `delta_step` without the read-out: bit-identical
@@ -161,9 +182,7 @@ pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
     let decay = g.exp();
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
         let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
-        for (si, &ki) in row.iter_mut().zip(k) {
-            *si += ki * delta;
-        }
+        axpy(row, k, delta);
     }
 }
 
