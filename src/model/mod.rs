@@ -1,5 +1,18 @@
 //! The qwen35moe / clover_moe model: configuration, weights, state and the
 //! autoregressive forward pass (DESIGN §1.2, §2).
+//!
+//! ```text
+//! let config = ModelConfig::from_metadata(|key| file.get(key))?;
+//! let model  = Model::bind(config, &|name| tensor_as_weight_ref(name))?;
+//! let mut st = model.new_state(StateOptions::new(n_ctx))?;
+//! let logits = model.forward(&mut st, &prompt, 0, LogitsFor::Last)?;      // prefill
+//! let logits = model.forward(&mut st, &[tok], st.n_past(), LogitsFor::Last)?; // decode
+//! // self-speculation (DESIGN §5): GDN states untouched until the commit
+//! let ys = model.forward_verify(&mut st, &[anchor, d1, d2], n, LogitsFor::All)?;
+//! model.commit_verify(&mut st, accepted + 1)?;
+//! ```
+//! `st.stats` holds per-layer mixer / MoE nanoseconds (`stats.timing = true`)
+//! and expert-selection counters; `st.kv.truncate(n)` rolls the KV cache back.
 
 pub mod attention;
 pub mod chunked;
