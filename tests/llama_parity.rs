@@ -1,7 +1,8 @@
 //! Greedy parity with llama.cpp (the outside oracle, DESIGN §8): tiny random
 //! `qwen35moe` models (GDN + gated attention + MoE) written as GGUF with a
 //! 50-letter byte-level vocabulary; llama-completion's greedy continuation
-//! must equal ours token for token. Skipped, loudly, when the llama.cpp build
+//! must equal ours token for token, and llama-perplexity's log-prob dump must
+//! match ours to its resolution. Skipped, loudly, when the llama.cpp build
 //! is absent (`LLAMA_BIN_DIR`, default /work/llama/build/bin).
 
 use std::path::PathBuf;
@@ -173,4 +174,110 @@ fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
         }
     }
     check(&tm, "f16_seed80");
+}
+
+/// Log-probabilities of every position in the second half of each chunk,
+/// from llama-perplexity's `--kl-divergence-base` dump (uint16-quantised
+/// log-probs: `min_log_prob + scale·q`, `scale` ≤ 16/65535): ours must agree
+/// within half a quantisation step plus 2e-5.
+#[test]
+fn log_probs_match_llama_cpp_perplexity_dump() {
+    let dir_bin = match llama_completion() {
+        Some(p) => p.parent().unwrap().to_path_buf(),
+        None => {
+            eprintln!("SKIPPED llama.cpp log-prob parity: llama.cpp build not found");
+            return;
+        }
+    };
+    let perplexity = dir_bin.join("llama-perplexity");
+    let tm = qwen(4, 81);
+    let dir = tempfile::tempdir().unwrap();
+    let model_path = dir.path().join("m.gguf");
+    write(&tm, &model_path);
+    let n_ctx = 32usize;
+    let mut seed = 12345u64;
+    let ids: Vec<u32> = (0..2 * n_ctx)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
+            ((seed >> 33) % 46) as u32
+        })
+        .collect();
+    let toks = vocab();
+    let text: String = ids.iter().map(|&i| toks[i as usize].as_str()).collect();
+    let text_path = dir.path().join("t.txt");
+    std::fs::write(&text_path, &text).unwrap();
+    let dump = dir.path().join("base.bin");
+    let out = Command::new(&perplexity)
+        .args([
+            "-m",
+            model_path.to_str().unwrap(),
+            "-f",
+            text_path.to_str().unwrap(),
+        ])
+        .args(["-c", &n_ctx.to_string(), "-b", &n_ctx.to_string()])
+        .args(["--kl-divergence-base", dump.to_str().unwrap()])
+        .args(["-fa", "off", "-ctk", "f32", "-ctv", "f32", "-t", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bytes = std::fs::read(&dump).unwrap();
+    let i32_at = |o: usize| i32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+    // "_logits_", n_ctx, n_vocab, n_chunk, tokens, then the rows.
+    assert_eq!(&bytes[..8], b"_logits_");
+    assert_eq!(i32_at(8) as usize, n_ctx);
+    let n_vocab = i32_at(12) as usize;
+    let n_chunk = i32_at(16) as usize;
+    assert_eq!((n_vocab, n_chunk), (50, 2));
+    let their_tokens: Vec<u32> = (0..n_chunk * n_ctx)
+        .map(|i| i32_at(20 + 4 * i) as u32)
+        .collect();
+    assert_eq!(
+        their_tokens, ids,
+        "llama.cpp tokenised the text differently"
+    );
+    let nv = 2 * n_vocab.div_ceil(2) + 4;
+    let first = n_ctx / 2;
+    let rows = n_ctx - 1 - first;
+    let mut off = 20 + 4 * n_chunk * n_ctx;
+    let model = tm.model();
+    let mut worst = 0.0f32;
+    for c in 0..n_chunk {
+        let mut st = model.new_state(StateOptions::new(n_ctx)).unwrap();
+        let logits = model
+            .forward(&mut st, &ids[c * n_ctx..(c + 1) * n_ctx], 0, LogitsFor::All)
+            .unwrap()
+            .to_vec();
+        for r in 0..rows {
+            let row: Vec<u16> = (0..nv)
+                .map(|i| {
+                    u16::from_le_bytes(bytes[off + 2 * i..off + 2 * i + 2].try_into().unwrap())
+                })
+                .collect();
+            off += 2 * nv;
+            let f = |i: usize| f32::from_bits(row[2 * i] as u32 | (row[2 * i + 1] as u32) << 16);
+            let (scale, min_lp) = (f(0), f(1));
+            let l = &logits[(first + r) * n_vocab..(first + r + 1) * n_vocab];
+            let max = l.iter().cloned().fold(f32::MIN, f32::max);
+            let lse = max + l.iter().map(|x| ((x - max) as f64).exp()).sum::<f64>().ln() as f32;
+            for i in 0..n_vocab {
+                let q = row[4 + i];
+                if q == 0 {
+                    continue;
+                }
+                let theirs = min_lp + scale * q as f32;
+                let d = (l[i] - lse - theirs).abs();
+                worst = worst.max(d);
+                assert!(
+                    d <= 0.5 * scale + 2e-5,
+                    "chunk {c} pos {} token {i}: {d}",
+                    first + r
+                );
+            }
+        }
+    }
+    eprintln!("max |log-prob ours − llama.cpp| = {worst:.2e}");
 }
