@@ -6,5 +6,6 @@ pub mod gguf;
 pub mod sample;
 pub mod tokenizer;
 pub mod tui;
+pub mod model;
 
 pub use kernels;

@@ -1,0 +1,179 @@
+//! Gated full attention (DESIGN §2.2).
+//!
+//! Shapes (35B-A3B): u `[T][2048]`; `qg = attn_q·u` `[T][16·2·256]` where head
+//! h owns `qg[h·512 .. h·512+256]` (query) and `qg[h·512+256 .. h·512+512]`
+//! (output gate); `k, v = attn_k·u, attn_v·u` `[T][2·256]`.
+//!
+//! ```text
+//! q_h = rope(rmsnorm(q_h) ⊙ q_norm, p)      k_g = rope(rmsnorm(k_g) ⊙ k_norm, p)
+//! append k, v at position p
+//! a_h = Σ_{s ≤ p} softmax_s(q_h·k_{s,g} / √d) · v_{s,g}     g = h / (n_head / n_head_kv)
+//! out = attn_output · concat_h(a_h ⊙ σ(gate_h))
+//! ```
+//! `q·k` runs through the kernel table in the K cache's dot type (q is
+//! converted into it, as ggml converts the activation). V rows are
+//! dequantised and accumulated in f32; with an f16/bf16 V cache the softmax
+//! weights are first rounded to that type, as ggml's non-flash-attention
+//! `V·softmax` product converts them.
+
+use kernels::{scalar, GgmlType, KernelTable};
+use rayon::prelude::*;
+
+use super::config::ModelConfig;
+use super::kv::KvCache;
+use super::linear::MatScratch;
+use super::ops::{rmsnorm_inplace, sigmoid, softmax_inplace, RopeCache};
+use super::weights::AttentionWeights;
+
+/// Scratch of an attention layer for up to `max_batch` tokens.
+#[derive(Debug)]
+pub struct AttentionScratch {
+    /// `[T][n_head·2·d]`.
+    qg: Vec<f32>,
+    /// `[T][n_head_kv·d]`.
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// `[T][n_head·d]` gated attention output.
+    o: Vec<f32>,
+    /// Per head: `n_ctx` scores, `d` floats of V, q in the K dot type.
+    scores: Vec<f32>,
+    vrow: Vec<f32>,
+    q_act: Vec<u64>,
+    q_act_words: usize,
+    rope: RopeCache,
+    n_ctx: usize,
+}
+
+impl AttentionScratch {
+    pub fn new(cfg: &ModelConfig, t: usize, n_ctx: usize) -> AttentionScratch {
+        let (nh, d) = (cfg.n_head, cfg.head_dim);
+        // The widest conversion of a head: f32.
+        let q_act_words = (d * 4).div_ceil(8);
+        AttentionScratch {
+            qg: vec![0.0; t * nh * 2 * d],
+            k: vec![0.0; t * cfg.n_head_kv * d],
+            v: vec![0.0; t * cfg.n_head_kv * d],
+            o: vec![0.0; t * nh * d],
+            scores: vec![0.0; nh * n_ctx],
+            vrow: vec![0.0; nh * d],
+            q_act: vec![0; nh * q_act_words],
+            q_act_words,
+            rope: RopeCache::new(cfg.n_rot, cfg.rope_base),
+            n_ctx,
+        }
+    }
+}
+
+/// The attention mixer over `t` tokens at positions `pos0..pos0+t`. The KV
+/// cache (layer `layer`) must hold exactly positions `0..pos0`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    kv: &mut KvCache,
+    layer: usize,
+    pos0: usize,
+    u: &[f32],
+    t: usize,
+    sc: &mut AttentionScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let eps = cfg.rms_eps;
+
+    // 1. Projections.
+    lin.new_input();
+    lin.project(kt, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
+    lin.project(kt, &w.k, u, &mut sc.k[..t * nkv * d]);
+    lin.project(kt, &w.v, u, &mut sc.v[..t * nkv * d]);
+
+    // 2. Per-head norms and rope; append K/V.
+    for ti in 0..t {
+        let p = pos0 + ti;
+        sc.rope.set_position(p);
+        let qrow = &mut sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
+        for head in qrow.chunks_exact_mut(2 * d) {
+            let q = &mut head[..d];
+            rmsnorm_inplace(q, &w.q_norm, eps);
+            sc.rope.apply(&mut q[..cfg.n_rot]);
+        }
+        let krow = &mut sc.k[ti * nkv * d..(ti + 1) * nkv * d];
+        for k in krow.chunks_exact_mut(d) {
+            rmsnorm_inplace(k, &w.k_norm, eps);
+            sc.rope.apply(&mut k[..cfg.n_rot]);
+        }
+        kv.write(kt, layer, p, krow, &sc.v[ti * nkv * d..(ti + 1) * nkv * d]);
+    }
+
+    // 3. Causal attention, query heads in parallel, token by token.
+    let group = nh / nkv;
+    let scale = 1.0 / (d as f32).sqrt();
+    let k_dot_ty = kv.ty_k.vec_dot_type();
+    let q_bytes = k_dot_ty.row_bytes(d as u64).expect("head is whole blocks") as usize;
+    let dot = kt.vec_dot(kv.ty_k);
+    let quant = kt.quantize(k_dot_ty);
+    let ty_v = kv.ty_v;
+    let kv = &*kv;
+    let n_ctx = sc.n_ctx;
+    let qaw = sc.q_act_words;
+    for ti in 0..t {
+        let p = pos0 + ti;
+        let qrow = &sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
+        let orow = &mut sc.o[ti * nh * d..(ti + 1) * nh * d];
+        orow.par_chunks_mut(d)
+            .zip(sc.scores.par_chunks_mut(n_ctx))
+            .zip(sc.vrow.par_chunks_mut(d))
+            .zip(sc.q_act.par_chunks_mut(qaw))
+            .enumerate()
+            .for_each(|(h, (((o, scores), vrow), q_act))| {
+                let g = h / group;
+                let q = &qrow[h * 2 * d..h * 2 * d + d];
+                let gate = &qrow[h * 2 * d + d..(h + 1) * 2 * d];
+                let qa = &mut bytemuck::cast_slice_mut::<u64, u8>(q_act)[..q_bytes];
+                quant(q, qa);
+                let scores = &mut scores[..=p];
+                for (s, sc) in scores.iter_mut().enumerate() {
+                    *sc = dot(d, kv.k_head(layer, s, g), qa) * scale;
+                }
+                softmax_inplace(scores);
+                round_to_v_type(ty_v, scores);
+                o.fill(0.0);
+                for (s, &ps) in scores.iter().enumerate() {
+                    let vh = kv.v_head(layer, s, g);
+                    if ty_v == GgmlType::F32 {
+                        let vf: &[f32] = bytemuck::cast_slice(vh);
+                        for (oj, &vj) in o.iter_mut().zip(vf) {
+                            *oj += ps * vj;
+                        }
+                    } else {
+                        scalar::dequantize_row(ty_v, vh, vrow);
+                        for (oj, &vj) in o.iter_mut().zip(vrow.iter()) {
+                            *oj += ps * vj;
+                        }
+                    }
+                }
+                for (oj, &gj) in o.iter_mut().zip(gate) {
+                    *oj *= sigmoid(gj);
+                }
+            });
+    }
+
+    // 4. Output projection.
+    lin.new_input();
+    lin.project(kt, &w.o, &sc.o[..t * nh * d], &mut out[..t * cfg.n_embd]);
+}
+
+/// Rounds softmax weights to the V cache's float type (no-op for f32/q8_0).
+fn round_to_v_type(ty_v: GgmlType, p: &mut [f32]) {
+    match ty_v {
+        GgmlType::F16 => p
+            .iter_mut()
+            .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        GgmlType::BF16 => p
+            .iter_mut()
+            .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
+        _ => {}
+    }
+}

@@ -1,0 +1,424 @@
+//! Hyper-parameters of a `qwen35moe` / `clover_moe` model, read from GGUF
+//! metadata (DESIGN §1.1). Keys are `ARCH.*` with `ARCH = general.architecture`.
+//!
+//! Head dims are read from `attention.key_length` / `value_length` (never
+//! `embedding_length / head_count`). `block_count` includes exported MTP blocks
+//! (`nextn_predict_layers`, e.g. 41 = 40 + `blk.40`); those are not executed.
+//! Layer `i` is full attention iff `(i + 1) % full_attention_interval == 0`,
+//! otherwise Gated DeltaNet.
+
+use thiserror::Error;
+
+use crate::gguf::Value;
+
+/// The two architectures this engine runs (identical autoregressive math).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    CloverMoe,
+    Qwen35Moe,
+}
+
+impl Arch {
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::CloverMoe => "clover_moe",
+            Arch::Qwen35Moe => "qwen35moe",
+        }
+    }
+}
+
+/// What a layer's token mixer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerKind {
+    DeltaNet,
+    Attention,
+}
+
+#[derive(Debug, Error, PartialEq)]
+pub enum ConfigError {
+    #[error("missing metadata key {0}")]
+    Missing(String),
+    #[error("metadata key {key} has the wrong type: expected {expected}, found {found}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: String,
+    },
+    #[error("metadata key {key}: {reason}")]
+    Invalid { key: String, reason: String },
+    #[error("general.architecture is {0:?}; clover runs clover_moe and qwen35moe")]
+    UnknownArch(String),
+}
+
+/// Every hyper-parameter the forward pass needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub arch: Arch,
+    /// Executed layers (MTP blocks excluded).
+    pub n_layer: usize,
+    /// `block_count` as stored, MTP blocks included.
+    pub n_layer_all: usize,
+    pub context_length: usize,
+    /// d_model.
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Full-attention head dim of q and k.
+    pub head_dim: usize,
+    /// Full-attention head dim of v (equal to `head_dim`, validated).
+    pub head_dim_v: usize,
+    /// Epsilon of every RMSNorm and of the GDN q/k L2 norm.
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    /// Rotated dims of each head (NeoX pairs (i, i + n_rot/2)).
+    pub n_rot: usize,
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub n_ff_shexp: usize,
+    /// Causal conv taps (4).
+    pub ssm_conv_kernel: usize,
+    /// GDN head dim, for keys and values (128).
+    pub ssm_head_dim: usize,
+    /// GDN key heads (16).
+    pub ssm_n_k_heads: usize,
+    /// GDN value heads (32).
+    pub ssm_n_v_heads: usize,
+    pub full_attention_interval: usize,
+    pub layer_kinds: Vec<LayerKind>,
+}
+
+fn get_value<'v, F>(get: &F, key: &str) -> Result<&'v Value, ConfigError>
+where
+    F: Fn(&str) -> Option<&'v Value>,
+{
+    get(key).ok_or_else(|| ConfigError::Missing(key.to_string()))
+}
+
+fn as_usize(key: &str, v: &Value) -> Result<usize, ConfigError> {
+    let n = v.as_u64().ok_or_else(|| ConfigError::WrongType {
+        key: key.to_string(),
+        expected: "unsigned integer",
+        found: v.value_type().name().to_string(),
+    })?;
+    usize::try_from(n).map_err(|_| ConfigError::Invalid {
+        key: key.to_string(),
+        reason: format!("{n} does not fit in usize"),
+    })
+}
+
+fn as_f32(key: &str, v: &Value) -> Result<f32, ConfigError> {
+    match v {
+        Value::F32(x) => Ok(*x),
+        Value::F64(x) => Ok(*x as f32),
+        _ => Err(ConfigError::WrongType {
+            key: key.to_string(),
+            expected: "float",
+            found: v.value_type().name().to_string(),
+        }),
+    }
+}
+
+fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Hard caps against hostile metadata (sizes far beyond any real model).
+const MAX_DIM: usize = 1 << 20;
+const MAX_LAYERS: usize = 1024;
+
+impl ModelConfig {
+    /// Reads and validates every hyper-parameter. `get` looks a metadata key up.
+    pub fn from_metadata<'v, F>(get: F) -> Result<ModelConfig, ConfigError>
+    where
+        F: Fn(&str) -> Option<&'v Value>,
+    {
+        let arch_key = "general.architecture";
+        let arch_v = get_value(&get, arch_key)?;
+        let arch_s = arch_v.as_str().ok_or_else(|| ConfigError::WrongType {
+            key: arch_key.to_string(),
+            expected: "string",
+            found: arch_v.value_type().name().to_string(),
+        })?;
+        let arch = match arch_s {
+            "clover_moe" => Arch::CloverMoe,
+            "qwen35moe" => Arch::Qwen35Moe,
+            other => return Err(ConfigError::UnknownArch(other.to_string())),
+        };
+        let a = arch.name();
+        let key = |k: &str| format!("{a}.{k}");
+        let req_usize = |k: &str| -> Result<usize, ConfigError> {
+            let k = key(k);
+            let n = as_usize(&k, get_value(&get, &k)?)?;
+            if n == 0 || n > MAX_DIM {
+                return Err(invalid(&k, format!("{n} is outside 1..={MAX_DIM}")));
+            }
+            Ok(n)
+        };
+        let opt_usize = |k: &str, default: usize| -> Result<usize, ConfigError> {
+            let k = key(k);
+            match get(&k) {
+                None => Ok(default),
+                Some(v) => as_usize(&k, v),
+            }
+        };
+        let req_f32 = |k: &str| -> Result<f32, ConfigError> {
+            let k = key(k);
+            as_f32(&k, get_value(&get, &k)?)
+        };
+
+        let n_layer_all = req_usize("block_count")?;
+        if n_layer_all > MAX_LAYERS {
+            return Err(invalid(&key("block_count"), "more than 1024 layers"));
+        }
+        let nextn = opt_usize("nextn_predict_layers", 0)?;
+        if nextn >= n_layer_all {
+            return Err(invalid(
+                &key("nextn_predict_layers"),
+                format!("{nextn} MTP layers leave no trunk of {n_layer_all} blocks"),
+            ));
+        }
+        let n_layer = n_layer_all - nextn;
+        let context_length = req_usize("context_length")?;
+        let n_embd = req_usize("embedding_length")?;
+        let n_head = req_usize("attention.head_count")?;
+        let n_head_kv = req_usize("attention.head_count_kv")?;
+        if !n_head.is_multiple_of(n_head_kv) {
+            return Err(invalid(
+                &key("attention.head_count_kv"),
+                format!("{n_head} query heads are not a multiple of {n_head_kv} KV heads"),
+            ));
+        }
+        let head_dim = req_usize("attention.key_length")?;
+        let head_dim_v = req_usize("attention.value_length")?;
+        if head_dim != head_dim_v {
+            return Err(invalid(
+                &key("attention.value_length"),
+                format!("{head_dim_v} differs from key_length {head_dim}"),
+            ));
+        }
+        let rms_eps = req_f32("attention.layer_norm_rms_epsilon")?;
+        if !(rms_eps.is_finite() && rms_eps >= 0.0) {
+            return Err(invalid(
+                &key("attention.layer_norm_rms_epsilon"),
+                format!("{rms_eps} is not a finite non-negative number"),
+            ));
+        }
+        let rope_base = req_f32("rope.freq_base")?;
+        if !(rope_base.is_finite() && rope_base > 0.0) {
+            return Err(invalid(
+                &key("rope.freq_base"),
+                format!("{rope_base} is not positive"),
+            ));
+        }
+        let n_rot = req_usize("rope.dimension_count")?;
+        if n_rot > head_dim || !n_rot.is_multiple_of(2) {
+            return Err(invalid(
+                &key("rope.dimension_count"),
+                format!("{n_rot} must be even and at most the head dim {head_dim}"),
+            ));
+        }
+        let n_expert = req_usize("expert_count")?;
+        let n_expert_used = req_usize("expert_used_count")?;
+        if n_expert_used > n_expert {
+            return Err(invalid(
+                &key("expert_used_count"),
+                format!("{n_expert_used} exceeds expert_count {n_expert}"),
+            ));
+        }
+        let n_ff_exp = req_usize("expert_feed_forward_length")?;
+        let n_ff_shexp = req_usize("expert_shared_feed_forward_length")?;
+        let ssm_conv_kernel = req_usize("ssm.conv_kernel")?;
+        let ssm_head_dim = req_usize("ssm.state_size")?;
+        let ssm_n_k_heads = req_usize("ssm.group_count")?;
+        let ssm_n_v_heads = req_usize("ssm.time_step_rank")?;
+        let ssm_inner = req_usize("ssm.inner_size")?;
+        if ssm_inner != ssm_n_v_heads * ssm_head_dim {
+            return Err(invalid(
+                &key("ssm.inner_size"),
+                format!(
+                    "{ssm_inner} != time_step_rank {ssm_n_v_heads} x state_size {ssm_head_dim}"
+                ),
+            ));
+        }
+        if !ssm_n_v_heads.is_multiple_of(ssm_n_k_heads) {
+            return Err(invalid(
+                &key("ssm.time_step_rank"),
+                format!(
+                    "{ssm_n_v_heads} value heads are not a multiple of {ssm_n_k_heads} key heads"
+                ),
+            ));
+        }
+        let full_attention_interval = opt_usize("full_attention_interval", 4)?;
+        if full_attention_interval == 0 {
+            return Err(invalid(
+                &key("full_attention_interval"),
+                "must be at least 1",
+            ));
+        }
+        let layer_kinds = (0..n_layer)
+            .map(|i| {
+                if (i + 1).is_multiple_of(full_attention_interval) {
+                    LayerKind::Attention
+                } else {
+                    LayerKind::DeltaNet
+                }
+            })
+            .collect();
+        Ok(ModelConfig {
+            arch,
+            n_layer,
+            n_layer_all,
+            context_length,
+            n_embd,
+            n_head,
+            n_head_kv,
+            head_dim,
+            head_dim_v,
+            rms_eps,
+            rope_base,
+            n_rot,
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
+            n_ff_shexp,
+            ssm_conv_kernel,
+            ssm_head_dim,
+            ssm_n_k_heads,
+            ssm_n_v_heads,
+            full_attention_interval,
+            layer_kinds,
+        })
+    }
+
+    /// Drops the last executed layer: used when `blk.{n_layer-1}` turns out to
+    /// be an MTP block that `nextn_predict_layers` did not announce.
+    pub fn drop_last_layer_as_mtp(&mut self) {
+        if self.n_layer > 1 {
+            self.n_layer -= 1;
+            self.layer_kinds.truncate(self.n_layer);
+        }
+    }
+
+    /// Channels of the GDN conv / `attn_qkv` output: q, k (key heads) and v.
+    pub fn ssm_conv_channels(&self) -> usize {
+        2 * self.ssm_n_k_heads * self.ssm_head_dim + self.ssm_inner()
+    }
+
+    /// GDN value width: value heads x head dim.
+    pub fn ssm_inner(&self) -> usize {
+        self.ssm_n_v_heads * self.ssm_head_dim
+    }
+
+    pub fn n_attention_layers(&self) -> usize {
+        self.layer_kinds
+            .iter()
+            .filter(|k| **k == LayerKind::Attention)
+            .count()
+    }
+
+    pub fn n_deltanet_layers(&self) -> usize {
+        self.n_layer - self.n_attention_layers()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    pub(crate) fn a3b_metadata(arch: &str) -> HashMap<String, Value> {
+        let mut m = HashMap::new();
+        m.insert("general.architecture".into(), Value::str(arch));
+        let u = |v: u32| Value::U32(v);
+        for (k, v) in [
+            ("block_count", 41),
+            ("context_length", 262144),
+            ("embedding_length", 2048),
+            ("attention.head_count", 16),
+            ("attention.head_count_kv", 2),
+            ("attention.key_length", 256),
+            ("attention.value_length", 256),
+            ("rope.dimension_count", 64),
+            ("expert_count", 256),
+            ("expert_used_count", 8),
+            ("expert_feed_forward_length", 512),
+            ("expert_shared_feed_forward_length", 512),
+            ("ssm.conv_kernel", 4),
+            ("ssm.state_size", 128),
+            ("ssm.group_count", 16),
+            ("ssm.time_step_rank", 32),
+            ("ssm.inner_size", 4096),
+            ("full_attention_interval", 4),
+            ("nextn_predict_layers", 1),
+        ] {
+            m.insert(format!("{arch}.{k}"), u(v));
+        }
+        m.insert(
+            format!("{arch}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        );
+        m.insert(format!("{arch}.rope.freq_base"), Value::F32(1e7));
+        m
+    }
+
+    fn load(m: &HashMap<String, Value>) -> Result<ModelConfig, ConfigError> {
+        ModelConfig::from_metadata(|k| m.get(k))
+    }
+
+    #[test]
+    fn reads_the_a3b_hyper_parameters_and_skips_the_mtp_block() {
+        for arch in ["clover_moe", "qwen35moe"] {
+            let c = load(&a3b_metadata(arch)).unwrap();
+            assert_eq!(c.n_layer, 40);
+            assert_eq!(c.n_layer_all, 41);
+            assert_eq!(c.head_dim, 256);
+            assert_eq!(c.ssm_conv_channels(), 8192);
+            assert_eq!(c.n_attention_layers(), 10);
+            assert_eq!(c.n_deltanet_layers(), 30);
+            assert_eq!(c.layer_kinds[3], LayerKind::Attention);
+            assert_eq!(c.layer_kinds[0], LayerKind::DeltaNet);
+            assert_eq!(c.layer_kinds[39], LayerKind::Attention);
+        }
+    }
+
+    #[test]
+    fn missing_key_error_names_the_key() {
+        let mut m = a3b_metadata("qwen35moe");
+        m.remove("qwen35moe.attention.key_length");
+        let e = load(&m).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::Missing("qwen35moe.attention.key_length".into())
+        );
+    }
+
+    #[test]
+    fn rejects_inner_size_that_disagrees_with_heads() {
+        let mut m = a3b_metadata("clover_moe");
+        m.insert("clover_moe.ssm.inner_size".into(), Value::U32(4000));
+        let e = load(&m).unwrap_err().to_string();
+        assert!(e.contains("clover_moe.ssm.inner_size"), "{e}");
+    }
+
+    #[test]
+    fn rejects_wrong_value_type_naming_the_key() {
+        let mut m = a3b_metadata("clover_moe");
+        m.insert("clover_moe.expert_count".into(), Value::str("many"));
+        let e = load(&m).unwrap_err().to_string();
+        assert!(e.contains("clover_moe.expert_count"), "{e}");
+    }
+
+    #[test]
+    fn rejects_unknown_architecture() {
+        let mut m = a3b_metadata("qwen35moe");
+        m.insert("general.architecture".into(), Value::str("llama"));
+        assert_eq!(
+            load(&m).unwrap_err(),
+            ConfigError::UnknownArch("llama".into())
+        );
+    }
+}

@@ -1,0 +1,306 @@
+//! Gated DeltaNet, token by token (DESIGN §2.1).
+//!
+//! Shapes (35B-A3B): u `[T][2048]`; `mixed = attn_qkv·u` `[T][8192]` (q 16×128,
+//! k 16×128, v 32×128); `z = attn_gate·u` `[T][4096]`; `b, a` `[T][32]`.
+//!
+//! ```text
+//! β_h = σ(b_h)              g_h = softplus(a_h + dt_bias_h) · ssm_a_h   (≤ 0)
+//! c_t = silu(Σ_{j<K} w[j] · mixed_{t−K+1+j})        (conv window = last K−1 mixed)
+//! q̂, k̂ = L2(q), L2(k) per key head;  value head h reads key head h % n_k
+//! S ← e^g · S;  m_j = Σ_i S[i][j] k[i];  δ_j = β (v_j − m_j);  S[i][j] += k[i] δ_j
+//! o_j = (Σ_i S[i][j] q̂[i]) / √d_k
+//! out = ssm_out · concat_h( rmsnorm(o_h) ⊙ ssm_norm ⊙ silu(z_h) )
+//! ```
+//! The state is stored transposed (`ssm[h][j][i] = S[i][j]`), so every step
+//! works on contiguous rows j. The 1/√d_k scale is applied to the read-out, as
+//! llama.cpp's fused recurrence does (the same value as scaling q).
+
+use kernels::KernelTable;
+use rayon::prelude::*;
+
+use super::chunked::{self, ChunkScratch, HeadInputs};
+use super::config::ModelConfig;
+use super::linear::MatScratch;
+use super::ops::{l2norm_inplace, rmsnorm, sigmoid, silu, softplus};
+use super::state::DeltaNetState;
+use super::verify::GdnStash;
+use super::weights::DeltaNetWeights;
+
+/// Scratch of a GDN layer for up to `max_batch` tokens.
+#[derive(Debug)]
+pub struct DeltaNetScratch {
+    /// `[T][channels]` pre-conv projections.
+    mixed: Vec<f32>,
+    /// `[T][channels]` post-conv, post-silu, q/k L2-normalised.
+    conv: Vec<f32>,
+    /// `[T][inner]` output gate.
+    z: Vec<f32>,
+    /// `[T][n_v]` β, then g.
+    beta: Vec<f32>,
+    gate: Vec<f32>,
+    /// `[n_v][T][d_v]` read-outs, head-major for disjoint parallel writes.
+    o_heads: Vec<f32>,
+    /// `[T][inner]` gated-norm output.
+    o: Vec<f32>,
+    /// Run batches of more than one token through the chunked form
+    /// (`chunked.rs`) instead of token by token. Off by default: the token
+    /// form is llama.cpp's and what verify replays bit-exactly.
+    pub chunked: bool,
+    /// Per value head, for the chunked form.
+    chunk: Vec<ChunkScratch>,
+}
+
+impl DeltaNetScratch {
+    pub fn new(cfg: &ModelConfig, t: usize) -> DeltaNetScratch {
+        let ch = cfg.ssm_conv_channels();
+        let inner = cfg.ssm_inner();
+        let hv = cfg.ssm_n_v_heads;
+        DeltaNetScratch {
+            mixed: vec![0.0; t * ch],
+            conv: vec![0.0; t * ch],
+            z: vec![0.0; t * inner],
+            beta: vec![0.0; t * hv],
+            gate: vec![0.0; t * hv],
+            o_heads: vec![0.0; t * inner],
+            o: vec![0.0; t * inner],
+            chunked: false,
+            chunk: vec![ChunkScratch::new(cfg.ssm_head_dim); hv],
+        }
+    }
+}
+
+/// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
+/// (`j = K−1` multiplies the current token), then silu; advances `window`.
+pub fn conv_silu(
+    w: &[f32],
+    k: usize,
+    window: &mut [f32],
+    mixed: &[f32],
+    ch: usize,
+    out: &mut [f32],
+) {
+    let t_n = mixed.len() / ch;
+    let hist = k - 1;
+    for t in 0..t_n {
+        let o = &mut out[t * ch..(t + 1) * ch];
+        for (c, oc) in o.iter_mut().enumerate() {
+            let mut sum = 0.0f32;
+            for j in 0..k {
+                let s = t + j; // index into concat(window, mixed)
+                let x = if s < hist {
+                    window[s * ch + c]
+                } else {
+                    mixed[(s - hist) * ch + c]
+                };
+                sum += x * w[c * k + j];
+            }
+            *oc = silu(sum);
+        }
+    }
+    push_window(window, mixed, ch);
+}
+
+/// `window ← the last K−1 rows of concat(window, mixed)` (rows of `ch`).
+pub fn push_window(window: &mut [f32], mixed: &[f32], ch: usize) {
+    let hist = window.len() / ch;
+    let t_n = mixed.len() / ch;
+    if t_n >= hist {
+        window.copy_from_slice(&mixed[(t_n - hist) * ch..t_n * ch]);
+    } else {
+        window.copy_within(t_n * ch.., 0);
+        let keep = (hist - t_n) * ch;
+        window[keep..].copy_from_slice(&mixed[..t_n * ch]);
+    }
+}
+
+/// One token of the gated delta rule for one value head.
+/// `s` is `[d_v][d_k]` (`s[j][i] = S[i][j]`); `q` already L2-normalised
+/// (the `1/√d_k` read-out scale is `scale`).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn delta_step(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: f32,
+    beta: f32,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let dk = k.len();
+    let decay = g.exp();
+    for (j, row) in s.chunks_exact_mut(dk).enumerate() {
+        // Rows are independent: decay, predict, correct, read out.
+        let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
+        axpy(row, k, delta);
+        out[j] = dot8(row, q) * scale;
+    }
+}
+
+/// `row ← e^g · row`, returning `row · k` (the prediction m_j).
+#[inline(always)]
+fn decay_and_predict(row: &mut [f32], k: &[f32], decay: f32) -> f32 {
+    for si in row.iter_mut() {
+        *si *= decay;
+    }
+    dot8(row, k)
+}
+
+/// `row += a · k`.
+#[inline(always)]
+fn axpy(row: &mut [f32], k: &[f32], a: f32) {
+    for (si, &ki) in row.iter_mut().zip(k) {
+        *si += ki * a;
+    }
+}
+
+/// Dot product with 8 partial sums (vectorisable; a fixed order, so every
+/// caller gets bit-identical results for the same inputs).
+#[inline(always)]
+fn dot8(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ar, br) = (ac.remainder(), bc.remainder());
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ar.iter().zip(br) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// The state update of `delta_step` without the read-out: bit-identical
+/// state, used to replay stashed positions.
+#[inline]
+pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
+    let dk = k.len();
+    let decay = g.exp();
+    for (j, row) in s.chunks_exact_mut(dk).enumerate() {
+        let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
+        axpy(row, k, delta);
+    }
+}
+
+/// The GDN mixer over `t` tokens of normed input `u` (`[t][n_embd]`), writing
+/// `out` (`[t][n_embd]`) and advancing `state`. With `stash`, also records
+/// what `advance` needs to replay the recurrence later (DESIGN §5).
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    state: &mut DeltaNetState,
+    u: &[f32],
+    t: usize,
+    sc: &mut DeltaNetScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+    stash: Option<&mut GdnStash>,
+) {
+    let ch = cfg.ssm_conv_channels();
+    let inner = cfg.ssm_inner();
+    let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
+
+    // 1. Projections (u converted once per dot type).
+    lin.new_input();
+    lin.project(kt, &w.qkv, u, &mut sc.mixed[..t * ch]);
+    lin.project(kt, &w.gate, u, &mut sc.z[..t * inner]);
+    lin.project(kt, &w.beta, u, &mut sc.beta[..t * hv]);
+    lin.project(kt, &w.alpha, u, &mut sc.gate[..t * hv]);
+
+    // 2. Gates.
+    for (bt, gt) in sc.beta[..t * hv]
+        .chunks_exact_mut(hv)
+        .zip(sc.gate[..t * hv].chunks_exact_mut(hv))
+    {
+        for h in 0..hv {
+            bt[h] = sigmoid(bt[h]);
+            gt[h] = softplus(gt[h] + w.dt_bias[h]) * w.a[h];
+        }
+    }
+
+    // 3. Causal conv + silu.
+    conv_silu(
+        &w.conv,
+        cfg.ssm_conv_kernel,
+        &mut state.conv,
+        &sc.mixed[..t * ch],
+        ch,
+        &mut sc.conv[..t * ch],
+    );
+
+    // 4. L2-normalise q and k heads.
+    for row in sc.conv[..t * ch].chunks_exact_mut(ch) {
+        for head in row[..2 * hk * d].chunks_exact_mut(d) {
+            l2norm_inplace(head, cfg.rms_eps);
+        }
+    }
+
+    if let Some(st) = stash {
+        st.record(cfg, t, &sc.mixed, &sc.conv, &sc.gate, &sc.beta);
+    }
+
+    // 5. Delta rule, value heads in parallel (token by token, or chunked).
+    let scale = 1.0 / (d as f32).sqrt();
+    let (conv, beta, gate) = (&sc.conv, &sc.beta, &sc.gate);
+    if sc.chunked && t > 1 {
+        state
+            .ssm
+            .par_chunks_mut(d * d)
+            .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+            .zip(sc.chunk.par_iter_mut())
+            .enumerate()
+            .for_each(|(h, ((s, oh), cs))| {
+                let kh = h % hk;
+                let x = HeadInputs {
+                    rows: &conv[..t * ch],
+                    stride: ch,
+                    q_off: kh * d,
+                    k_off: (hk + kh) * d,
+                    v_off: 2 * hk * d + h * d,
+                    gate,
+                    beta,
+                    gstride: hv,
+                    h,
+                    d,
+                };
+                chunked::head(s, &x, t, scale, cs, oh);
+            });
+    } else {
+        state
+            .ssm
+            .par_chunks_mut(d * d)
+            .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+            .enumerate()
+            .for_each(|(h, (s, oh))| {
+                let kh = h % hk;
+                for (ti, o) in oh.chunks_exact_mut(d).enumerate() {
+                    let row = &conv[ti * ch..(ti + 1) * ch];
+                    let q = &row[kh * d..(kh + 1) * d];
+                    let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
+                    let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
+                    delta_step(s, q, k, v, gate[ti * hv + h], beta[ti * hv + h], scale, o);
+                }
+            });
+    }
+
+    // 6. Gated RMSNorm, then the output projection.
+    for ti in 0..t {
+        for h in 0..hv {
+            let o_h = &sc.o_heads[(h * t + ti) * d..(h * t + ti + 1) * d];
+            let dst = &mut sc.o[ti * inner + h * d..ti * inner + (h + 1) * d];
+            rmsnorm(o_h, &w.norm, cfg.rms_eps, dst);
+            let z = &sc.z[ti * inner + h * d..ti * inner + (h + 1) * d];
+            for (x, &zi) in dst.iter_mut().zip(z) {
+                *x *= silu(zi);
+            }
+        }
+    }
+    lin.new_input();
+    lin.project(kt, &w.out, &sc.o[..t * inner], &mut out[..t * cfg.n_embd]);
+}

@@ -1,0 +1,479 @@
+//! The autoregressive forward pass (DESIGN §2).
+//!
+//! ```text
+//! x  = token_embd[tokens]                                   [T][n_embd]
+//! per layer:  h  = x + Mixer(rmsnorm(x) ⊙ attn_norm)         Mixer = GDN | attention
+//!             x' = h + MoE(rmsnorm(h) ⊙ post_attention_norm)
+//! logits = output · (rmsnorm(x) ⊙ output_norm)              [rows][n_vocab]
+//! ```
+//! Inputs longer than the state's `max_batch` run in consecutive batches. All
+//! scratch is allocated with the state; decoding a token allocates nothing
+//! (the logits buffers grow once to the largest request and are kept).
+
+use std::time::Instant;
+
+use kernels::KernelTable;
+
+use super::attention::{self, AttentionScratch};
+use super::config::ModelConfig;
+use super::deltanet::{self, DeltaNetScratch};
+use super::linear::MatScratch;
+use super::moe::{self, MoeScratch};
+use super::ops::rmsnorm;
+use super::state::{LayerSlot, State, StateOptions};
+use super::verify::VerifyStash;
+use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
+use super::{ForwardError, StateError};
+
+/// Which positions of the input get logits, in the order returned.
+#[derive(Clone, Copy, Debug)]
+pub enum LogitsFor<'a> {
+    Last,
+    All,
+    /// Indices into the input tokens (any order, repeats allowed).
+    Indices(&'a [usize]),
+}
+
+/// Per-layer timings and expert-routing counters, for the UI.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Take `Instant` timings (off: no clock reads at all).
+    pub timing: bool,
+    /// Nanoseconds in each layer's mixer (GDN or attention) and MoE block.
+    pub mixer_ns: Vec<u64>,
+    pub moe_ns: Vec<u64>,
+    /// Nanoseconds in the output head (norm + logits).
+    pub head_ns: u64,
+    /// Tokens processed since the last `clear`.
+    pub tokens: u64,
+    /// `[layer][expert]` times each expert was selected.
+    pub expert_counts: Vec<u64>,
+    /// `[layer][k]` experts of the last processed token, descending weight.
+    pub last_experts: Vec<u32>,
+    n_expert: usize,
+    k: usize,
+}
+
+impl Stats {
+    pub fn new(cfg: &ModelConfig) -> Stats {
+        Stats {
+            timing: false,
+            mixer_ns: vec![0; cfg.n_layer],
+            moe_ns: vec![0; cfg.n_layer],
+            head_ns: 0,
+            tokens: 0,
+            expert_counts: vec![0; cfg.n_layer * cfg.n_expert],
+            last_experts: vec![0; cfg.n_layer * cfg.n_expert_used],
+            n_expert: cfg.n_expert,
+            k: cfg.n_expert_used,
+        }
+    }
+
+    /// Zeroes every counter (keeps `timing`).
+    pub fn clear(&mut self) {
+        self.mixer_ns.fill(0);
+        self.moe_ns.fill(0);
+        self.head_ns = 0;
+        self.tokens = 0;
+        self.expert_counts.fill(0);
+        self.last_experts.fill(0);
+    }
+
+    /// Selection counts of layer `il`, one per expert.
+    pub fn layer_counts(&self, il: usize) -> &[u64] {
+        &self.expert_counts[il * self.n_expert..(il + 1) * self.n_expert]
+    }
+
+    fn record(&mut self, il: usize, sel: &[usize]) {
+        let (ne, k) = (self.n_expert, self.k);
+        for &x in sel {
+            self.expert_counts[il * ne + x] += 1;
+        }
+        let last = &sel[sel.len() - k..];
+        for (d, &s) in self.last_experts[il * k..(il + 1) * k].iter_mut().zip(last) {
+            *d = s as u32;
+        }
+    }
+}
+
+/// Run scratch, allocated once per state for `max_batch` tokens.
+#[derive(Debug)]
+pub struct Scratch {
+    /// `[T][n_embd]` residual stream, normed input, block output.
+    x: Vec<f32>,
+    xn: Vec<f32>,
+    y: Vec<f32>,
+    lin: MatScratch,
+    gdn: DeltaNetScratch,
+    attn: AttentionScratch,
+    moe: MoeScratch,
+    /// `[≤T][n_embd]` normed rows that need logits and their products.
+    head_in: Vec<f32>,
+    head_out: Vec<f32>,
+    /// `(output row, batch row)` for the current batch.
+    head_rows: Vec<(usize, usize)>,
+    logits: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new(cfg: &ModelConfig, n_vocab: usize, t: usize, n_ctx: usize) -> Scratch {
+        let e = cfg.n_embd;
+        let max_in = e
+            .max(cfg.ssm_inner())
+            .max(cfg.n_head * cfg.head_dim)
+            .max(cfg.n_ff_exp)
+            .max(cfg.n_ff_shexp);
+        Scratch {
+            x: vec![0.0; t * e],
+            xn: vec![0.0; t * e],
+            y: vec![0.0; t * e],
+            lin: MatScratch::new(t, max_in),
+            gdn: DeltaNetScratch::new(cfg, t),
+            attn: AttentionScratch::new(cfg, t, n_ctx),
+            moe: MoeScratch::new(cfg, t),
+            head_in: vec![0.0; t * e],
+            head_out: vec![0.0; n_vocab],
+            head_rows: Vec::with_capacity(t),
+            logits: vec![0.0; n_vocab],
+        }
+    }
+}
+
+/// A bound model: hyper-parameters and zero-copy weights.
+#[derive(Debug)]
+pub struct Model<'a> {
+    pub config: ModelConfig,
+    pub weights: Weights<'a>,
+}
+
+impl<'a> Model<'a> {
+    /// Binds the weights through `lookup` (tensor name → bytes). A trailing
+    /// MTP block (`blk.N.nextn.eh_proj.weight` present) is skipped.
+    pub fn bind(
+        mut config: ModelConfig,
+        lookup: &dyn Fn(&str) -> Option<WeightRef<'a>>,
+    ) -> Result<Model<'a>, WeightError> {
+        let last = config.n_layer - 1;
+        if config.n_layer > 1 && lookup(&format!("blk.{last}.nextn.eh_proj.weight")).is_some() {
+            config.drop_last_layer_as_mtp();
+        }
+        let weights = Weights::bind(&config, lookup)?;
+        Ok(Model { config, weights })
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.weights.n_vocab
+    }
+
+    /// A fresh, empty sequence state for this model.
+    pub fn new_state(&self, opts: StateOptions) -> Result<State, StateError> {
+        State::new(&self.config, self.n_vocab(), opts)
+    }
+
+    /// Runs `tokens` at positions `pos0..` (the state must hold exactly
+    /// `pos0` positions) and returns `[rows][n_vocab]` logits for `logits_for`.
+    pub fn forward<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+    ) -> Result<&'s [f32], ForwardError> {
+        if state.verify_pending() {
+            return Err(ForwardError::VerifyPending);
+        }
+        self.forward_impl(state, tokens, pos0, logits_for, false)
+    }
+
+    /// A verify pass (DESIGN §5): `forward` over `tokens` (at most one batch)
+    /// that leaves every GDN state untouched and stashes what
+    /// `commit_verify` needs. The KV cache holds all `tokens` until the commit.
+    pub fn forward_verify<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+    ) -> Result<&'s [f32], ForwardError> {
+        if state.verify_pending() {
+            return Err(ForwardError::VerifyPending);
+        }
+        if tokens.len() > state.max_batch {
+            return Err(ForwardError::VerifyTooLong {
+                n: tokens.len(),
+                max_batch: state.max_batch,
+            });
+        }
+        if state.verify.is_none() {
+            state.verify = Some(VerifyStash::new(&self.config));
+        }
+        self.forward_impl(state, tokens, pos0, logits_for, true)?;
+        if let Some(v) = &mut state.verify {
+            v.pending = Some((pos0, tokens.len()));
+        }
+        let rows = match logits_for {
+            LogitsFor::Last => 1,
+            LogitsFor::All => tokens.len(),
+            LogitsFor::Indices(idx) => idx.len(),
+        };
+        Ok(&state.scratch.logits[..rows * self.n_vocab()])
+    }
+
+    /// Keeps the first `n_keep` positions of the pending verify pass:
+    /// advances the GDN states over them from the stash and truncates the KV
+    /// cache after them. `n_keep = 0` discards the pass.
+    pub fn commit_verify(&self, state: &mut State, n_keep: usize) -> Result<(), ForwardError> {
+        let stash = state.verify.as_mut().ok_or(ForwardError::NoVerifyPending)?;
+        let (pos0, n) = stash.pending.ok_or(ForwardError::NoVerifyPending)?;
+        if n_keep > n {
+            return Err(ForwardError::KeepTooMany { n_keep, n });
+        }
+        for (layer, rec) in stash.layers.iter().zip(state.recurrent.iter_mut()) {
+            layer.advance(&self.config, rec, n_keep);
+        }
+        stash.pending = None;
+        state.kv.truncate(pos0 + n_keep);
+        Ok(())
+    }
+
+    fn forward_impl<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+        verify: bool,
+    ) -> Result<&'s [f32], ForwardError> {
+        let n = tokens.len();
+        let v = self.n_vocab();
+        if n == 0 {
+            return Err(ForwardError::Empty);
+        }
+        if pos0 != state.n_past() {
+            return Err(ForwardError::Position {
+                expected: state.n_past(),
+                got: pos0,
+            });
+        }
+        if pos0 + n > state.kv.n_ctx() {
+            return Err(ForwardError::ContextFull {
+                need: pos0 + n,
+                n_ctx: state.kv.n_ctx(),
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= v) {
+            return Err(ForwardError::Token { id, n_vocab: v });
+        }
+        if let LogitsFor::Indices(idx) = logits_for {
+            if let Some(&i) = idx.iter().find(|&&i| i >= n) {
+                return Err(ForwardError::Index {
+                    index: i,
+                    n_tokens: n,
+                });
+            }
+        }
+        let rows = match logits_for {
+            LogitsFor::Last => 1,
+            LogitsFor::All => n,
+            LogitsFor::Indices(idx) => idx.len(),
+        };
+        if state.scratch.logits.len() < rows * v {
+            state.scratch.logits.resize(rows * v, 0.0);
+        }
+        let kt = kernels::isa::active();
+        let mut c0 = 0;
+        while c0 < n {
+            let t = state.max_batch.min(n - c0);
+            let s = &mut state.scratch;
+            s.head_rows.clear();
+            match logits_for {
+                LogitsFor::Last => {
+                    if c0 + t == n {
+                        s.head_rows.push((0, t - 1));
+                    }
+                }
+                LogitsFor::All => s.head_rows.extend((0..t).map(|i| (c0 + i, i))),
+                LogitsFor::Indices(idx) => s.head_rows.extend(
+                    idx.iter()
+                        .enumerate()
+                        .filter(|(_, &g)| g >= c0 && g < c0 + t)
+                        .map(|(r, &g)| (r, g - c0)),
+                ),
+            }
+            self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
+            c0 += t;
+        }
+        Ok(&state.scratch.logits[..rows * v])
+    }
+
+    /// One batch: embed, every layer, the output head for `head_rows`.
+    fn run_batch(
+        &self,
+        kt: &KernelTable,
+        state: &mut State,
+        tokens: &[u32],
+        pos0: usize,
+        verify: bool,
+    ) {
+        let t = tokens.len();
+        self.embed(tokens, &mut state.scratch.x[..t * self.config.n_embd]);
+        for il in 0..self.config.n_layer {
+            self.mixer_block(kt, state, il, pos0, t, verify);
+            self.moe_block(kt, state, il, t);
+        }
+        state.kv.set_len(pos0 + t);
+        state.stats.tokens += t as u64;
+        self.head(kt, state);
+    }
+
+    fn embed(&self, tokens: &[u32], x: &mut [f32]) {
+        let e = self.config.n_embd;
+        for (row, &id) in x.chunks_exact_mut(e).zip(tokens) {
+            self.weights.token_embd.dequantize_row(id as usize, row);
+        }
+    }
+
+    /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)`. In a verify pass a GDN layer
+    /// runs on a scratch copy of its state and stashes its inputs.
+    fn mixer_block(
+        &self,
+        kt: &KernelTable,
+        state: &mut State,
+        il: usize,
+        pos0: usize,
+        t: usize,
+        verify: bool,
+    ) {
+        let cfg = &self.config;
+        let e = cfg.n_embd;
+        let lw = &self.weights.layers[il];
+        let t0 = state.stats.timing.then(Instant::now);
+        let s = &mut state.scratch;
+        norm_rows(
+            &s.x[..t * e],
+            &lw.attn_norm,
+            cfg.rms_eps,
+            &mut s.xn[..t * e],
+        );
+        match (&lw.mixer, state.slots[il]) {
+            (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
+                let real = &mut state.recurrent[r];
+                let (target, stash) = match (verify, state.verify.as_mut()) {
+                    (true, Some(v)) => {
+                        v.scratch_state.conv.copy_from_slice(&real.conv);
+                        v.scratch_state.ssm.copy_from_slice(&real.ssm);
+                        (&mut v.scratch_state, Some(&mut v.layers[r]))
+                    }
+                    _ => (real, None),
+                };
+                deltanet::forward(
+                    kt,
+                    cfg,
+                    w,
+                    target,
+                    &s.xn[..t * e],
+                    t,
+                    &mut s.gdn,
+                    &mut s.lin,
+                    &mut s.y,
+                    stash,
+                )
+            }
+            (MixerWeights::Attention(w), LayerSlot::Attention(a)) => attention::forward(
+                kt,
+                cfg,
+                w,
+                &mut state.kv,
+                a,
+                pos0,
+                &s.xn[..t * e],
+                t,
+                &mut s.attn,
+                &mut s.lin,
+                &mut s.y,
+            ),
+            _ => unreachable!("layer slots are built from the same layer kinds"),
+        }
+        add_into(&mut s.x[..t * e], &s.y[..t * e]);
+        if let Some(t0) = t0 {
+            state.stats.mixer_ns[il] += t0.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// `x += MoE(rmsnorm(x) ⊙ post_attention_norm)`.
+    fn moe_block(&self, kt: &KernelTable, state: &mut State, il: usize, t: usize) {
+        let cfg = &self.config;
+        let e = cfg.n_embd;
+        let fw = &self.weights.layers[il].ffn;
+        let t0 = state.stats.timing.then(Instant::now);
+        let s = &mut state.scratch;
+        norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
+        moe::forward(
+            kt,
+            cfg,
+            fw,
+            &s.xn[..t * e],
+            t,
+            &mut s.moe,
+            &mut s.lin,
+            &mut s.y,
+        );
+        add_into(&mut s.x[..t * e], &s.y[..t * e]);
+        state.stats.record(il, &s.moe.sel[..t * cfg.n_expert_used]);
+        if let Some(t0) = t0 {
+            state.stats.moe_ns[il] += t0.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// Logits of the batch rows in `head_rows`.
+    fn head(&self, kt: &KernelTable, state: &mut State) {
+        let s = &mut state.scratch;
+        let r = s.head_rows.len();
+        if r == 0 {
+            return;
+        }
+        let t0 = state.stats.timing.then(Instant::now);
+        let (e, v) = (self.config.n_embd, self.n_vocab());
+        if s.head_in.len() < r * e {
+            s.head_in.resize(r * e, 0.0);
+        }
+        for (i, &(_, bt)) in s.head_rows.iter().enumerate() {
+            rmsnorm(
+                &s.x[bt * e..(bt + 1) * e],
+                &self.weights.output_norm,
+                self.config.rms_eps,
+                &mut s.head_in[i * e..(i + 1) * e],
+            );
+        }
+        if s.head_out.len() < r * v {
+            s.head_out.resize(r * v, 0.0);
+        }
+        s.lin.new_input();
+        s.lin.project(
+            kt,
+            &self.weights.output,
+            &s.head_in[..r * e],
+            &mut s.head_out[..r * v],
+        );
+        for (i, &(out_row, _)) in s.head_rows.iter().enumerate() {
+            s.logits[out_row * v..(out_row + 1) * v]
+                .copy_from_slice(&s.head_out[i * v..(i + 1) * v]);
+        }
+        if let Some(t0) = t0 {
+            state.stats.head_ns += t0.elapsed().as_nanos() as u64;
+        }
+    }
+}
+
+fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let e = w.len();
+    for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
+        rmsnorm(xr, w, eps, or);
+    }
+}
+
+fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += *b;
+    }
+}

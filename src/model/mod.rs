@@ -1,0 +1,72 @@
+//! The qwen35moe / clover_moe model: configuration, weights, state and the
+//! autoregressive forward pass (DESIGN §1.2, §2).
+//!
+//! ```text
+//! let config = ModelConfig::from_metadata(|key| file.get(key))?;
+//! let model  = Model::bind(config, &|name| tensor_as_weight_ref(name))?;
+//! let mut st = model.new_state(StateOptions::new(n_ctx))?;
+//! let logits = model.forward(&mut st, &prompt, 0, LogitsFor::Last)?;      // prefill
+//! let logits = model.forward(&mut st, &[tok], st.n_past(), LogitsFor::Last)?; // decode
+//! // self-speculation (DESIGN §5): GDN states untouched until the commit
+//! let ys = model.forward_verify(&mut st, &[anchor, d1, d2], n, LogitsFor::All)?;
+//! model.commit_verify(&mut st, accepted + 1)?;
+//! ```
+//! `st.stats` holds per-layer mixer / MoE nanoseconds (`stats.timing = true`)
+//! and expert-selection counters; `st.kv.truncate(n)` rolls the KV cache back.
+
+pub mod attention;
+pub mod chunked;
+pub mod config;
+pub mod deltanet;
+pub mod forward;
+pub mod kv;
+pub mod linear;
+pub mod moe;
+pub mod ops;
+pub mod state;
+pub mod tiny;
+pub mod verify;
+pub mod weights;
+
+#[cfg(test)]
+mod tests;
+
+use kernels::GgmlType;
+use thiserror::Error;
+
+pub use config::{Arch, ConfigError, LayerKind, ModelConfig};
+pub use forward::{LogitsFor, Model, Stats};
+pub use state::{DeltaNetState, State, StateOptions};
+pub use weights::{WeightError, WeightRef, Weights};
+
+/// A state that cannot be built.
+#[derive(Debug, Error, PartialEq)]
+pub enum StateError {
+    #[error("KV cache type {0} is not supported (use f32, f16, bf16 or q8_0)")]
+    CacheType(GgmlType),
+    #[error("{0}")]
+    Size(String),
+}
+
+/// A forward call that cannot run.
+#[derive(Debug, Error, PartialEq)]
+pub enum ForwardError {
+    #[error("no tokens to process")]
+    Empty,
+    #[error("position {got} given, but the state holds {expected} positions")]
+    Position { expected: usize, got: usize },
+    #[error("{need} positions exceed the context of {n_ctx}")]
+    ContextFull { need: usize, n_ctx: usize },
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    Token { id: u32, n_vocab: usize },
+    #[error("logits index {index} is outside the {n_tokens} input tokens")]
+    Index { index: usize, n_tokens: usize },
+    #[error("a verify pass of {n} tokens exceeds the batch size {max_batch}")]
+    VerifyTooLong { n: usize, max_batch: usize },
+    #[error("a verify pass is pending: commit it first")]
+    VerifyPending,
+    #[error("no verify pass to commit")]
+    NoVerifyPending,
+    #[error("cannot keep {n_keep} of {n} verified positions")]
+    KeepTooMany { n_keep: usize, n: usize },
+}

@@ -1,0 +1,405 @@
+//! Mixture of experts with a gated shared expert (DESIGN §2.3).
+//!
+//! Shapes (35B-A3B): u `[T][2048]`; router `[T][256]`; per expert gate/up
+//! `512 x 2048`, down `2048 x 512`; shared expert likewise.
+//!
+//! ```text
+//! p = softmax(ffn_gate_inp · u)                     over all experts
+//! E = top-k(p)  (descending; ties → lower index)    w_e = p_e / max(Σ_E p, 6.1e-5)
+//! moe = Σ_{e ∈ E, in that order} w_e · down_e( silu(gate_e·u) ⊙ up_e·u )
+//! out = moe + σ(ffn_gate_inp_shexp · u) · down_s( silu(gate_s·u) ⊙ up_s·u )
+//! ```
+//! A batch is grouped by expert: each selected expert's weights are streamed
+//! once for all the tokens routed to it (an expert-gather product).
+
+use kernels::{GgmlType, KernelTable};
+
+use super::config::ModelConfig;
+use rayon::prelude::*;
+
+use super::linear::{matmul, rows_per_task, Activations, MatScratch, Matrix};
+use super::ops::{sigmoid, silu, softmax_inplace};
+use super::weights::{Experts, FfnWeights, GateUp};
+
+/// Smallest normalising sum, 2^-14 = 6.1035e-5 (ggml clamps to the smallest
+/// normal f16).
+pub const MIN_WEIGHT_SUM: f32 = 1.0 / 16384.0;
+
+/// Top-`k` of `p` in descending order, ties to the lower index, into `sel`.
+pub fn top_k(p: &[f32], sel: &mut [usize]) {
+    for i in 0..sel.len() {
+        let mut best: Option<usize> = None;
+        for (e, &pe) in p.iter().enumerate() {
+            if sel[..i].contains(&e) {
+                continue;
+            }
+            if best.is_none_or(|b| pe > p[b]) {
+                best = Some(e);
+            }
+        }
+        sel[i] = best.expect("k <= number of experts");
+    }
+}
+
+/// Router probabilities → selected experts and their renormalised weights.
+pub fn route(logits: &mut [f32], sel: &mut [usize], weights: &mut [f32]) {
+    softmax_inplace(logits);
+    top_k(logits, sel);
+    let sum: f32 = sel.iter().map(|&e| logits[e]).sum();
+    let sum = sum.max(MIN_WEIGHT_SUM);
+    for (w, &e) in weights.iter_mut().zip(sel.iter()) {
+        *w = logits[e] / sum;
+    }
+}
+
+/// How routed experts are evaluated (`Auto` picks by how shared they are).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExpertPath {
+    Auto,
+    Grouped,
+    Flat,
+}
+
+/// Scratch of the MoE block for up to `max_batch` tokens.
+#[derive(Debug)]
+pub struct MoeScratch {
+    /// `[T][n_expert]` router logits, then probabilities.
+    router: Vec<f32>,
+    /// `[T][k]` selected experts and weights.
+    pub(crate) sel: Vec<usize>,
+    weights: Vec<f32>,
+    /// Tokens per expert: `(token, slot)` grouped by expert, with offsets.
+    routed: Vec<(usize, usize)>,
+    offsets: Vec<usize>,
+    fill: Vec<usize>,
+    idx: Vec<usize>,
+    expert_of: Vec<usize>,
+    /// Test hook: force one evaluation path.
+    pub path: ExpertPath,
+    gathered: Activations,
+    /// `[T][2·n_ff]` gate|up of one expert (or gate, then up).
+    gu: Vec<f32>,
+    up: Vec<f32>,
+    /// `[T][n_ff]` silu(gate) ⊙ up and its conversion.
+    h: Vec<f32>,
+    h_act: Activations,
+    /// `[T][n_embd]` one expert's down output.
+    dn: Vec<f32>,
+    /// `[T][k][n_embd]` each slot's expert output.
+    slots: Vec<f32>,
+    /// Shared expert: `[T][n_ff_s]` ×2, `[T]` gate.
+    sh_g: Vec<f32>,
+    sh_u: Vec<f32>,
+    sh_gate: Vec<f32>,
+    sh_out: Vec<f32>,
+}
+
+impl MoeScratch {
+    pub fn new(cfg: &ModelConfig, t: usize) -> MoeScratch {
+        let (e, ff, ffs, k) = (cfg.n_embd, cfg.n_ff_exp, cfg.n_ff_shexp, cfg.n_expert_used);
+        let ff_max = ff.max(ffs);
+        MoeScratch {
+            router: vec![0.0; t * cfg.n_expert],
+            sel: vec![0; t * k],
+            weights: vec![0.0; t * k],
+            routed: vec![(0, 0); t * k],
+            offsets: vec![0; cfg.n_expert + 1],
+            fill: vec![0; cfg.n_expert],
+            idx: Vec::with_capacity(t * k),
+            expert_of: Vec::with_capacity(t * k),
+            path: ExpertPath::Auto,
+            gathered: Activations::with_capacity(t * k * e * 4),
+            gu: vec![0.0; t * k * 2 * ff],
+            up: vec![0.0; t * k * ff],
+            h: vec![0.0; t * k * ff_max],
+            h_act: Activations::with_capacity(t * k * ff_max * 4),
+            dn: vec![0.0; t * k * e],
+            slots: vec![0.0; t * k * e],
+            sh_g: vec![0.0; t * ffs],
+            sh_u: vec![0.0; t * ffs],
+            sh_gate: vec![0.0; t],
+            sh_out: vec![0.0; t * e],
+        }
+    }
+
+    /// Experts selected for token `t` of the last call (descending weight).
+    pub fn selected(&self, t: usize, k: usize) -> &[usize] {
+        &self.sel[t * k..(t + 1) * k]
+    }
+}
+
+/// The MoE block over `t` tokens of normed input `u`, writing `out`.
+#[allow(clippy::too_many_arguments)]
+pub fn forward(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &FfnWeights,
+    u: &[f32],
+    t: usize,
+    sc: &mut MoeScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+) {
+    let (e, ne, k) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used);
+    let u = &u[..t * e];
+
+    // 1. Route.
+    lin.new_input();
+    lin.project(kt, &w.router, u, &mut sc.router[..t * ne]);
+    for ti in 0..t {
+        route(
+            &mut sc.router[ti * ne..(ti + 1) * ne],
+            &mut sc.sel[ti * k..(ti + 1) * k],
+            &mut sc.weights[ti * k..(ti + 1) * k],
+        );
+    }
+
+    // 2. Group (token, slot) pairs by expert.
+    sc.offsets.fill(0);
+    for &x in &sc.sel[..t * k] {
+        sc.offsets[x + 1] += 1;
+    }
+    for x in 0..ne {
+        sc.offsets[x + 1] += sc.offsets[x];
+    }
+    sc.fill.copy_from_slice(&sc.offsets[..ne]);
+    for ti in 0..t {
+        for slot in 0..k {
+            let x = sc.sel[ti * k + slot];
+            sc.routed[sc.fill[x]] = (ti, slot);
+            sc.fill[x] += 1;
+        }
+    }
+
+    // 3. The selected experts: grouped by expert when experts are shared
+    //    by several tokens, else every (token, slot) pair in one product.
+    let distinct = (0..ne)
+        .filter(|&x| sc.offsets[x + 1] > sc.offsets[x])
+        .count();
+    let flat = match sc.path {
+        ExpertPath::Auto => t * k <= 2 * distinct,
+        ExpertPath::Grouped => false,
+        ExpertPath::Flat => true,
+    };
+    if flat {
+        experts_flat(kt, cfg, w, u, t, sc, lin);
+    } else {
+        experts_grouped(kt, cfg, w, u, sc, lin);
+    }
+
+    // 4. Shared expert and its gate.
+    let ffs = cfg.n_ff_shexp;
+    lin.project(kt, &w.shexp_gate, u, &mut sc.sh_g[..t * ffs]);
+    lin.project(kt, &w.shexp_up, u, &mut sc.sh_u[..t * ffs]);
+    lin.project(kt, &w.shexp_gate_inp, u, &mut sc.sh_gate[..t]);
+    for r in 0..t {
+        swiglu(
+            &sc.sh_g[r * ffs..(r + 1) * ffs],
+            &sc.sh_u[r * ffs..(r + 1) * ffs],
+            &mut sc.h[r * ffs..(r + 1) * ffs],
+        );
+    }
+    sc.h_act
+        .quantize(kt, w.shexp_down.ty.vec_dot_type(), &sc.h[..t * ffs], ffs);
+    matmul(
+        kt,
+        &w.shexp_down,
+        &sc.h_act,
+        &mut sc.sh_out[..t * e],
+        &mut lin.tile,
+    );
+
+    // 5. Weighted sum in slot order, plus the gated shared expert.
+    for ti in 0..t {
+        let o = &mut out[ti * e..(ti + 1) * e];
+        for slot in 0..k {
+            let wt = sc.weights[ti * k + slot];
+            let y = &sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e];
+            if slot == 0 {
+                for (oi, &yi) in o.iter_mut().zip(y) {
+                    *oi = yi * wt;
+                }
+            } else {
+                for (oi, &yi) in o.iter_mut().zip(y) {
+                    *oi += yi * wt;
+                }
+            }
+        }
+        let g = sigmoid(sc.sh_gate[ti]);
+        let sh = &sc.sh_out[ti * e..(ti + 1) * e];
+        for (oi, &si) in o.iter_mut().zip(sh) {
+            *oi += si * g;
+        }
+    }
+}
+
+/// Each selected expert on the tokens routed to it: its rows are streamed
+/// once for all of them.
+fn experts_grouped(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &FfnWeights,
+    u: &[f32],
+    sc: &mut MoeScratch,
+    lin: &mut MatScratch,
+) {
+    let (e, ne, k, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp);
+    for x in 0..ne {
+        let (a, b) = (sc.offsets[x], sc.offsets[x + 1]);
+        if a == b {
+            continue;
+        }
+        let n = b - a;
+        sc.idx.clear();
+        sc.idx.extend(sc.routed[a..b].iter().map(|&(ti, _)| ti));
+        match w.gate_up {
+            GateUp::Fused(gu) => {
+                let m = gu.expert(x);
+                expert_product(kt, &m, u, e, lin, sc, ProductDst::Gu, n);
+                for r in 0..n {
+                    let row = &sc.gu[r * 2 * ff..(r + 1) * 2 * ff];
+                    let (g, up) = row.split_at(ff);
+                    swiglu(g, up, &mut sc.h[r * ff..(r + 1) * ff]);
+                }
+            }
+            GateUp::Split { gate, up } => {
+                expert_product(kt, &gate.expert(x), u, e, lin, sc, ProductDst::Gu, n);
+                expert_product(kt, &up.expert(x), u, e, lin, sc, ProductDst::Up, n);
+                for r in 0..n {
+                    let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
+                    swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
+                }
+            }
+        }
+        let down = w.down.expert(x);
+        sc.h_act
+            .quantize(kt, down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
+        matmul(kt, &down, &sc.h_act, &mut sc.dn[..n * e], &mut lin.tile);
+        for (r, &(ti, slot)) in sc.routed[a..b].iter().enumerate() {
+            sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
+                .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
+        }
+    }
+}
+
+/// Every (token, slot) pair at once, in routed order: one parallel product
+/// per projection, each pair reading its own expert's rows.
+fn experts_flat(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &FfnWeights,
+    u: &[f32],
+    t: usize,
+    sc: &mut MoeScratch,
+    lin: &mut MatScratch,
+) {
+    let (e, k, ff) = (cfg.n_embd, cfg.n_expert_used, cfg.n_ff_exp);
+    let n = t * k;
+    sc.idx.clear();
+    sc.idx.extend(sc.routed[..n].iter().map(|&(ti, _)| ti));
+    sc.expert_of.clear();
+    sc.expert_of.extend(
+        sc.routed[..n]
+            .iter()
+            .map(|&(ti, slot)| sc.sel[ti * k + slot]),
+    );
+    match w.gate_up {
+        GateUp::Fused(gu) => {
+            sc.gathered
+                .gather(lin.cache.get(kt, gu.ty.vec_dot_type(), u, e), &sc.idx);
+            rows_product(
+                kt,
+                &gu,
+                &sc.expert_of,
+                &sc.gathered,
+                &mut sc.gu[..n * 2 * ff],
+            );
+            for r in 0..n {
+                let (g, up) = sc.gu[r * 2 * ff..(r + 1) * 2 * ff].split_at(ff);
+                swiglu(g, up, &mut sc.h[r * ff..(r + 1) * ff]);
+            }
+        }
+        GateUp::Split { gate, up } => {
+            sc.gathered
+                .gather(lin.cache.get(kt, gate.ty.vec_dot_type(), u, e), &sc.idx);
+            rows_product(kt, &gate, &sc.expert_of, &sc.gathered, &mut sc.gu[..n * ff]);
+            if up.ty.vec_dot_type() != gate.ty.vec_dot_type() {
+                sc.gathered
+                    .gather(lin.cache.get(kt, up.ty.vec_dot_type(), u, e), &sc.idx);
+            }
+            rows_product(kt, &up, &sc.expert_of, &sc.gathered, &mut sc.up[..n * ff]);
+            for r in 0..n {
+                let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
+                swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
+            }
+        }
+    }
+    sc.h_act
+        .quantize(kt, w.down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
+    rows_product(kt, &w.down, &sc.expert_of, &sc.h_act, &mut sc.dn[..n * e]);
+    for (r, &(ti, slot)) in sc.routed[..n].iter().enumerate() {
+        sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
+            .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
+    }
+}
+
+/// `out[r] = M_{expert_of[r]} · acts[r]` for every row r, in one parallel
+/// region over (row, output chunk).
+fn rows_product(
+    kt: &KernelTable,
+    m: &Experts,
+    expert_of: &[usize],
+    acts: &Activations,
+    out: &mut [f32],
+) {
+    let (n_in, n_out) = (m.n_in, m.n_out);
+    let dot = kt.vec_dot(m.ty);
+    let per = rows_per_task(n_out * expert_of.len()).min(n_out);
+    out.par_chunks_mut(n_out)
+        .zip(expert_of.par_iter())
+        .enumerate()
+        .for_each(|(r, (row, &x))| {
+            let mx = m.expert(x);
+            let a = acts.row(r);
+            row.par_chunks_mut(per).enumerate().for_each(|(c, ys)| {
+                for (i, y) in ys.iter_mut().enumerate() {
+                    *y = dot(n_in, mx.row(c * per + i), a);
+                }
+            });
+        });
+}
+
+/// `h = silu(g) ⊙ up`.
+#[inline]
+fn swiglu(g: &[f32], up: &[f32], h: &mut [f32]) {
+    for ((hi, &gi), &ui) in h.iter_mut().zip(g).zip(up) {
+        *hi = silu(gi) * ui;
+    }
+}
+
+enum ProductDst {
+    Gu,
+    Up,
+}
+
+/// One expert matrix on the tokens `sc.idx` of `u`.
+#[allow(clippy::too_many_arguments)]
+fn expert_product(
+    kt: &KernelTable,
+    m: &Matrix,
+    u: &[f32],
+    e: usize,
+    lin: &mut MatScratch,
+    sc: &mut MoeScratch,
+    dst: ProductDst,
+    n: usize,
+) {
+    let ty: GgmlType = m.ty.vec_dot_type();
+    let acts = lin.cache.get(kt, ty, u, e);
+    sc.gathered.gather(acts, &sc.idx);
+    let out = match dst {
+        ProductDst::Gu => &mut sc.gu[..n * m.n_out],
+        ProductDst::Up => &mut sc.up[..n * m.n_out],
+    };
+    matmul(kt, m, &sc.gathered, out, &mut lin.tile);
+}

@@ -1,0 +1,291 @@
+//! Gated attention against a direct f64 transcription of DESIGN §2.2, plus
+//! crafted checks of the causal mask, the GQA mapping and the q/gate split.
+
+use super::*;
+use crate::model::attention::{self, AttentionScratch};
+use crate::model::kv::KvCache;
+use crate::model::linear::MatScratch;
+use crate::model::weights::{AttentionWeights, MixerWeights};
+
+fn attn_weights<'a>(m: &'a Model<'a>, il: usize) -> &'a AttentionWeights<'a> {
+    match &m.weights.layers[il].mixer {
+        MixerWeights::Attention(w) => w,
+        _ => panic!("layer {il} is not attention"),
+    }
+}
+
+/// Runs layer `il`'s attention over `u` (`[t][n_embd]`) in batches of `step`.
+fn run(tm: &TinyModel, il: usize, u: &[f32], step: usize, ty: GgmlType) -> Vec<f32> {
+    let model = tm.model();
+    let cfg = &model.config;
+    let w = attn_weights(&model, il);
+    let kt = kernels::isa::active();
+    let e = cfg.n_embd;
+    let t = u.len() / e;
+    let mut kv = KvCache::new(1, 16, cfg.n_head_kv, cfg.head_dim, ty, ty).unwrap();
+    let mut sc = AttentionScratch::new(cfg, step, 16);
+    let mut lin = MatScratch::new(step, 64);
+    let mut out = vec![0.0f32; t * e];
+    let mut p = 0;
+    while p < t {
+        let n = step.min(t - p);
+        attention::forward(
+            kt,
+            cfg,
+            w,
+            &mut kv,
+            0,
+            p,
+            &u[p * e..(p + n) * e],
+            n,
+            &mut sc,
+            &mut lin,
+            &mut out[p * e..],
+        );
+        p += n;
+        kv.set_len(p);
+    }
+    out
+}
+
+pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
+    let c = &tm.cfg;
+    let v = |s: &str| tm.values(&format!("blk.{il}.{s}"));
+    let (wq, wk, wv, wo) = (
+        v("attn_q.weight"),
+        v("attn_k.weight"),
+        v("attn_v.weight"),
+        v("attn_output.weight"),
+    );
+    let (qn, kn) = (v("attn_q_norm.weight"), v("attn_k_norm.weight"));
+    let (e, d, nh, nkv) = (c.n_embd, c.head_dim, c.n_head, c.n_head_kv);
+    let eps = c.rms_eps as f64;
+    let t_n = u.len() / e;
+    let mv = |w: &[f32], x: &[f32], n_out: usize| -> Vec<f64> {
+        (0..n_out)
+            .map(|o| {
+                (0..x.len())
+                    .map(|i| w[o * x.len() + i] as f64 * x[i] as f64)
+                    .sum()
+            })
+            .collect()
+    };
+    let norm = |x: &[f64], w: &[f32]| -> Vec<f64> {
+        let ms = x.iter().map(|a| a * a).sum::<f64>() / x.len() as f64;
+        x.iter()
+            .zip(w)
+            .map(|(a, b)| a / (ms + eps).sqrt() * *b as f64)
+            .collect()
+    };
+    let rope = |x: &mut [f64], p: usize| {
+        let half = c.n_rot / 2;
+        for i in 0..half {
+            let th = p as f64 * (c.rope_base as f64).powf(-2.0 * i as f64 / c.n_rot as f64);
+            let (a, b) = (x[i], x[i + half]);
+            x[i] = a * th.cos() - b * th.sin();
+            x[i + half] = a * th.sin() + b * th.cos();
+        }
+    };
+    let mut ks = vec![];
+    let mut vs = vec![];
+    let mut out = vec![];
+    for t in 0..t_n {
+        let x = &u[t * e..(t + 1) * e];
+        let qg = mv(&wq, x, nh * 2 * d);
+        let kr = mv(&wk, x, nkv * d);
+        let vr = mv(&wv, x, nkv * d);
+        let mut kh = vec![];
+        for g in 0..nkv {
+            let mut k = norm(&kr[g * d..(g + 1) * d], &kn);
+            rope(&mut k, t);
+            kh.push(k);
+        }
+        ks.push(kh);
+        vs.push(
+            (0..nkv)
+                .map(|g| vr[g * d..(g + 1) * d].to_vec())
+                .collect::<Vec<_>>(),
+        );
+        let mut cat = vec![0.0f64; nh * d];
+        for h in 0..nh {
+            let mut q = norm(&qg[h * 2 * d..h * 2 * d + d], &qn);
+            rope(&mut q, t);
+            let gate = &qg[h * 2 * d + d..(h + 1) * 2 * d];
+            let g = h / (nh / nkv);
+            let sc: Vec<f64> = (0..=t)
+                .map(|s| (0..d).map(|i| q[i] * ks[s][g][i]).sum::<f64>() / (d as f64).sqrt())
+                .collect();
+            let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+            let ex: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
+            let z: f64 = ex.iter().sum();
+            for j in 0..d {
+                let a: f64 = (0..=t).map(|s| ex[s] / z * vs[s][g][j]).sum();
+                cat[h * d + j] = a / (1.0 + (-gate[j]).exp());
+            }
+        }
+        out.extend((0..e).map(|o| {
+            (0..nh * d)
+                .map(|i| wo[o * nh * d + i] as f64 * cat[i])
+                .sum::<f64>()
+        }));
+    }
+    out
+}
+
+#[test]
+fn attention_matches_the_design_transcription_token_by_token_and_batched() {
+    let tm = TinyModel::random(tiny_config(2, 2), 21);
+    let mut r = Rng::new(5);
+    let u = r.vec(6 * tm.cfg.n_embd, 1.0);
+    let want = reference(&tm, 1, &u);
+    for step in [1, 4, 6] {
+        let got = run(&tm, 1, &u, step, GgmlType::F32);
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "step {step} [{i}]: {g} vs {w}"
+            );
+        }
+    }
+}
+
+#[test]
+fn later_tokens_do_not_change_earlier_outputs() {
+    let tm = TinyModel::random(tiny_config(2, 2), 22);
+    let e = tm.cfg.n_embd;
+    let mut r = Rng::new(6);
+    let u = r.vec(4 * e, 1.0);
+    let mut u2 = u.clone();
+    for x in &mut u2[2 * e..] {
+        *x = -*x * 3.0;
+    }
+    let a = run(&tm, 1, &u, 4, GgmlType::F32);
+    let b = run(&tm, 1, &u2, 4, GgmlType::F32);
+    assert_eq!(&a[..2 * e], &b[..2 * e]);
+    assert_ne!(&a[2 * e..], &b[2 * e..]);
+}
+
+/// attn_output that copies heads 2 and 3 (16 dims each) to the 32 outputs.
+fn select_heads_2_and_3(tm: &mut TinyModel) {
+    let c = &tm.cfg;
+    let (e, d, nh) = (c.n_embd, c.head_dim, c.n_head);
+    let mut wo = vec![0.0f32; e * nh * d];
+    for o in 0..e {
+        wo[o * nh * d + 2 * d + o] = 1.0;
+    }
+    tm.set(
+        "blk.1.attn_output.weight",
+        Tensor::f32(&[(nh * d) as u64, e as u64], &wo),
+    );
+}
+
+fn zero_v_head(tm: &mut TinyModel, g: usize) {
+    let c = &tm.cfg;
+    let (e, d, nkv) = (c.n_embd, c.head_dim, c.n_head_kv);
+    let mut wv = tm.values("blk.1.attn_v.weight");
+    wv[g * d * e..(g + 1) * d * e].fill(0.0);
+    tm.set(
+        "blk.1.attn_v.weight",
+        Tensor::f32(&[e as u64, (nkv * d) as u64], &wv),
+    );
+}
+
+#[test]
+fn query_heads_read_kv_head_h_over_group_size() {
+    // 4 query heads, 2 KV heads: heads 2 and 3 read KV head 1.
+    let mut r = Rng::new(7);
+    let u = r.vec(3 * 32, 1.0);
+    let mut tm = TinyModel::random(tiny_config(2, 2), 23);
+    select_heads_2_and_3(&mut tm);
+    zero_v_head(&mut tm, 1);
+    let out = run(&tm, 1, &u, 3, GgmlType::F32);
+    assert!(
+        out.iter().all(|x| *x == 0.0),
+        "heads 2, 3 must see the zeroed KV head 1"
+    );
+    let mut tm = TinyModel::random(tiny_config(2, 2), 23);
+    select_heads_2_and_3(&mut tm);
+    zero_v_head(&mut tm, 0);
+    let out = run(&tm, 1, &u, 3, GgmlType::F32);
+    assert!(
+        out.iter().all(|x| *x != 0.0),
+        "heads 2, 3 must not read KV head 0"
+    );
+}
+
+#[test]
+fn the_gate_half_of_each_query_head_multiplies_the_output() {
+    // Zeroing the gate rows (second half of each head's 2d rows) of attn_q
+    // gives σ(0) = 1/2 gates: the output is exactly the ungated attention
+    // halved, which the query half cannot imitate.
+    let mut r = Rng::new(8);
+    let u = r.vec(2 * 32, 1.0);
+    let mut tm = TinyModel::random(tiny_config(2, 2), 24);
+    let c = tm.cfg.clone();
+    let (e, d, nh) = (c.n_embd, c.head_dim, c.n_head);
+    let mut wq = tm.values("blk.1.attn_q.weight");
+    for h in 0..nh {
+        wq[(h * 2 * d + d) * e..(h + 1) * 2 * d * e].fill(0.0);
+    }
+    tm.set(
+        "blk.1.attn_q.weight",
+        Tensor::f32(&[e as u64, (nh * 2 * d) as u64], &wq),
+    );
+    let got = run(&tm, 1, &u, 2, GgmlType::F32);
+    let want = reference(&tm, 1, &u);
+    for (g, w) in got.iter().zip(&want) {
+        assert!((*g as f64 - w).abs() < 1e-5 * (1.0 + w.abs()));
+    }
+}
+
+#[test]
+fn f16_and_bf16_caches_stay_close_to_f32() {
+    let tm = TinyModel::random(tiny_config(2, 2), 25);
+    let mut r = Rng::new(9);
+    let u = r.vec(5 * 32, 1.0);
+    let base = run(&tm, 1, &u, 5, GgmlType::F32);
+    for (ty, tol) in [(GgmlType::F16, 1e-2), (GgmlType::BF16, 5e-2)] {
+        let got = run(&tm, 1, &u, 5, ty);
+        let d = max_abs_diff(&base, &got);
+        assert!(d < tol, "{ty}: {d}");
+        assert!(d > 0.0, "{ty} cache must actually round");
+    }
+}
+
+#[test]
+fn an_f16_v_cache_sees_softmax_weights_rounded_to_f16() {
+    // k = 0 (zero attn_k) makes the weights uniform: 1/3 at position 2. With a
+    // one-hot input, v is a column of attn_v, chosen exact in f16, so the only
+    // difference an f16 cache makes is p = f16(1/3) instead of 1/3.
+    let mut tm = TinyModel::random(tiny_config(2, 2), 27);
+    let c = tm.cfg.clone();
+    let (e, d, nkv) = (c.n_embd, c.head_dim, c.n_head_kv);
+    tm.set(
+        "blk.1.attn_k.weight",
+        Tensor::f32(&[e as u64, (nkv * d) as u64], &vec![0.0; e * nkv * d]),
+    );
+    let mut wv = vec![0.0f32; e * nkv * d];
+    for o in 0..nkv * d {
+        wv[o * e] = (o as f32 - 13.0) / 8.0;
+    }
+    tm.set(
+        "blk.1.attn_v.weight",
+        Tensor::f32(&[e as u64, (nkv * d) as u64], &wv),
+    );
+    let mut u = vec![0.0f32; 3 * e];
+    for t in 0..3 {
+        u[t * e] = 1.0;
+    }
+    let f32_out = run(&tm, 1, &u, 3, GgmlType::F32);
+    let f16_out = run(&tm, 1, &u, 3, GgmlType::F16);
+    let ratio = 3.0 * half::f16::from_f32(1.0 / 3.0).to_f32();
+    assert!((ratio - 1.0).abs() > 1e-4);
+    let mut checked = 0;
+    for (a, b) in f32_out[2 * e..].iter().zip(&f16_out[2 * e..]) {
+        if a.abs() > 0.1 {
+            assert!((b / a - ratio).abs() < 1e-5, "{b} / {a} vs {ratio}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 8);
+}
