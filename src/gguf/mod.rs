@@ -1,7 +1,11 @@
-//! GGUF v3: metadata values, the writer, and (reader.rs) the hostile-input reader.
+//! GGUF v3: metadata values, the hostile-input reader, and the streaming writer.
 
+pub mod error;
+pub mod reader;
 pub mod value;
 pub mod writer;
 
+pub use error::GgufError;
+pub use reader::{GgufFile, TensorInfo, TensorView};
 pub use value::{Value, ValueType};
 pub use writer::{GgufWriter, TensorPlan};

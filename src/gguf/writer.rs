@@ -12,6 +12,9 @@ use super::value::Value;
 pub const GGUF_MAGIC: &[u8; 4] = b"GGUF";
 pub const GGUF_VERSION: u32 = 3;
 pub const DEFAULT_ALIGNMENT: u64 = 32;
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+/// ggml's `GGML_MAX_NAME` less its terminating NUL.
+pub const MAX_TENSOR_NAME_LEN: usize = 63;
 
 /// A tensor to be written: its name, type and shape in ggml `ne` order.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,10 +33,15 @@ impl TensorPlan {
     /// of blocks.
     pub fn n_bytes(&self) -> io::Result<u64> {
         let ne0 = self.dims.first().copied().unwrap_or(1);
-        let rows: u64 = self.dims.iter().skip(1).product();
+        let rows = self
+            .dims
+            .iter()
+            .skip(1)
+            .try_fold(1u64, |a, &d| a.checked_mul(d));
         self.ty
             .row_bytes(ne0)
-            .and_then(|r| r.checked_mul(rows))
+            .zip(rows)
+            .and_then(|(r, rows)| r.checked_mul(rows))
             .ok_or_else(|| {
                 invalid(format!(
                     "tensor {}: {} elements per row is not a whole number of {} blocks",
@@ -73,7 +81,7 @@ impl GgufWriter {
     /// Sets a metadata key, replacing an earlier value of the same key.
     pub fn set(&mut self, key: impl Into<String>, value: Value) {
         let key = key.into();
-        if key == "general.alignment" {
+        if key == ALIGNMENT_KEY {
             if let Some(a) = value.as_u64() {
                 self.alignment = a;
             }
@@ -108,21 +116,27 @@ impl GgufWriter {
         out: W,
         mut fill: impl FnMut(usize, &TensorPlan, &mut dyn Write) -> io::Result<()>,
     ) -> io::Result<u64> {
-        if self.alignment == 0 || !self.alignment.is_power_of_two() {
-            return Err(invalid(format!(
-                "alignment {} is not a power of two",
-                self.alignment
-            )));
-        }
+        self.validate()?;
+        // An alignment set through the field alone still has to be recorded.
+        let implied_key = self.alignment != DEFAULT_ALIGNMENT
+            && !self.metadata.iter().any(|(k, _)| k == ALIGNMENT_KEY);
         let mut w = Counting { inner: out, n: 0 };
         w.write_all(GGUF_MAGIC)?;
         w.write_all(&GGUF_VERSION.to_le_bytes())?;
         w.write_all(&(self.tensors.len() as u64).to_le_bytes())?;
-        w.write_all(&(self.metadata.len() as u64).to_le_bytes())?;
+        let n_kv = self.metadata.len() as u64 + implied_key as u64;
+        w.write_all(&n_kv.to_le_bytes())?;
         for (k, v) in &self.metadata {
             write_string(&mut w, k)?;
             w.write_all(&(v.value_type() as u32).to_le_bytes())?;
             write_value(&mut w, v)?;
+        }
+        if implied_key {
+            // Checked to fit in a u32 by `validate`.
+            let v = Value::U32(self.alignment as u32);
+            write_string(&mut w, ALIGNMENT_KEY)?;
+            w.write_all(&(v.value_type() as u32).to_le_bytes())?;
+            write_value(&mut w, &v)?;
         }
         let mut offset = 0u64;
         let mut sizes = Vec::with_capacity(self.tensors.len());
@@ -136,7 +150,10 @@ impl GgufWriter {
             w.write_all(&offset.to_le_bytes())?;
             let size = t.n_bytes()?;
             sizes.push(size);
-            offset = align_up(offset + size, self.alignment);
+            offset = offset
+                .checked_add(size)
+                .and_then(|end| end.checked_next_multiple_of(self.alignment))
+                .ok_or_else(|| invalid(format!("tensor {}: data offset overflows", t.name)))?;
         }
         pad_to(&mut w, self.alignment)?;
         for (i, t) in self.tensors.iter().enumerate() {
@@ -155,6 +172,53 @@ impl GgufWriter {
         }
         w.flush()?;
         Ok(w.n)
+    }
+
+    /// Refuses what the reader (and llama.cpp) would refuse: an alignment
+    /// that is not a u32 power of two or disagrees with the
+    /// `general.alignment` key, an empty key, tensor names that are too long
+    /// or repeated, and shapes that are not 1 to 4 non-zero dimensions.
+    fn validate(&self) -> io::Result<()> {
+        if self.alignment == 0
+            || !self.alignment.is_power_of_two()
+            || self.alignment > u32::MAX as u64
+        {
+            return Err(invalid(format!(
+                "alignment {} is not a power of two that fits in a u32",
+                self.alignment
+            )));
+        }
+        if let Some((_, v)) = self.metadata.iter().find(|(k, _)| k == ALIGNMENT_KEY) {
+            if *v != Value::U32(self.alignment as u32) {
+                return Err(invalid(format!(
+                    "{ALIGNMENT_KEY} must be the u32 {} (llama.cpp reads it as u32), found {} {v}",
+                    self.alignment,
+                    v.value_type().name()
+                )));
+            }
+        }
+        if self.metadata.iter().any(|(k, _)| k.is_empty()) {
+            return Err(invalid("a metadata key is empty".to_string()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for t in &self.tensors {
+            if t.name.len() > MAX_TENSOR_NAME_LEN {
+                return Err(invalid(format!(
+                    "tensor {}: name longer than {MAX_TENSOR_NAME_LEN} bytes",
+                    t.name
+                )));
+            }
+            if !names.insert(t.name.as_str()) {
+                return Err(invalid(format!("duplicate tensor name {}", t.name)));
+            }
+            if t.dims.is_empty() || t.dims.len() > 4 || t.dims.contains(&0) {
+                return Err(invalid(format!(
+                    "tensor {}: shape {:?} must have 1 to 4 dimensions, none of them 0",
+                    t.name, t.dims
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Writes to `path` through a temporary file in the same folder that is
