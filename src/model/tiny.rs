@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use half::f16;
 use kernels::GgmlType;
 
+use crate::gguf::{GgufWriter, Value};
+
 use super::config::{Arch, LayerKind, ModelConfig};
 use super::forward::Model;
 use super::weights::WeightRef;
@@ -228,6 +230,55 @@ impl TinyModel {
                 *t = Tensor::f16(&t.dims, &t.values());
             }
         }
+    }
+
+    /// The GGUF metadata that describes `cfg` (DESIGN §1.1 keys).
+    pub fn metadata(&self) -> Vec<(String, Value)> {
+        let c = &self.cfg;
+        let a = c.arch.name();
+        let mut m = vec![("general.architecture".to_string(), Value::str(a))];
+        let u = |v: usize| Value::U32(v as u32);
+        for (k, v) in [
+            ("block_count", u(c.n_layer_all)),
+            ("context_length", u(c.context_length)),
+            ("embedding_length", u(c.n_embd)),
+            ("attention.head_count", u(c.n_head)),
+            ("attention.head_count_kv", u(c.n_head_kv)),
+            ("attention.key_length", u(c.head_dim)),
+            ("attention.value_length", u(c.head_dim_v)),
+            ("attention.layer_norm_rms_epsilon", Value::F32(c.rms_eps)),
+            ("rope.freq_base", Value::F32(c.rope_base)),
+            ("rope.dimension_count", u(c.n_rot)),
+            ("expert_count", u(c.n_expert)),
+            ("expert_used_count", u(c.n_expert_used)),
+            ("expert_feed_forward_length", u(c.n_ff_exp)),
+            ("expert_shared_feed_forward_length", u(c.n_ff_shexp)),
+            ("ssm.conv_kernel", u(c.ssm_conv_kernel)),
+            ("ssm.state_size", u(c.ssm_head_dim)),
+            ("ssm.group_count", u(c.ssm_n_k_heads)),
+            ("ssm.time_step_rank", u(c.ssm_n_v_heads)),
+            ("ssm.inner_size", u(c.ssm_inner())),
+            ("full_attention_interval", u(c.full_attention_interval)),
+        ] {
+            m.push((format!("{a}.{k}"), v));
+        }
+        m
+    }
+
+    /// Writes the model as a GGUF file (metadata of `metadata()`, every
+    /// tensor in name order).
+    pub fn write_gguf<W: std::io::Write>(&self, out: W) -> std::io::Result<u64> {
+        let mut w = GgufWriter::new();
+        for (k, v) in self.metadata() {
+            w.set(k, v);
+        }
+        let mut names: Vec<&String> = self.tensors.keys().collect();
+        names.sort();
+        for n in &names {
+            let t = &self.tensors[*n];
+            w.add_tensor(n.as_str(), t.ty, &t.dims);
+        }
+        w.write(out, |i, _, o| o.write_all(self.tensors[names[i]].data()))
     }
 
     /// Bytes of every tensor.

@@ -98,3 +98,12 @@ fn a_trailing_mtp_block_is_skipped() {
     assert_eq!(model.config.n_layer, 4);
     assert_eq!(model.weights.layers.len(), 4);
 }
+
+#[test]
+fn tiny_metadata_round_trips_through_the_config_reader() {
+    let tm = TinyModel::random(tiny_config(4, 2), 57);
+    let meta = tm.metadata();
+    let cfg =
+        ModelConfig::from_metadata(|k| meta.iter().find(|(n, _)| n == k).map(|(_, v)| v)).unwrap();
+    assert_eq!(cfg, tm.cfg);
+}
