@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use clover::gguf::{GgufWriter, Value};
+use clover::kernels::GgmlType;
 use clover::model::tiny::{tiny_config, Tensor, TinyModel};
 use clover::model::{Arch, LogitsFor, StateOptions};
 
@@ -182,6 +183,21 @@ fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
 /// within half a quantisation step plus 2e-5.
 #[test]
 fn log_probs_match_llama_cpp_perplexity_dump() {
+    log_probs_match(GgmlType::F32, "f32", 0.0);
+}
+
+/// The DESIGN's default cache: K/V in f16 (llama.cpp without flash attention
+/// converts q to f16 for q·k and the softmax weights to f16 for ·V; we do the
+/// same). OPEN: a residual of 3.05e-4 (vs 4.6e-5 with an f32 cache) is not
+/// yet explained, so this guards the measured level (extra 3e-4) rather than
+/// the dump's resolution. Without the f16 rounding of the softmax weights the
+/// difference is above 7e-4.
+#[test]
+fn log_probs_stay_near_llama_cpp_with_an_f16_kv_cache() {
+    log_probs_match(GgmlType::F16, "f16", 3e-4);
+}
+
+fn log_probs_match(cache: GgmlType, cache_flag: &str, extra: f32) {
     let dir_bin = match llama_completion() {
         Some(p) => p.parent().unwrap().to_path_buf(),
         None => {
@@ -216,7 +232,9 @@ fn log_probs_match_llama_cpp_perplexity_dump() {
         ])
         .args(["-c", &n_ctx.to_string(), "-b", &n_ctx.to_string()])
         .args(["--kl-divergence-base", dump.to_str().unwrap()])
-        .args(["-fa", "off", "-ctk", "f32", "-ctv", "f32", "-t", "1"])
+        .args([
+            "-fa", "off", "-ctk", cache_flag, "-ctv", cache_flag, "-t", "1",
+        ])
         .output()
         .unwrap();
     assert!(
@@ -246,7 +264,10 @@ fn log_probs_match_llama_cpp_perplexity_dump() {
     let model = tm.model();
     let mut worst = 0.0f32;
     for c in 0..n_chunk {
-        let mut st = model.new_state(StateOptions::new(n_ctx)).unwrap();
+        let mut opts = StateOptions::new(n_ctx);
+        opts.type_k = cache;
+        opts.type_v = cache;
+        let mut st = model.new_state(opts).unwrap();
         let logits = model
             .forward(&mut st, &ids[c * n_ctx..(c + 1) * n_ctx], 0, LogitsFor::All)
             .unwrap()
@@ -272,12 +293,12 @@ fn log_probs_match_llama_cpp_perplexity_dump() {
                 let d = (l[i] - lse - theirs).abs();
                 worst = worst.max(d);
                 assert!(
-                    d <= 0.5 * scale + 2e-5,
+                    d <= 0.5 * scale + 2e-5 + extra,
                     "chunk {c} pos {} token {i}: {d}",
                     first + r
                 );
             }
         }
     }
-    eprintln!("max |log-prob ours − llama.cpp| = {worst:.2e}");
+    eprintln!("{cache_flag} cache: max |log-prob ours − llama.cpp| = {worst:.2e}");
 }
