@@ -21,6 +21,7 @@ pub mod deltanet;
 pub mod forward;
 pub mod kv;
 pub mod linear;
+pub mod load;
 pub mod moe;
 pub mod ops;
 pub mod state;
@@ -36,6 +37,7 @@ use thiserror::Error;
 
 pub use config::{Arch, ConfigError, LayerKind, ModelConfig};
 pub use forward::{LogitsFor, Model, Stats};
+pub use load::LoadError;
 pub use state::{DeltaNetState, State, StateOptions};
 pub use weights::{WeightError, WeightRef, Weights};
 

@@ -107,3 +107,32 @@ fn tiny_metadata_round_trips_through_the_config_reader() {
         ModelConfig::from_metadata(|k| meta.iter().find(|(n, _)| n == k).map(|(_, v)| v)).unwrap();
     assert_eq!(cfg, tm.cfg);
 }
+
+#[test]
+fn a_model_loaded_from_gguf_bytes_gives_the_in_memory_logits() {
+    let tm = TinyModel::random(tiny_config(4, 2), 58);
+    let mut bytes = Vec::new();
+    tm.write_gguf(&mut bytes).unwrap();
+    let file = crate::gguf::GgufFile::from_bytes(bytes).unwrap();
+    let loaded = Model::load(&file).unwrap();
+    assert_eq!(loaded.config, tm.cfg);
+    let mem = tm.model();
+    let mut a = mem.new_state(StateOptions::new(8)).unwrap();
+    let mut b = loaded.new_state(StateOptions::new(8)).unwrap();
+    let want = mem.forward(&mut a, &[4, 9, 33], 0, LogitsFor::All).unwrap();
+    let got = loaded
+        .forward(&mut b, &[4, 9, 33], 0, LogitsFor::All)
+        .unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn loading_a_file_with_a_missing_tensor_names_it() {
+    let mut tm = TinyModel::random(tiny_config(4, 2), 59);
+    tm.tensors.remove("blk.3.attn_k_norm.weight");
+    let mut bytes = Vec::new();
+    tm.write_gguf(&mut bytes).unwrap();
+    let file = crate::gguf::GgufFile::from_bytes(bytes).unwrap();
+    let e = Model::load(&file).unwrap_err().to_string();
+    assert_eq!(e, "missing tensor blk.3.attn_k_norm.weight");
+}
