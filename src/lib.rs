@@ -3,9 +3,9 @@
 pub mod chat;
 pub mod cli;
 pub mod gguf;
+pub mod model;
 pub mod sample;
 pub mod tokenizer;
 pub mod tui;
-pub mod model;
 
 pub use kernels;
