@@ -2,5 +2,6 @@
 
 pub mod cli;
 pub mod gguf;
+pub mod synth;
 
 pub use kernels;
