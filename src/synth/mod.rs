@@ -167,6 +167,15 @@ fn set_metadata(w: &mut GgufWriter, o: &SynthOptions, d: &Dims, v: &Vocab) {
     );
 }
 
+/// Bytes a metadata value takes on disk (without its type tag).
+fn value_bytes(v: &Value) -> u64 {
+    match v {
+        Value::String(s) => 8 + s.len() as u64,
+        Value::Array(_, items) => 4 + 8 + items.iter().map(value_bytes).sum::<u64>(),
+        other => other.value_type().fixed_size().unwrap_or(0) as u64,
+    }
+}
+
 impl Plan {
     pub fn n_tensors(&self) -> usize {
         self.specs.len()
@@ -178,14 +187,11 @@ impl Plan {
 
     /// The exact size of the file `write` produces.
     pub fn file_bytes(&self) -> u64 {
-        // Header and metadata: serialise them alone.
-        let mut meta_only = GgufWriter::new();
+        // Magic, version, tensor count, kv count, then each key and value.
+        let mut n = 4 + 4 + 8 + 8;
         for (k, v) in self.writer.metadata() {
-            meta_only.set(k.clone(), v.clone());
+            n += 8 + k.len() as u64 + 4 + value_bytes(v);
         }
-        let mut header = Vec::new();
-        let _ = meta_only.write(&mut header, |_, _, _| Ok(()));
-        let mut n = header.len() as u64;
         for t in &self.specs {
             n += 8 + t.name.len() as u64 + 4 + 8 * t.ne.len() as u64 + 4 + 8;
         }
