@@ -406,8 +406,8 @@ fn fails_with_one_line(args: &[&str], needle: &str) {
     let out = clover().args(args).output().unwrap();
     assert!(!out.status.success(), "{args:?} succeeded");
     let err = String::from_utf8_lossy(&out.stderr);
-    let first = err.lines().next().unwrap_or("");
-    assert!(first.contains(needle), "{args:?}: {err}");
+    assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    assert!(err.contains(needle), "{args:?}: {err}");
     assert!(!err.contains("panicked"), "{args:?}: {err}");
 }
 

@@ -31,11 +31,22 @@ pub enum Command {
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        Err(e) if e.use_stderr() => {
+            // One line: clap's first paragraph names the flag and the problem.
+            let text = e.render().to_string();
+            let first: Vec<&str> = text
+                .lines()
+                .skip_while(|l| l.trim().is_empty())
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
+            eprintln!("{}", first.join(" "));
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            let code = if e.use_stderr() { 2 } else { 0 };
-            // clap prints usage and the error itself; help and version go to stdout.
+            // Help and version go to stdout.
             let _ = e.print();
-            return ExitCode::from(code);
+            return ExitCode::SUCCESS;
         }
     };
     let result = match cli.command {
