@@ -478,3 +478,35 @@ fn a_recipe_whose_quantizer_is_missing_is_refused_before_writing() {
         "left a partial file"
     );
 }
+
+#[test]
+fn q8_0_q4_0_and_q4_k_m_type_maps_match_llama_quantize_on_tiny() {
+    let quantize = std::env::var("LLAMA_QUANTIZE")
+        .unwrap_or_else(|_| "/work/llama/build/bin/llama-quantize".to_string());
+    let has_gguf = Command::new("python3")
+        .args(["-c", "import gguf"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !Path::new(&quantize).exists() || !has_gguf {
+        eprintln!("SKIPPED: needs {quantize} and python3 with gguf");
+        return;
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/compare_llama_quantize.sh"
+    );
+    let out = Command::new("bash")
+        .arg(script)
+        .arg("tiny")
+        .env("CLOVER", env!("CARGO_BIN_EXE_clover"))
+        .env("LLAMA_QUANTIZE", &quantize)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text.matches("tensor types match").count(), 3, "{text}");
+}

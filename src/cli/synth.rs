@@ -33,6 +33,9 @@ pub struct SynthArgs {
     /// Print the plan (shapes, counts, bytes) without writing anything
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run: also list every tensor (name, type, shape) as TSV
+    #[arg(long, requires = "dry_run")]
+    pub tensors: bool,
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
@@ -44,6 +47,9 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     })?;
     if args.dry_run {
         print!("{}", plan.summary());
+        if args.tensors {
+            print!("{}", plan.tensor_table());
+        }
         return Ok(());
     }
     let Some(path) = args.output else {
@@ -54,8 +60,17 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     }
     plan.check_quantizers()?;
     let start = Instant::now();
+    // Progress on stderr in tenths, for files that take a while.
+    let big = plan.file_bytes() > 1 << 30;
+    let mut shown = 0;
     let bytes = plan
-        .write(&path, args.threads)
+        .write_with_progress(&path, args.threads, |done, total| {
+            let tenth = done * 10 / total;
+            if big && tenth > shown {
+                shown = tenth;
+                eprintln!("synth: {}% ({done}/{total} tensors)", tenth * 10);
+            }
+        })
         .with_context(|| format!("synth {}", path.display()))?;
     println!(
         "wrote {}: {} bytes, {} tensors, {} parameters in {:.1} s",

@@ -82,7 +82,7 @@ pub fn plan(options: SynthOptions) -> Result<Plan, SynthError> {
     let specs = tensors::tensor_specs(options.arch, &dims);
     let types: Vec<GgmlType> = specs
         .iter()
-        .map(|t| options.recipe.type_for(t, dims.n_layer))
+        .map(|t| options.recipe.type_for(t, dims.n_layer, dims.n_expert))
         .collect();
     let mut writer = GgufWriter::new();
     set_metadata(&mut writer, &options, &dims, &vocab);
@@ -257,6 +257,16 @@ impl Plan {
         s
     }
 
+    /// One TSV line per tensor: name, type, shape (ne order, comma-separated).
+    pub fn tensor_table(&self) -> String {
+        let mut s = String::from("name\ttype\tshape\n");
+        for (t, ty) in self.specs.iter().zip(&self.types) {
+            let shape: Vec<String> = t.ne.iter().map(|d| d.to_string()).collect();
+            let _ = writeln!(s, "{}\t{ty}\t{}", t.name, shape.join(","));
+        }
+        s
+    }
+
     /// Fails when a type the recipe needs has no quantizer yet.
     pub fn check_quantizers(&self) -> Result<(), SynthError> {
         for (t, ty) in self.specs.iter().zip(&self.types) {
@@ -275,6 +285,16 @@ impl Plan {
     /// cores when `None`). The bytes do not depend on the thread count.
     /// Returns the number of bytes written.
     pub fn write(&self, path: &Path, threads: Option<usize>) -> Result<u64, SynthError> {
+        self.write_with_progress(path, threads, |_, _| {})
+    }
+
+    /// `write`, calling `progress(tensors_done, tensors_total)` after each tensor.
+    pub fn write_with_progress(
+        &self,
+        path: &Path,
+        threads: Option<usize>,
+        mut progress: impl FnMut(usize, usize) + Send,
+    ) -> Result<u64, SynthError> {
         self.check_quantizers()?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.unwrap_or(0))
@@ -283,7 +303,9 @@ impl Plan {
         let seed = self.options.seed;
         pool.install(|| {
             self.writer.write_to_path(path, |i, _plan, out| {
-                weights::write_tensor(seed, i, &self.specs[i], self.types[i], out)
+                weights::write_tensor(seed, i, &self.specs[i], self.types[i], out)?;
+                progress(i + 1, self.specs.len());
+                Ok(())
             })
         })
         .map_err(|source| SynthError::Io {

@@ -1,11 +1,13 @@
 //! Per-tensor type recipes: which ggml type each tensor is written in.
 //!
-//! The `q4_k_m` mix follows llama-quantize's rules for this architecture
-//! (256 experts, so none of its 8-expert special cases apply):
+//! The `q4_0` and `q4_k_m` mixes follow llama-quantize's rules:
 //! - `output.weight` → Q6_K; `token_embd.weight` → Q4_K (the output is not tied);
 //! - `attn_v` / `attn_qkv` of layer i → Q6_K when `use_more_bits(i, n_layer)`;
 //! - every `ffn_down*` (routed and shared) of layer i → Q6_K when `use_more_bits(i, n_layer)`;
 //! - every other quantizable matrix → Q4_K;
+//! - with exactly 8 experts (the `tiny` preset) llama-quantize also bumps
+//!   `attn_v` / `attn_qkv` / `attn_k` to Q8_0 and, in Q4_K_M, `attn_output` to
+//!   Q5_K; these apply to `q4_0` and `q4_k_m` (the real model has 256 experts);
 //! - a row length that is not a whole number of blocks falls back
 //!   Q4_K → Q5_0, Q5_K → Q5_1, Q6_K → Q8_0, Q2_K/Q3_K → Q4_0, IQ4_XS → IQ4_NL,
 //!   and to F16 when even the 32-block fallback does not fit.
@@ -81,8 +83,9 @@ impl Recipe {
         }
     }
 
-    /// The type of tensor `t` in a model of `n_layer` blocks.
-    pub fn type_for(self, t: &TensorSpec, n_layer: usize) -> GgmlType {
+    /// The type of tensor `t` in a model of `n_layer` blocks and `n_expert`
+    /// routed experts.
+    pub fn type_for(self, t: &TensorSpec, n_layer: usize, n_expert: usize) -> GgmlType {
         if !t.role.is_quantizable() {
             return GgmlType::F32;
         }
@@ -95,9 +98,14 @@ impl Recipe {
             Recipe::Q8_0 => GgmlType::Q8_0,
             Recipe::Q4_0 => match t.role {
                 Role::Output => output_type(t, GgmlType::Q4_0),
+                Role::AttnV | Role::Qkv | Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
                 _ => GgmlType::Q4_0,
             },
-            Recipe::Q4KM => q4_k_m(t, more_bits),
+            Recipe::Q4KM => match t.role {
+                Role::AttnV | Role::Qkv | Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
+                Role::AttnOutput if n_expert == 8 => GgmlType::Q5_K,
+                _ => q4_k_m(t, more_bits),
+            },
             Recipe::Q4KMHq => match t.role.is_routed_expert() {
                 true => q4_k_m(t, more_bits),
                 false => GgmlType::Q8_0,
