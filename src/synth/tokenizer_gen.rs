@@ -171,9 +171,10 @@ pub fn train_bpe(text: &str, max_merges: usize) -> (Vec<String>, Vec<String>) {
                 *pairs.entry((p[0], p[1])).or_default() += n;
             }
         }
+        // Like HF's trainer with min_frequency 0: merge until every
+        // pre-token is one token (or the cap is reached).
         let best = pairs
             .into_iter()
-            .filter(|&(_, n)| n >= 2)
             .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(&a.0)));
         let Some(((a, b), _)) = best else { break };
         let merged = format!("{}{}", strings[a as usize], strings[b as usize]);
