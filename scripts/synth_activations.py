@@ -3,6 +3,7 @@
 (F32/F16/BF16 tensors only), from a plain numpy forward written from DESIGN §2.
 
 Usage: synth_activations.py FILE [N_TOKENS]
+       synth_activations.py FILE --greedy ID,ID,... N   (greedy continuation)
 Prints, per layer, the RMS of the mixer output, the MoE output and the
 residual stream, then the std of the final logits. Used to check that the
 `clover synth` weight scales keep activations finite and spread.
@@ -122,15 +123,12 @@ def moe(u, w, b, hp):
     return out + sg[:, None] * sh
 
 
-def main():
-    hp, w = load(sys.argv[1])
-    T = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+def forward(hp, w, toks, verbose=False):
     eps = hp["attention.layer_norm_rms_epsilon"]
-    rng = np.random.default_rng(0)
-    toks = rng.integers(0, w["token_embd.weight"].shape[0] - 300, T)
     x = w["token_embd.weight"][toks]
     rms = lambda a: float(np.sqrt((a * a).mean()))
-    print(f"embedding rms {rms(x):.3f}")
+    if verbose:
+        print(f"embedding rms {rms(x):.3f}")
     for il in range(hp["block_count"]):
         b = f"blk.{il}."
         u = rms_norm(x, w[b + "attn_norm.weight"], eps)
@@ -139,11 +137,29 @@ def main():
         h = x + m
         f = moe(rms_norm(h, w[b + "post_attention_norm.weight"], eps), w, b, hp)
         x = h + f
-        kind = "attn" if attn else "gdn "
-        print(f"layer {il:2d} {kind}: mixer rms {rms(m):.3f}, moe rms {rms(f):.3f}, residual rms {rms(x):.3f}")
+        if verbose:
+            kind = "attn" if attn else "gdn "
+            print(f"layer {il:2d} {kind}: mixer rms {rms(m):.3f}, moe rms {rms(f):.3f}, residual rms {rms(x):.3f}")
     logits = rms_norm(x, w["output_norm.weight"], eps) @ w["output.weight"].T
     assert np.isfinite(logits).all()
+    return logits
+
+
+def main():
+    hp, w = load(sys.argv[1])
+    if len(sys.argv) > 2 and sys.argv[2] == "--greedy":
+        # synth_activations.py FILE --greedy ID,ID,... N: greedy continuation ids
+        toks = [int(t) for t in sys.argv[3].split(",")]
+        for _ in range(int(sys.argv[4])):
+            toks.append(int(np.argmax(forward(hp, w, np.array(toks))[-1])))
+        print(",".join(map(str, toks)))
+        return
+    T = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    rng = np.random.default_rng(0)
+    toks = rng.integers(0, w["token_embd.weight"].shape[0] - 300, T)
+    logits = forward(hp, w, toks, verbose=True)
     print(f"logits std {float(logits.std(-1).mean()):.3f}, max |logit| {float(np.abs(logits).max()):.2f}")
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Greedy text of llama.cpp vs the numpy forward of synth_activations.py.
+
+Usage: compare_llama_greedy.py FILE [PROMPT] [N]
+Runs llama-completion (temp 0) on FILE, takes its prompt token ids from
+--verbose-prompt, continues them greedily with the numpy forward written from
+DESIGN §2, decodes both with the file's byte-level vocab and compares the
+bytes. Exit status 1 on a mismatch. Needs LLAMA_BIN (default
+/work/llama/build/bin) and python gguf + numpy.
+"""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import numpy as np  # noqa: E402
+from gguf import GGUFReader  # noqa: E402
+
+from synth_activations import forward, load  # noqa: E402
+
+
+def byte_decoder():
+    bs = list(range(0x21, 0x7F)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def main():
+    path = sys.argv[1]
+    prompt = sys.argv[2] if len(sys.argv) > 2 else "Hello"
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 16
+    llama = os.path.join(os.environ.get("LLAMA_BIN", "/work/llama/build/bin"), "llama-completion")
+    run = subprocess.run([llama, "-m", path, "-p", prompt, "-n", str(n), "-t", "2", "--temp", "0", "-no-cnv",
+                          "--verbose-prompt", "-c", "256"], capture_output=True, timeout=600)
+    err = run.stderr.decode(errors="replace")
+    ids = [int(m) for m in re.findall(r"^\S+ I +(\d+) -> '", err, re.M)]
+    assert ids, "no prompt ids in llama output"
+    r = GGUFReader(path)
+    f = r.fields["tokenizer.ggml.tokens"]
+    vocab = [bytes(f.parts[i]).decode() for i in f.data]
+    dec = byte_decoder()
+    hp, w = load(path)
+    toks = list(ids)
+    for _ in range(n):
+        toks.append(int(np.argmax(forward(hp, w, np.array(toks))[-1])))
+    ours = b"".join(bytes(dec[c] for c in vocab[t]) if not vocab[t].startswith("<|") else b"" for t in toks)
+    theirs = run.stdout.rstrip(b"\n")
+    print(f"llama: {theirs!r}")
+    print(f"numpy: {ours!r}")
+    if theirs != ours.rstrip(b"\n"):
+        print("MISMATCH")
+        sys.exit(1)
+    print(f"match: {len(ids)} prompt tokens + {n} greedy tokens")
+
+
+if __name__ == "__main__":
+    main()
