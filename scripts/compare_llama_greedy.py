@@ -36,9 +36,12 @@ def main():
     prompt = sys.argv[2] if len(sys.argv) > 2 else "Hello"
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 16
     llama = os.path.join(os.environ.get("LLAMA_BIN", "/work/llama/build/bin"), "llama-completion")
-    run = subprocess.run([llama, "-m", path, "-p", prompt, "-n", str(n), "-t", "2", "--temp", "0", "-no-cnv",
-                          "--verbose-prompt", "-c", "256"], capture_output=True, timeout=600)
-    err = run.stderr.decode(errors="replace")
+    base = [llama, "-m", path, "-p", prompt, "-t", "2", "--temp", "0", "-no-cnv", "-c", "256"]
+    # The prompt ids come from a separate run: with --verbose-prompt this
+    # llama-completion build leaves the last generated token off stdout.
+    ids_run = subprocess.run(base + ["-n", "1", "--verbose-prompt"], capture_output=True, timeout=600)
+    run = subprocess.run(base + ["-n", str(n)], capture_output=True, timeout=600)
+    err = ids_run.stderr.decode(errors="replace")
     ids = [int(m) for m in re.findall(r"^\S+ I +(\d+) -> '", err, re.M)]
     assert ids, "no prompt ids in llama output"
     r = GGUFReader(path)
