@@ -510,3 +510,41 @@ fn q8_0_q4_0_and_q4_k_m_type_maps_match_llama_quantize_on_tiny() {
     );
     assert_eq!(text.matches("tensor types match").count(), 3, "{text}");
 }
+
+#[test]
+fn llama_cpp_loads_tiny_qwen35moe_and_its_greedy_text_matches_a_numpy_forward() {
+    let bin = std::env::var("LLAMA_BIN").unwrap_or_else(|_| "/work/llama/build/bin".to_string());
+    let has_py = Command::new("python3")
+        .args(["-c", "import gguf, numpy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !Path::new(&bin).join("llama-completion").exists() || !has_py {
+        eprintln!("SKIPPED: needs {bin}/llama-completion and python3 with gguf and numpy");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tiny.gguf");
+    write(
+        opts(Arch::Qwen35Moe, Preset::Tiny, Recipe::F32, 17),
+        &path,
+        None,
+    );
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/compare_llama_greedy.py"
+    );
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&path)
+        .args(["Hello world", "12"])
+        .env("LLAMA_BIN", &bin)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("12 greedy tokens"), "{text}");
+}
