@@ -1,16 +1,83 @@
-//! `clover synth`: random-weight model files (DESIGN §8).
+//! `clover synth`: random-weight model files (DESIGN §8). The logic lives in
+//! `crate::synth`; this file only parses flags and prints.
 
 use std::path::PathBuf;
+use std::time::Instant;
 
+use anyhow::Context;
 use clap::Args;
+
+use crate::synth::{self, Arch, Preset, Recipe, SynthOptions};
 
 #[derive(Args, Debug)]
 pub struct SynthArgs {
+    /// Architecture: clover_moe or qwen35moe
+    #[arg(long, default_value = "clover_moe")]
+    pub arch: Arch,
+    /// Size: tiny, small, a3b-4l or full
+    #[arg(long, default_value = "tiny")]
+    pub preset: Preset,
+    /// Tensor type recipe: f32, f16, bf16, q8_0, q4_0, q4_k_m, q4_k_m-hq,
+    /// iq4_xs-exps-hq, apex-miniplus
+    #[arg(long, default_value = "f32")]
+    pub recipe: Recipe,
+    /// Seed of the random weights
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Threads used to generate and quantize (default: all cores)
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
     /// Output file
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+    /// Print the plan (shapes, counts, bytes) without writing anything
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run: also list every tensor (name, type, shape) as TSV
+    #[arg(long, requires = "dry_run")]
+    pub tensors: bool,
 }
 
-pub fn run(_args: SynthArgs) -> anyhow::Result<()> {
-    anyhow::bail!("synth is not built yet")
+pub fn run(args: SynthArgs) -> anyhow::Result<()> {
+    let plan = synth::plan(SynthOptions {
+        arch: args.arch,
+        preset: args.preset,
+        recipe: args.recipe,
+        seed: args.seed,
+    })?;
+    if args.dry_run {
+        print!("{}", plan.summary());
+        if args.tensors {
+            print!("{}", plan.tensor_table());
+        }
+        return Ok(());
+    }
+    let Some(path) = args.output else {
+        anyhow::bail!("no output file: pass -o FILE (or --dry-run)");
+    };
+    if args.threads == Some(0) {
+        anyhow::bail!("--threads must be at least 1");
+    }
+    let start = Instant::now();
+    // Progress on stderr in tenths, for files that take a while.
+    let big = plan.file_bytes() > 1 << 30;
+    let mut shown = 0;
+    let bytes = plan
+        .write_with_progress(&path, args.threads, |done, total| {
+            let tenth = done * 10 / total;
+            if big && tenth > shown {
+                shown = tenth;
+                eprintln!("synth: {}% ({done}/{total} tensors)", tenth * 10);
+            }
+        })
+        .with_context(|| format!("synth {}", path.display()))?;
+    println!(
+        "wrote {}: {} bytes, {} tensors, {} parameters in {:.1} s",
+        path.display(),
+        bytes,
+        plan.n_tensors(),
+        plan.n_parameters(),
+        start.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
