@@ -378,10 +378,10 @@ fn chat_without_a_model_writes_and_uses_the_default_model_in_the_cache_dir() {
     assert!(file.is_file(), "{err}");
     assert!(err.contains("wrote the default model"), "{err}");
     assert!(
-        err.contains("default model: random-weight synthetic clover_moe (small), generated at"),
+        err.contains("default model: random-weight synthetic clover_moe (small); pass -m FILE"),
         "{err}"
     );
-    assert!(err.contains("pass -m FILE for a real model"), "{err}");
+    assert!(err.contains("for a real model; generated at "), "{err}");
     let entries = std::fs::read_dir(cache.path().join("clover"))
         .unwrap()
         .count();

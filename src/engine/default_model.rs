@@ -32,11 +32,12 @@ pub struct DefaultModel {
 }
 
 impl DefaultModel {
-    /// The line the chat shows about it.
+    /// The line the chat shows about it (the advice before the path, so that a
+    /// narrow status line cuts the path).
     pub fn note(&self) -> String {
         format!(
-            "default model: random-weight synthetic clover_moe ({}), generated at {}; \
-             pass -m FILE for a real model",
+            "default model: random-weight synthetic clover_moe ({}); pass -m FILE for a \
+             real model; generated at {}",
             self.preset,
             self.path.display()
         )

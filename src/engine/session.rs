@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use kernels::GgmlType;
 
-use crate::model::{DeltaNetState, LogitsFor, State, StateOptions};
+use crate::model::{DeltaNetState, LogitsFor, Model, State, StateOptions};
 
 use super::load::LoadedModel;
 use super::EngineError;
@@ -281,16 +281,29 @@ impl Session {
         self.tokens.truncate(c.pos);
     }
 
-    /// Runs `f` on the session's thread pool (for drivers that call the model
-    /// directly, e.g. a speculative verify pass).
-    pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        self.pool.install(f)
+    /// Runs `f` with the model and the state on the session's thread pool, for
+    /// drivers that call the model directly (e.g. a speculative verify pass:
+    /// `forward_verify` then `commit_verify`, followed by [`Session::note_committed`]).
+    pub fn with_model<R: Send>(
+        &mut self,
+        f: impl FnOnce(&Model<'static>, &mut State) -> R + Send,
+    ) -> R {
+        let (model, state) = (&self.model.model, &mut self.state);
+        self.pool.install(|| f(model, state))
     }
 
     /// Records that the state now also holds `tokens` (for drivers that advance
-    /// the state themselves, e.g. after `commit_verify`).
-    pub fn note_committed(&mut self, tokens: &[u32]) {
+    /// the state themselves through [`Session::with_model`]). The state must hold
+    /// exactly the known tokens plus these.
+    pub fn note_committed(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
+        let want = self.tokens.len() + tokens.len();
+        if self.state.n_past() != want {
+            return Err(EngineError::Options(format!(
+                "the state holds {} positions, but the session knows {want}",
+                self.state.n_past()
+            )));
+        }
         self.tokens.extend_from_slice(tokens);
-        debug_assert_eq!(self.tokens.len(), self.state.n_past());
+        Ok(())
     }
 }

@@ -233,6 +233,27 @@ fn prefill_splits_long_prompts_into_logical_batches_with_the_same_result() {
 }
 
 #[test]
+fn a_driver_advancing_the_state_itself_keeps_the_session_consistent() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = prompt(&m);
+    let mut a = session(&m, 64);
+    a.prefill(&p).unwrap();
+    let want = a.decode(9).unwrap().to_vec();
+    let mut b = session(&m, 64);
+    b.prefill(&p).unwrap();
+    let n = p.len();
+    let got = b.with_model(|model, st| {
+        model
+            .forward(st, &[9], n, LogitsFor::Last)
+            .map(|l| l.to_vec())
+    });
+    assert_eq!(got.unwrap(), want);
+    assert!(b.note_committed(&[9, 10]).is_err());
+    b.note_committed(&[9]).unwrap();
+    assert_eq!(b.tokens(), a.tokens());
+}
+
+#[test]
 fn session_rejects_empty_and_too_long_prompts_and_zero_sizes() {
     let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
     let mut s = session(&m, 8);
