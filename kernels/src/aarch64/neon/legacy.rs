@@ -521,8 +521,9 @@ fn vec_dot_bf16(n: usize, w: &[u8], act: &[u8]) -> f32 {
 // ---------------------------------------------------------------------------
 // Activation quantisers.
 
-/// One Q8 block as the scalar `q8_0::quantize_block`: `fcvtas` rounds half
-/// away from zero, as C's `roundf`. Returns `(d, Σ levels)`.
+/// One Q8 activation block as the scalar `q8_0::quantize_block_act` (ggml's
+/// x86 converter, so every tier gives the same levels): `fcvtns` rounds half
+/// to even. Returns `(d, Σ levels)`.
 #[target_feature(enable = "neon")]
 fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
     let x = &x[..32];
@@ -532,9 +533,10 @@ fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
     for vk in &v[1..] {
         m = vmaxq_f32(m, vabsq_f32(*vk));
     }
-    let d = vmaxvq_f32(m) / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtaq_s32_f32(vmulq_n_f32(v[k], id)));
+    let amax = vmaxvq_f32(m);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtnq_s32_f32(vmulq_n_f32(v[k], id)));
     let mut sum = q[0];
     for qk in &q[1..] {
         sum = vaddq_s32(sum, *qk);
