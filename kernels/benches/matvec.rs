@@ -129,25 +129,54 @@ fn stream_read(words: &[u64]) -> u64 {
         .reduce(|| 0, |a, b| a.wrapping_add(b))
 }
 
-/// Best single-sweep time per benchmark id, for the closing table.
-type Best = RefCell<BTreeMap<String, (u64, Duration)>>;
+/// Best timing per benchmark id, for the closing table: bytes, best wall
+/// time, best CPU time (the slowest pool thread's own run time, from
+/// `/proc/thread-self/schedstat`; wall time where that is unreadable).
+type Best = RefCell<BTreeMap<String, (u64, Duration, Duration)>>;
 
-/// Times `iters` sweeps one by one, keeping the fastest.
-fn timed(best: &Best, id: &str, bytes: usize, iters: u64, mut f: impl FnMut()) -> Duration {
+/// This thread's CPU time in nanoseconds, when the kernel reports it.
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Times `iters` runs of `f` on `pool` one by one, keeping the fastest by
+/// wall clock and by CPU time; returns the total wall time.
+fn timed(
+    best: &Best,
+    id: &str,
+    bytes: usize,
+    iters: u64,
+    pool: &rayon::ThreadPool,
+    mut f: impl FnMut(),
+) -> Duration {
     let mut total = Duration::ZERO;
-    let mut min = Duration::MAX;
+    let (mut min, mut min_cpu) = (Duration::MAX, Duration::MAX);
     for _ in 0..iters {
+        let before = pool.broadcast(|_| cpu_ns());
         let t = Instant::now();
         f();
         let d = t.elapsed();
+        let after = pool.broadcast(|_| cpu_ns());
+        let cpu = before
+            .iter()
+            .zip(&after)
+            .map(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(*a))),
+                _ => None,
+            })
+            .try_fold(Duration::ZERO, |m, c| c.map(|c| m.max(c)))
+            .unwrap_or(d);
         total += d;
         min = min.min(d);
+        min_cpu = min_cpu.min(cpu);
     }
     let mut b = best.borrow_mut();
     let e = b
         .entry(id.to_string())
-        .or_insert((bytes as u64, Duration::MAX));
+        .or_insert((bytes as u64, Duration::MAX, Duration::MAX));
     e.1 = e.1.min(min);
+    e.2 = e.2.min(min_cpu);
     total
 }
 
@@ -194,7 +223,7 @@ fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
             b.iter_custom(|iters| {
                 let w = weights.borrow();
                 let words: &[u64] = &w.words;
-                timed(best, &key, reps * bytes, iters, || {
+                timed(best, &key, reps * bytes, iters, p, || {
                     p.install(|| {
                         for _ in 0..reps {
                             black_box(stream_read(black_box(words)));
@@ -238,7 +267,7 @@ fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
                     b.iter_custom(|iters| {
                         let mut w = weights.borrow_mut();
                         let m = w.matrix(ty, rows);
-                        timed(best, &key, reps * rows * rb, iters, || {
+                        timed(best, &key, reps * rows * rb, iters, p, || {
                             p.install(|| {
                                 for _ in 0..reps {
                                     matvec(&kt, &m, xb, &mut out);
@@ -260,31 +289,40 @@ fn loadavg() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-/// Best sweep per benchmark, GB/s, and its share of the same size's best
-/// streaming read at the same thread count.
+/// Best timing per benchmark in GB/s, by wall clock and by CPU time, each
+/// with its share of the same size's best streaming read (same clock, same
+/// thread count).
 fn summary(best: &Best) {
     let b = best.borrow();
     if b.is_empty() {
         return;
     }
-    let gbs = |(bytes, d): &(u64, Duration)| *bytes as f64 / d.as_secs_f64() / 1e9;
+    let gbs = |bytes: u64, d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
     println!(
-        "\n best single sweep (GB/s, % of same-run streaming read); loadavg {}",
+        "\n best timing, GB/s and % of same-run streaming read; loadavg {}",
         loadavg()
     );
-    println!(" {:<34} {:>8} {:>7}", "benchmark", "GB/s", "% read");
-    for (k, v) in b.iter() {
-        let mut parts = k.split(' ');
-        let (size, threads) = (
-            parts.next().unwrap_or(""),
-            k.rsplit(' ').next().unwrap_or(""),
+    println!(
+        " {:<30} {:>8} {:>7} {:>9} {:>7}",
+        "benchmark", "wall", "% read", "cpu-time", "% read"
+    );
+    for (k, &(bytes, wall, cpu)) in b.iter() {
+        let size = k.split(' ').next().unwrap_or("");
+        let threads = k.rsplit(' ').next().unwrap_or("");
+        let read = b.get(&format!("{size} stream {threads}"));
+        let pct = |mine: f64, pick: fn(&(u64, Duration, Duration)) -> Duration| match read {
+            Some(r) => format!("{:>6.0}%", 100.0 * mine / gbs(r.0, pick(r))),
+            None => "      -".into(),
+        };
+        let (w, c) = (gbs(bytes, wall), gbs(bytes, cpu));
+        println!(
+            " {:<30} {:>8.2} {} {:>9.2} {}",
+            k,
+            w,
+            pct(w, |r| r.1),
+            c,
+            pct(c, |r| r.2)
         );
-        let read = b
-            .get(&format!("{size} stream {threads}"))
-            .map(gbs)
-            .map(|r| format!("{:>6.0}%", 100.0 * gbs(v) / r))
-            .unwrap_or_else(|| "      -".into());
-        println!(" {:<34} {:>8.2} {read}", k, gbs(v));
     }
 }
 
