@@ -262,11 +262,12 @@ unsafe fn q3_k<const DOT: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
             let hm = [ld_u8(&xb.hmask, 0), ld_u8(&xb.hmask, 16)];
             let mut sumi = vdupq_n_s32(0);
             for h in 0..2 {
-                let low = [
+                let (lo, hi) = (
                     planes(ld_u8(&xb.qs, 32 * h)),
                     planes(ld_u8(&xb.qs, 32 * h + 16)),
-                ];
-                for k in 0..4 {
+                );
+                for (k, low) in lo.into_iter().zip(hi).enumerate() {
+                    let low = [low.0, low.1];
                     let bit = vdupq_n_u8(1 << (4 * h + k));
                     let off = 128 * h + 32 * k;
                     let j = 8 * h + 2 * k;
@@ -274,7 +275,7 @@ unsafe fn q3_k<const DOT: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
                         // 4 where the high bit is set: level = low + 4·h − 4.
                         let high = vandq_u8(vtstq_u8(hm[v], bit), four);
                         let q = vsubq_s8(
-                            vreinterpretq_s8_u8(vorrq_u8(low[v][k], high)),
+                            vreinterpretq_s8_u8(vorrq_u8(low[v], high)),
                             vreinterpretq_s8_u8(four),
                         );
                         let dot = idot16::<DOT>(q, ld_i8(&yb.qs, off + 16 * v));
