@@ -4,10 +4,10 @@
 //! Q8_0/Q8_1: a block is two 16-lane registers; `d = amax/127` and `1/d` in
 //! scalar f32 as the reference does, levels rounded half away from zero (C's
 //! `roundf`: truncate, then ±1 where the exact fraction is ≥ 0.5).
-//! Q8_K: a 16-lane register is exactly one `bsums` group; the first
-//! largest-magnitude element found with a compare mask, levels rounded to
-//! nearest even (`vcvtps2dq` with explicit rounding), which equals ggml's
-//! `nearest_int` for |v| < 2²², capped at 127, narrowed with saturation.
+//! Q8_K: the first largest-magnitude element found with a compare mask,
+//! levels rounded to nearest even (`vcvtps2dq` with explicit rounding), which
+//! equals ggml's `nearest_int` for |v| < 2²², capped at 127, narrowed with
+//! saturation; `bsums` from `vpsadbw` on the levels biased to unsigned.
 
 use std::arch::x86_64::*;
 
@@ -142,6 +142,7 @@ fn q8_1_quant(src: &[f32], dst: &mut [BlockQ8_1]) {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn q8_k_quant(src: &[f32], blocks: &mut [BlockQ8K]) {
     let cap = _mm512_set1_epi32(127);
+    let bias = _mm512_set1_epi8(i8::MIN);
     for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK_K)) {
         let mut v = [_mm512_setzero_ps(); 16];
         for (g, vg) in v.iter_mut().enumerate() {
@@ -171,14 +172,34 @@ fn q8_k_quant(src: &[f32], blocks: &mut [BlockQ8K]) {
         }
         let iscale = -127.0 / max;
         let vs = _mm512_set1_ps(iscale);
-        for (g, vg) in v.iter().enumerate() {
-            let q = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-                _mm512_mul_ps(*vg, vs),
-            );
-            let q = _mm512_min_epi32(q, cap);
-            b.bsums[g] = _mm512_reduce_add_epi32(q) as i16;
-            // SAFETY: writes the 16 bytes at 16g of the block's levels.
-            unsafe { store16(&mut b.qs, 16 * g, q) };
+        let mut half_sums = [_mm_setzero_si128(); 4];
+        for (g, hs) in half_sums.iter_mut().enumerate() {
+            // 64 levels: four 16-lane conversions narrowed to bytes and joined.
+            let mut bytes = [_mm_setzero_si128(); 4];
+            for (k, bk) in bytes.iter_mut().enumerate() {
+                let q = _mm512_cvt_roundps_epi32::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+                    _mm512_mul_ps(v[4 * g + k], vs),
+                );
+                *bk = _mm512_cvtsepi32_epi8(_mm512_min_epi32(q, cap));
+            }
+            let z = _mm512_inserti32x4::<1>(_mm512_castsi128_si512(bytes[0]), bytes[1]);
+            let z = _mm512_inserti32x4::<2>(z, bytes[2]);
+            let z = _mm512_inserti32x4::<3>(z, bytes[3]);
+            let out: &mut [i8; 64] = (&mut b.qs[64 * g..64 * g + 64]).try_into().unwrap();
+            // SAFETY: `out` is 64 writable bytes and `storeu` has no alignment requirement.
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), z) };
+            // Sums of 8 levels biased by +128 each (xor 0x80 makes them unsigned).
+            let sad = _mm512_sad_epu8(_mm512_xor_si512(z, bias), _mm512_setzero_si512());
+            *hs = _mm512_cvtepi64_epi16(sad);
+        }
+        // Pairs of 8-sums are the 16-sums, each biased by 16·128.
+        let off = _mm_set1_epi16(16 * 128);
+        let lo = _mm_sub_epi16(_mm_hadd_epi16(half_sums[0], half_sums[1]), off);
+        let hi = _mm_sub_epi16(_mm_hadd_epi16(half_sums[2], half_sums[3]), off);
+        // SAFETY: `bsums` is 16 writable i16 and `storeu` has no alignment requirement.
+        unsafe {
+            _mm_storeu_si128(b.bsums.as_mut_ptr().cast(), lo);
+            _mm_storeu_si128(b.bsums[8..].as_mut_ptr().cast(), hi);
         }
         b.d = 1.0 / iscale;
     }
