@@ -55,6 +55,20 @@ fn aligned(len: usize) -> Vec<u32> {
     vec![0u32; len.div_ceil(4)]
 }
 
+/// The AVX-512 Q2_K/Q3_K variants, named (none off x86-64).
+fn avx512_variants(ty: GgmlType) -> Vec<(String, VecDotFn)> {
+    #[cfg(target_arch = "x86_64")]
+    return kernels::x86::avx512::lowbit::vec_dot_variants(ty)
+        .into_iter()
+        .map(|(name, f)| (format!("avx512/{name}"), f))
+        .collect();
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = ty;
+        Vec::new()
+    }
+}
+
 fn main() {
     let mib: usize = std::env::args()
         .nth(1)
@@ -85,14 +99,11 @@ fn main() {
             wb.copy_within((r % 16) * rb..(r % 16 + 1) * rb, r * rb);
         }
         let wb: &[u8] = wb;
-        let mut dots: Vec<(String, VecDotFn)> = Isa::all_available()
+        let dots: Vec<(String, VecDotFn)> = Isa::all_available()
             .into_iter()
             .map(|isa| (format!("{isa}(table)"), KernelTable::new(isa).vec_dot(ty)))
+            .chain(avx512_variants(ty))
             .collect();
-        #[cfg(target_arch = "x86_64")]
-        for (name, f) in kernels::x86::avx512::lowbit::vec_dot_variants(ty) {
-            dots.push((format!("avx512/{name}"), f));
-        }
         let mut line = format!("{ty:5}");
         for (name, dot) in dots {
             let gbs = rate(rows * rb, || {
