@@ -1,9 +1,9 @@
 //! AVX-512 activation quantisers into Q8_0, Q8_1 and Q8_K, bit-exact with the
 //! scalar reference.
 //!
-//! Q8_0/Q8_1: a block is two 16-lane registers; `d = amax/127` and `1/d` in
-//! scalar f32 as the reference does, levels rounded half away from zero (C's
-//! `roundf`: truncate, then ±1 where the exact fraction is ≥ 0.5).
+//! Q8_0/Q8_1: a block is two 16-lane registers; the activation form of the
+//! scalar reference (`quantize_act`): `d = amax/127`, levels
+//! `round_half_even(x·(127/amax))`, as ggml converts activations on x86.
 //! Q8_K: the first largest-magnitude element found with a compare mask,
 //! levels rounded to nearest even (`vcvtps2dq` with explicit rounding), which
 //! equals ggml's `nearest_int` for |v| < 2²², capped at 127, narrowed with
@@ -76,28 +76,9 @@ unsafe fn store16(qs: &mut [i8], off: usize, v: __m512i) {
     unsafe { _mm_storeu_si128(out.as_mut_ptr().cast(), _mm512_cvtsepi32_epi8(v)) }
 }
 
-/// C's `roundf` (half away from zero) on 16 lanes.
-///
-/// # Safety
-/// The caller must have AVX-512F enabled.
-#[inline(always)]
-unsafe fn round_away(v: __m512) -> __m512 {
-    // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
-    unsafe {
-        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-        let frac = _mm512_abs_ps(_mm512_sub_ps(v, t));
-        let sign = _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(i32::MIN));
-        let step = _mm512_castsi512_ps(_mm512_or_si512(
-            _mm512_castps_si512(_mm512_set1_ps(1.0)),
-            sign,
-        ));
-        let up = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(frac, _mm512_set1_ps(0.5));
-        _mm512_mask_add_ps(t, up, t, step)
-    }
-}
-
-/// One 32-element block as the scalar `q8_0::quantize_block`: stores the
-/// levels and returns `(d, Σ levels)`.
+/// One 32-element activation block as the scalar `q8_0::quantize_block_act`
+/// (ggml's x86 activation converter): `d = amax/127`, levels
+/// `round_half_even(x·(127/amax))`; stores the levels and returns `(d, Σ levels)`.
 ///
 /// # Safety
 /// The caller must have AVX-512F enabled.
@@ -109,10 +90,11 @@ unsafe fn q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
         let v = [load16(x, 0), load16(x, 16)];
         let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
         let d = amax / 127.0;
-        let id = _mm512_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        // `cvtps` rounds to nearest even under the default MXCSR mode.
         let q = [
-            _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v[0], id))),
-            _mm512_cvttps_epi32(round_away(_mm512_mul_ps(v[1], id))),
+            _mm512_cvtps_epi32(_mm512_mul_ps(v[0], id)),
+            _mm512_cvtps_epi32(_mm512_mul_ps(v[1], id)),
         ];
         store16(qs, 0, q[0]);
         store16(qs, 16, q[1]);
