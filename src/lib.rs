@@ -5,6 +5,7 @@ pub mod cli;
 pub mod gguf;
 pub mod model;
 pub mod sample;
+pub mod spec;
 pub mod synth;
 pub mod tokenizer;
 pub mod tui;
