@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod chat;
+pub mod diffuse;
 pub mod inspect;
 pub mod synth;
 
@@ -27,6 +28,8 @@ pub enum Command {
     Synth(synth::SynthArgs),
     /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
     Chat(chat::ChatArgs),
+    /// Generate by block diffusion (clover_moe files): denoise each block, then commit it
+    Diffuse(diffuse::DiffuseArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
@@ -56,6 +59,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Diffuse(args) => diffuse::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
