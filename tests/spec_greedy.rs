@@ -223,3 +223,36 @@ fn speculative_sampling_runs_and_emits_n_predict_tokens() {
         assert_eq!(st.n_past(), 3 + 24 - 1);
     }
 }
+
+#[test]
+fn diffusion_drafting_on_random_weights_is_measured_and_still_exact() {
+    // Random weights: the diffusion drafts carry no knowledge of the target,
+    // so acceptance is near chance (≈ 1 / vocab) and the adaptive mode falls
+    // back to plain decoding. Printed (run with --nocapture), not tuned.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.gguf");
+    synth::plan(SynthOptions {
+        arch: Arch::CloverMoe,
+        preset: Preset::Small,
+        recipe: Recipe::Q4KM,
+        seed: 5,
+    })
+    .unwrap()
+    .write(&path, None)
+    .unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    let model = Model::load(&file).unwrap();
+    let prompt = [100u32, 200, 300, 400];
+    let want = plain_greedy(&model, &prompt, 48);
+    for adaptive in [false, true] {
+        let g = spec(
+            &model,
+            &prompt,
+            &cfg(48, 15, adaptive),
+            &mut DiffusionDrafter,
+        );
+        eprintln!("small file, adaptive {adaptive}:\n{}", g.stats.report());
+        assert_eq!(g.tokens, want);
+        assert!(g.stats.drafts_proposed > 0);
+    }
+}
