@@ -2,6 +2,7 @@
 
 pub mod chat;
 pub mod cli;
+pub mod engine;
 pub mod gguf;
 pub mod model;
 pub mod sample;

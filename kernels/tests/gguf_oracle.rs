@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use kernels::{scalar, GgmlType};
 
 fn oracle_dir() -> PathBuf {
-    match std::env::var_os("CLOVER_ORACLE_DIR") {
+    match std::env::var_os("CLOVER_ORACLE_DIR").filter(|d| !d.is_empty()) {
         Some(d) => PathBuf::from(d),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf_oracle"),
     }

@@ -1,14 +1,19 @@
 //! `clover chat`: the terminal UI, or a line-based chat when stdout is not a terminal.
+//! Without `-m` it runs the built-in default model (`engine::default_model`).
 
 use std::io::{self, IsTerminal};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
+use crate::engine::{default_model, ChatSession, LoadedModel, Session};
 use crate::tui::demo::DemoEngine;
-use crate::tui::{run_lines, run_tui, ChatOptions};
+use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
+
+use super::common::{n_predict, ContextArgs, SamplingArgs};
 
 /// How replies are decoded (DESIGN §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -21,26 +26,27 @@ pub enum SpecType {
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
-    /// The GGUF model file
+    /// The GGUF model file (default: a random-weight synthetic model, written to
+    /// the cache directory on first use)
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
-    /// Threads for generation (default: all cores)
-    #[arg(short = 't', long = "threads")]
-    pub threads: Option<usize>,
-    /// Context size in tokens
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
-    pub ctx_size: usize,
-    /// Sampling temperature (0: greedy)
-    #[arg(long, default_value_t = 0.8)]
-    pub temp: f32,
-    /// Random seed for sampling (default: from the clock)
-    #[arg(long)]
-    pub seed: Option<u64>,
+    #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Longest reply in tokens (-1: until end of generation or a full context)
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = 1024,
+        allow_negative_numbers = true
+    )]
+    pub n_predict: i64,
     /// Decoding mode to start with; F2 toggles it live
     #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
     pub spec_type: SpecType,
     /// Run the built-in demo engine (no model needed)
-    #[arg(long)]
+    #[arg(long, conflicts_with = "model")]
     pub demo: bool,
     /// System prompt
     #[arg(long = "system", value_name = "TEXT")]
@@ -51,33 +57,74 @@ pub struct ChatArgs {
 const DEMO_TOKEN_DELAY: Duration = Duration::from_millis(30);
 
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
-    if !args.demo {
-        anyhow::bail!(
-            "no model engine yet: `clover chat` cannot load {} until the forward pass is wired in; \
-             `clover chat --demo` shows the interface",
-            args.model
-                .as_ref()
-                .map_or("a model".to_string(), |p| p.display().to_string())
-        );
-    }
-    if args.ctx_size == 0 {
-        anyhow::bail!("--ctx-size must be at least 1");
-    }
-    if !(args.temp >= 0.0 && args.temp.is_finite()) {
-        anyhow::bail!("--temp must be a finite number ≥ 0, got {}", args.temp);
-    }
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let opts = ChatOptions {
+    let session_opts = args.context.session_options()?;
+    let params = args.sampling.params()?;
+    let n_predict = n_predict(args.n_predict)?;
+    let mut opts = ChatOptions {
         system: args.system.clone(),
         spec: args.spec_type == SpecType::DraftSelf,
+        notice: None,
     };
-    let engine = DemoEngine::new(threads, args.ctx_size, DEMO_TOKEN_DELAY);
+    if args.demo {
+        let threads = args
+            .context
+            .threads
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let engine = DemoEngine::new(threads, args.context.ctx_size, DEMO_TOKEN_DELAY);
+        return front_end(engine, &opts);
+    }
+    let (model, default) = match &args.model {
+        Some(path) => (
+            LoadedModel::open(path).with_context(|| format!("loading {}", path.display()))?,
+            None,
+        ),
+        None => load_default()?,
+    };
+    let session = Session::new(Arc::new(model), session_opts)?;
+    let mut engine = ChatSession::new(session, params, n_predict);
+    if let Some(d) = &default {
+        engine.set_display_name(d.display_name());
+        opts.notice = Some(d.note());
+    }
+    front_end(engine, &opts)
+}
+
+/// The default model, written on first use (and rewritten once if the cached file
+/// does not load).
+fn load_default() -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
+    let announce = |d: &default_model::DefaultModel| {
+        if d.created {
+            eprintln!(
+                "clover: wrote the default model in {:.1} s: {}",
+                d.write_s,
+                d.path.display()
+            );
+        }
+    };
+    let d = default_model::ensure(false).context("default model")?;
+    announce(&d);
+    match LoadedModel::open(&d.path) {
+        Ok(m) => Ok((m, Some(d))),
+        Err(_) if !d.created => {
+            let d = default_model::ensure(true).context("default model")?;
+            announce(&d);
+            let m = LoadedModel::open(&d.path)
+                .with_context(|| format!("loading the default model {}", d.path.display()))?;
+            Ok((m, Some(d)))
+        }
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("loading the default model {}", d.path.display()))),
+    }
+}
+
+/// The full-screen UI on a terminal, else line mode (the notice goes to stderr).
+fn front_end<E: ChatEngine>(mut engine: E, opts: &ChatOptions) -> anyhow::Result<()> {
     if io::stdout().is_terminal() {
-        run_tui(engine, &opts).context("terminal UI")
+        run_tui(engine, opts).context("terminal UI")
     } else {
-        let mut engine = engine;
-        run_lines(&mut engine, &opts, io::stdin().lock(), io::stdout().lock()).context("chat")
+        if let Some(n) = &opts.notice {
+            eprintln!("clover: {n}");
+        }
+        run_lines(&mut engine, opts, io::stdin().lock(), io::stdout().lock()).context("chat")
     }
 }

@@ -5,8 +5,10 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 pub mod chat;
+pub mod common;
 pub mod diffuse;
 pub mod inspect;
+pub mod run;
 pub mod synth;
 
 #[derive(Parser, Debug)]
@@ -26,6 +28,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Write a random-weight model file of any size, in either architecture
     Synth(synth::SynthArgs),
+    /// Generate text from one prompt, streamed to stdout, timings on stderr
+    Run(run::RunArgs),
     /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
     Chat(chat::ChatArgs),
     /// Generate by block diffusion (clover_moe files): denoise each block, then commit it
@@ -35,7 +39,7 @@ pub enum Command {
 /// Parses arguments, runs the command, and turns every error into one line on
 /// stderr and a non-zero exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(common::rewrite_llama_flags(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line: clap's first paragraph names the flag and the problem.
@@ -59,6 +63,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Run(args) => run::run(args),
         Command::Diffuse(args) => diffuse::run(args),
     };
     match result {

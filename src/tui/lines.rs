@@ -13,6 +13,8 @@ pub struct ChatOptions {
     pub system: Option<String>,
     /// Start with self-speculation on (ignored when the engine cannot speculate).
     pub spec: bool,
+    /// A note shown on the status line until the first key (e.g. which model runs).
+    pub notice: Option<String>,
 }
 
 /// Reads lines from `input` until end of input (or a line `/quit`), generates a reply
@@ -123,7 +125,10 @@ mod tests {
     fn line_mode_with_speculation_prints_the_same_text() {
         let run = |spec| {
             let mut out = Vec::new();
-            let opts = ChatOptions { system: None, spec };
+            let opts = ChatOptions {
+                spec,
+                ..ChatOptions::default()
+            };
             run_lines(
                 &mut DemoEngine::instant(),
                 &opts,

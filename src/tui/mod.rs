@@ -59,6 +59,7 @@ const WORKER_NAME: &str = "clover-engine";
 pub fn run_tui<E: ChatEngine>(engine: E, opts: &ChatOptions) -> io::Result<()> {
     let info = engine.info();
     let mut app = App::new(info, opts.system.as_deref(), opts.spec);
+    app.notice = opts.notice.clone();
     let hook = PanicHook::install();
     let mut guard = TerminalGuard::enter()?;
     let worker = Worker::spawn(engine, Arc::clone(&app.controls));

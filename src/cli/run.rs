@@ -1,0 +1,177 @@
+//! `clover run`: one prompt, streamed to stdout (like llama-completion), then
+//! llama.cpp's `llama_perf_*` timing lines on stderr, and with `--json` a
+//! machine-readable summary as the last line of stdout.
+
+use std::io::{self, Write};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::json;
+
+use crate::chat::ChatMessage;
+use crate::engine::{
+    generate, EngineError, GenEvent, GenOptions, Generation, LoadedModel, PlainStep, Session,
+};
+use crate::sample::Sampler;
+
+use super::common::{n_predict, ContextArgs, SamplingArgs};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The GGUF model file
+    #[arg(short = 'm', long = "model")]
+    pub model: PathBuf,
+    /// The prompt
+    #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// Tokens to generate (-1: until end of generation or a full context)
+    #[arg(
+        short = 'n',
+        long = "n-predict",
+        default_value_t = -1,
+        allow_negative_numbers = true
+    )]
+    pub n_predict: i64,
+    #[command(flatten)]
+    pub context: ContextArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Use the prompt exactly as given (the default)
+    #[arg(long, conflicts_with = "chat")]
+    pub raw: bool,
+    /// Wrap the prompt in the model's chat template as a user turn, with the
+    /// assistant's generation prompt
+    #[arg(long)]
+    pub chat: bool,
+    /// System prompt (with --chat)
+    #[arg(long = "system", value_name = "TEXT", requires = "chat")]
+    pub system: Option<String>,
+    /// After the text, print a JSON summary (tokens, timings) as the last line
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<()> {
+    // Everything that needs no model is checked before loading it.
+    let session_opts = args.context.session_options()?;
+    let params = args.sampling.params()?;
+    let n_predict = n_predict(args.n_predict)?;
+    let text = match (&args.prompt, &args.file) {
+        (Some(p), _) => p.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the prompt file {}", f.display()))?,
+        (None, None) => anyhow::bail!("no prompt: pass -p TEXT or -f FILE"),
+    };
+    if text.is_empty() {
+        return Err(EngineError::EmptyPrompt.into());
+    }
+    let model = LoadedModel::open(&args.model)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    let (prompt_text, starts_thinking) = if args.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &args.system {
+            msgs.push(ChatMessage::system(s.as_str()));
+        }
+        msgs.push(ChatMessage::user(text.as_str()));
+        let rendered = model.render_chat(&msgs, true)?;
+        let thinking = rendered.trim_end().ends_with("<think>");
+        (rendered, thinking)
+    } else {
+        (text, false)
+    };
+    let prompt = model.tokenize(&prompt_text)?;
+    if prompt.is_empty() {
+        return Err(EngineError::EmptyPrompt.into());
+    }
+    if prompt.len() > session_opts.n_ctx {
+        return Err(EngineError::PromptTooLong {
+            n_prompt: prompt.len(),
+            n_ctx: session_opts.n_ctx,
+        }
+        .into());
+    }
+    let mut session = Session::new(Arc::new(model), session_opts)?;
+    let mut sampler = Sampler::new(params);
+    let opts = GenOptions {
+        n_predict,
+        starts_thinking,
+        checkpoint_after_prompt: false,
+    };
+    let stdout = io::stdout();
+    let mut out = stdout.lock();
+    let mut write_error: Option<io::Error> = None;
+    let mut sink = |ev: GenEvent<'_>| {
+        let text = match ev {
+            GenEvent::Token { text, .. } | GenEvent::Tail { text, .. } => text,
+            _ => return ControlFlow::Continue(()),
+        };
+        if text.is_empty() {
+            return ControlFlow::Continue(());
+        }
+        match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                write_error = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    };
+    let gen = generate(
+        &mut session,
+        &prompt,
+        &mut sampler,
+        &mut PlainStep,
+        &opts,
+        &mut sink,
+    )?;
+    if let Some(e) = write_error {
+        return Err(anyhow::Error::new(e).context("writing the generated text"));
+    }
+    if !gen.text.is_empty() && !gen.text.ends_with('\n') {
+        writeln!(out)?;
+    }
+    if args.json {
+        writeln!(out, "{}", summary(&session, &sampler, &gen))?;
+    }
+    out.flush()?;
+    eprint!("{}", gen.timings.llama_perf());
+    Ok(())
+}
+
+/// The `--json` summary.
+fn summary(session: &Session, sampler: &Sampler, gen: &Generation) -> serde_json::Value {
+    let m = session.model();
+    let t = &gen.timings;
+    json!({
+        "model": m.path.display().to_string(),
+        "arch": m.model.config.arch.name(),
+        "n_ctx": session.n_ctx(),
+        "threads": session.threads(),
+        "seed": sampler.seed(),
+        "prompt_tokens": gen.prompt,
+        "generated_tokens": gen.tokens,
+        "n_prompt_tokens": gen.prompt.len(),
+        "n_generated_tokens": gen.tokens.len(),
+        "stop_reason": gen.stop.as_str(),
+        "eog_token": gen.eog,
+        "text": gen.text,
+        "timings": {
+            "load_ms": t.load_ms,
+            "prompt_eval_ms": t.prompt_ms,
+            "prompt_eval_tokens": t.prompt_tokens,
+            "prompt_tokens_per_second": t.prompt_tps(),
+            "eval_ms": t.eval_ms,
+            "eval_runs": t.eval_runs,
+            "tokens_per_second": t.eval_tps(),
+            "sample_ms": t.sample_ms,
+            "sample_runs": t.sample_runs,
+            "total_ms": t.total_ms,
+        },
+    })
+}

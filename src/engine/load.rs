@@ -1,0 +1,202 @@
+//! Loading a model: map the GGUF file, bind the weights (zero copy), and build the
+//! tokenizer and chat template from the metadata (DESIGN §1.1).
+//!
+//! The mapped file is leaked to `&'static`: the bound [`Model`] borrows its bytes,
+//! and a loaded model lives until the process exits (one per `clover run` /
+//! `clover chat`). Nothing is copied; the map is released by the OS at exit.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use kernels::GgmlType;
+
+use crate::chat::{ChatMessage, ChatTemplate, CHATML_TEMPLATE};
+use crate::gguf::{GgufError, GgufFile, Value};
+use crate::model::Model;
+use crate::tokenizer::{Tokenizer, TokenizerSpec};
+
+use super::EngineError;
+
+/// A model ready to run: weights, tokenizer, chat template.
+pub struct LoadedModel {
+    pub file: &'static GgufFile,
+    pub model: Model<'static>,
+    pub tokenizer: Tokenizer,
+    pub template: ChatTemplate,
+    /// True when the file has no `tokenizer.chat_template` and ChatML is used.
+    pub template_fallback: bool,
+    /// `general.name`, else the file name.
+    pub name: String,
+    pub path: PathBuf,
+    /// Milliseconds from opening the file to a usable model.
+    pub load_ms: f64,
+    /// The ids of `<think>` and `</think>`, when the vocabulary has both.
+    pub think_tokens: Option<(u32, u32)>,
+}
+
+impl std::fmt::Debug for LoadedModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedModel")
+            .field("name", &self.name)
+            .field("path", &self.path)
+            .field("arch", &self.model.config.arch)
+            .field("load_ms", &self.load_ms)
+            .finish()
+    }
+}
+
+impl LoadedModel {
+    /// Maps `path` and builds the model. Every failure is an error, never a panic.
+    pub fn open(path: &Path) -> Result<LoadedModel, EngineError> {
+        let t0 = Instant::now();
+        let file = GgufFile::open(path)?;
+        // A loaded model lives for the rest of the process (see the module docs).
+        let file: &'static GgufFile = Box::leak(Box::new(file));
+        let model = Model::load(file)?;
+        let mut tokenizer = Tokenizer::new(&tokenizer_spec(file)?)?;
+        if let Some(v) = file.get("tokenizer.ggml.mask_token_id") {
+            let id = as_u32("tokenizer.ggml.mask_token_id", v)?;
+            tokenizer.set_mask_token(id)?;
+        }
+        if tokenizer.vocab_size() != model.n_vocab() {
+            return Err(EngineError::Metadata {
+                key: "tokenizer.ggml.tokens".into(),
+                reason: format!(
+                    "{} tokens, but the output layer has {} rows",
+                    tokenizer.vocab_size(),
+                    model.n_vocab()
+                ),
+            });
+        }
+        let special = |id: Option<u32>| {
+            id.and_then(|i| tokenizer.id_to_token(i))
+                .unwrap_or("")
+                .to_string()
+        };
+        let (bos, eos) = (special(tokenizer.bos()), special(tokenizer.eos()));
+        let (source, template_fallback) = match file.get("tokenizer.chat_template") {
+            Some(v) => (
+                v.as_str().ok_or_else(|| EngineError::Metadata {
+                    key: "tokenizer.chat_template".into(),
+                    reason: "not a string".into(),
+                })?,
+                false,
+            ),
+            None => (CHATML_TEMPLATE, true),
+        };
+        let template = ChatTemplate::new(source, &bos, &eos)?;
+        let think_tokens = tokenizer
+            .token_to_id("<think>")
+            .zip(tokenizer.token_to_id("</think>"));
+        let name = file
+            .get("general.name")
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| {
+                path.file_name().map_or_else(
+                    || path.display().to_string(),
+                    |n| n.to_string_lossy().into_owned(),
+                )
+            });
+        Ok(LoadedModel {
+            file,
+            model,
+            tokenizer,
+            template,
+            template_fallback,
+            name,
+            path: path.to_path_buf(),
+            load_ms: t0.elapsed().as_secs_f64() * 1000.0,
+            think_tokens,
+        })
+    }
+
+    /// Tokenizes a raw prompt the way llama.cpp does: special-token texts are parsed,
+    /// BOS is prepended when the file asks for it.
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, EngineError> {
+        Ok(self.tokenizer.encode(text, true)?)
+    }
+
+    /// Renders a conversation with the file's chat template.
+    pub fn render_chat(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, EngineError> {
+        Ok(self
+            .template
+            .render(messages, add_generation_prompt, None)?)
+    }
+
+    /// The tensor types by share of the file's tensor bytes, largest first:
+    /// `Q8_0` when one type holds at least 90 %, else up to three `TYPE NN%`.
+    pub fn quant_mix(&self) -> String {
+        let mut bytes: BTreeMap<GgmlType, u64> = BTreeMap::new();
+        for info in self.file.tensors() {
+            *bytes.entry(info.ty).or_default() += self.file.view(info).data.len() as u64;
+        }
+        let total: u64 = bytes.values().sum::<u64>().max(1);
+        let mut v: Vec<(GgmlType, u64)> = bytes.into_iter().collect();
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
+        match v.first() {
+            None => "no tensors".into(),
+            Some(&(ty, b)) if b * 10 >= total * 9 => ty.name().to_string(),
+            _ => v
+                .iter()
+                .take(3)
+                .map(|&(ty, b)| format!("{} {}%", ty.name(), (b * 100 + total / 2) / total))
+                .collect::<Vec<_>>()
+                .join(" / "),
+        }
+    }
+}
+
+fn as_u32(key: &str, v: &Value) -> Result<u32, EngineError> {
+    v.as_u64()
+        .and_then(|x| u32::try_from(x).ok())
+        .ok_or_else(|| EngineError::Metadata {
+            key: key.into(),
+            reason: format!("expected a token id, found {:?}", v.value_type()),
+        })
+}
+
+fn optional_id(file: &GgufFile, key: &str) -> Result<Option<u32>, EngineError> {
+    file.get(key).map(|v| as_u32(key, v)).transpose()
+}
+
+/// The `tokenizer.ggml.*` keys as a [`TokenizerSpec`].
+pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, EngineError> {
+    let owned = |v: Vec<&str>| v.into_iter().map(str::to_string).collect::<Vec<_>>();
+    let optional_strs = |key: &str| -> Result<Vec<String>, GgufError> {
+        match file.get(key) {
+            None => Ok(Vec::new()),
+            Some(_) => file.get_str_array(key).map(owned),
+        }
+    };
+    let add_bos = match file.get("tokenizer.ggml.add_bos_token") {
+        None => false,
+        Some(v) => v.as_bool().ok_or_else(|| EngineError::Metadata {
+            key: "tokenizer.ggml.add_bos_token".into(),
+            reason: "not a bool".into(),
+        })?,
+    };
+    Ok(TokenizerSpec {
+        model: file.get_str("tokenizer.ggml.model")?.to_string(),
+        pre: match file.get("tokenizer.ggml.pre") {
+            None => "qwen35".to_string(),
+            Some(_) => file.get_str("tokenizer.ggml.pre")?.to_string(),
+        },
+        tokens: owned(file.get_str_array("tokenizer.ggml.tokens")?),
+        token_types: match file.get("tokenizer.ggml.token_type") {
+            None => Vec::new(),
+            Some(_) => file.get_i32_array("tokenizer.ggml.token_type")?,
+        },
+        merges: optional_strs("tokenizer.ggml.merges")?,
+        bos: optional_id(file, "tokenizer.ggml.bos_token_id")?,
+        eos: optional_id(file, "tokenizer.ggml.eos_token_id")?,
+        pad: optional_id(file, "tokenizer.ggml.padding_token_id")?,
+        add_bos,
+    })
+}

@@ -1,0 +1,309 @@
+//! One sequence over a loaded model: the state (KV cache + recurrent state), the
+//! tokens it holds, and the thread pool every forward pass runs on.
+//!
+//! Prompt reuse, like llama.cpp's prompt cache: [`Session::prefill`] keeps the
+//! longest prefix of the new prompt the state already holds and evaluates only the
+//! rest. The KV cache can be cut anywhere, but the Gated DeltaNet state cannot be
+//! rolled back (DESIGN §5), so a prefix is reusable only when it is
+//! * everything the state holds (the new prompt extends it), or
+//! * the position of the [`Session::checkpoint`] (a copy of the recurrent state,
+//!   taken after the last prompt — a chat turn whose reply was re-rendered
+//!   differently restarts there), or else
+//! * nothing (the state is reset).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use kernels::GgmlType;
+
+use crate::model::{DeltaNetState, LogitsFor, Model, State, StateOptions};
+
+use super::load::LoadedModel;
+use super::EngineError;
+
+/// How a session is set up (`-c -b -ub -ctk -ctv -t`).
+#[derive(Clone, Copy, Debug)]
+pub struct SessionOptions {
+    /// Context length in positions.
+    pub n_ctx: usize,
+    /// Logical batch: the most tokens handed to one forward call.
+    pub n_batch: usize,
+    /// Physical batch: the most tokens one forward pass computes at once.
+    pub n_ubatch: usize,
+    pub type_k: GgmlType,
+    pub type_v: GgmlType,
+    /// Threads of the session's pool; `None` uses every core.
+    pub threads: Option<usize>,
+}
+
+impl SessionOptions {
+    /// llama.cpp's defaults: batch 2048, ubatch 512, f16 KV cache, all cores.
+    pub fn new(n_ctx: usize) -> SessionOptions {
+        SessionOptions {
+            n_ctx,
+            n_batch: 2048,
+            n_ubatch: 512,
+            type_k: GgmlType::F16,
+            type_v: GgmlType::F16,
+            threads: None,
+        }
+    }
+
+    /// Zero sizes and thread counts are errors.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |what: &str| Err(EngineError::Options(format!("{what} must be at least 1")));
+        if self.n_ctx == 0 {
+            return bad("the context size (-c)");
+        }
+        if self.n_batch == 0 {
+            return bad("the batch size (-b)");
+        }
+        if self.n_ubatch == 0 {
+            return bad("the micro-batch size (-ub)");
+        }
+        if self.threads == Some(0) {
+            return bad("the thread count (-t)");
+        }
+        Ok(())
+    }
+}
+
+/// What a prefill did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Prefill {
+    /// Prompt positions reused from the state.
+    pub reused: usize,
+    /// Prompt tokens evaluated now.
+    pub evaluated: usize,
+    /// Wall time of the evaluation.
+    pub ms: f64,
+}
+
+/// A copy of the recurrent state at `pos` (KV positions below `pos` are kept in
+/// the cache itself; truncating it is exact).
+struct Checkpoint {
+    pos: usize,
+    recurrent: Vec<DeltaNetState>,
+}
+
+/// A sequence on a loaded model.
+pub struct Session {
+    model: Arc<LoadedModel>,
+    pub state: State,
+    /// The tokens the state holds, position by position.
+    tokens: Vec<u32>,
+    checkpoint: Option<Checkpoint>,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    n_batch: usize,
+}
+
+impl Session {
+    pub fn new(model: Arc<LoadedModel>, opts: SessionOptions) -> Result<Session, EngineError> {
+        opts.validate()?;
+        let head_dim = model.model.config.head_dim;
+        for (flag, ty) in [("-ctk", opts.type_k), ("-ctv", opts.type_v)] {
+            if !head_dim.is_multiple_of(ty.block_size()) {
+                return Err(EngineError::Options(format!(
+                    "{flag} {}: this model's attention head dim {head_dim} is not a multiple \
+                     of the {}-value block of that type",
+                    ty.name().to_ascii_lowercase(),
+                    ty.block_size()
+                )));
+            }
+        }
+        let state = model.model.new_state(StateOptions {
+            n_ctx: opts.n_ctx,
+            max_batch: opts.n_ubatch.min(opts.n_batch).min(opts.n_ctx),
+            type_k: opts.type_k,
+            type_v: opts.type_v,
+        })?;
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(opts.threads.unwrap_or(0))
+            .thread_name(|i| format!("clover-worker-{i}"))
+            .build()
+            .map_err(|e| EngineError::Threads(e.to_string()))?;
+        let threads = pool.current_num_threads();
+        Ok(Session {
+            model,
+            state,
+            tokens: Vec::new(),
+            checkpoint: None,
+            pool,
+            threads,
+            n_batch: opts.n_batch,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<LoadedModel> {
+        &self.model
+    }
+
+    /// Threads of the session's pool.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.state.kv.n_ctx()
+    }
+
+    /// Positions the state holds.
+    pub fn n_past(&self) -> usize {
+        self.tokens.len()
+    }
+
+    /// The tokens the state holds.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Empties the sequence (and drops the checkpoint).
+    pub fn reset(&mut self) {
+        self.state.reset();
+        self.tokens.clear();
+        self.checkpoint = None;
+    }
+
+    /// Makes the state hold `prompt` and returns the logits of its last token,
+    /// evaluating only what is not already held (see the module docs).
+    pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Prefill, &[f32]), EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: prompt.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        let keep = self.reusable_prefix(prompt);
+        if keep < self.tokens.len() {
+            if self.checkpoint.as_ref().is_some_and(|c| c.pos == keep) {
+                self.restore_checkpoint();
+            } else {
+                self.reset();
+            }
+        }
+        debug_assert_eq!(self.tokens.len(), keep);
+        let t0 = Instant::now();
+        let rest = &prompt[keep..];
+        // Whole logical batches first (no logits), then the last one.
+        let split = (rest.len() - 1) / self.n_batch * self.n_batch;
+        for chunk in rest[..split].chunks(self.n_batch) {
+            let pos = self.tokens.len();
+            let (model, state) = (&self.model.model, &mut self.state);
+            self.pool.install(|| {
+                model
+                    .forward(state, chunk, pos, LogitsFor::Indices(&[]))
+                    .map(|_| ())
+            })?;
+            self.tokens.extend_from_slice(chunk);
+        }
+        let last = &rest[split..];
+        let pos = self.tokens.len();
+        let (model, state) = (&self.model.model, &mut self.state);
+        let logits = self
+            .pool
+            .install(|| model.forward(state, last, pos, LogitsFor::Last))?;
+        self.tokens.extend_from_slice(last);
+        let info = Prefill {
+            reused: keep,
+            evaluated: rest.len(),
+            ms: t0.elapsed().as_secs_f64() * 1000.0,
+        };
+        Ok((info, logits))
+    }
+
+    /// How much of `prompt` can stay: all the state holds when `prompt` extends it
+    /// by at least one token (the last token must be evaluated to get logits), else
+    /// the checkpoint when `prompt` extends that, else nothing.
+    fn reusable_prefix(&self, prompt: &[u32]) -> usize {
+        let common = self
+            .tokens
+            .iter()
+            .zip(prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        if common == self.tokens.len() && common < prompt.len() {
+            return common;
+        }
+        match &self.checkpoint {
+            Some(c) if c.pos <= common && c.pos < prompt.len() => c.pos,
+            _ => 0,
+        }
+    }
+
+    /// Runs one token at the next position and returns its logits.
+    pub fn decode(&mut self, token: u32) -> Result<&[f32], EngineError> {
+        let pos = self.tokens.len();
+        let (model, state) = (&self.model.model, &mut self.state);
+        let logits = self
+            .pool
+            .install(|| model.forward(state, &[token], pos, LogitsFor::Last))?;
+        self.tokens.push(token);
+        Ok(logits)
+    }
+
+    /// Remembers the recurrent state at the current position, so that a later
+    /// prompt sharing only this prefix does not start from scratch.
+    pub fn checkpoint(&mut self) {
+        let pos = self.tokens.len();
+        match &mut self.checkpoint {
+            Some(c) => {
+                c.pos = pos;
+                for (dst, src) in c.recurrent.iter_mut().zip(&self.state.recurrent) {
+                    dst.conv.copy_from_slice(&src.conv);
+                    dst.ssm.copy_from_slice(&src.ssm);
+                }
+            }
+            None => {
+                self.checkpoint = Some(Checkpoint {
+                    pos,
+                    recurrent: self.state.recurrent.clone(),
+                })
+            }
+        }
+    }
+
+    /// Position of the checkpoint, if any.
+    pub fn checkpoint_pos(&self) -> Option<usize> {
+        self.checkpoint.as_ref().map(|c| c.pos)
+    }
+
+    fn restore_checkpoint(&mut self) {
+        let Some(c) = &self.checkpoint else { return };
+        for (dst, src) in self.state.recurrent.iter_mut().zip(&c.recurrent) {
+            dst.conv.copy_from_slice(&src.conv);
+            dst.ssm.copy_from_slice(&src.ssm);
+        }
+        self.state.kv.truncate(c.pos);
+        self.tokens.truncate(c.pos);
+    }
+
+    /// Runs `f` with the model and the state on the session's thread pool, for
+    /// drivers that call the model directly (e.g. a speculative verify pass:
+    /// `forward_verify` then `commit_verify`, followed by [`Session::note_committed`]).
+    pub fn with_model<R: Send>(
+        &mut self,
+        f: impl FnOnce(&Model<'static>, &mut State) -> R + Send,
+    ) -> R {
+        let (model, state) = (&self.model.model, &mut self.state);
+        self.pool.install(|| f(model, state))
+    }
+
+    /// Records that the state now also holds `tokens` (for drivers that advance
+    /// the state themselves through [`Session::with_model`]). The state must hold
+    /// exactly the known tokens plus these.
+    pub fn note_committed(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
+        let want = self.tokens.len() + tokens.len();
+        if self.state.n_past() != want {
+            return Err(EngineError::Options(format!(
+                "the state holds {} positions, but the session knows {want}",
+                self.state.n_past()
+            )));
+        }
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+}

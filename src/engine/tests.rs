@@ -1,0 +1,619 @@
+//! Session layer tests on `tiny` synthetic files (written once per test run).
+
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use kernels::GgmlType;
+
+use super::*;
+use crate::gguf::GgufFile;
+use crate::model::{LogitsFor, Model, StateOptions};
+use crate::sample::{argmax, Sampler, SamplerParams};
+use crate::synth::{self, Arch, Preset, Recipe, SynthOptions};
+use crate::tui::{ChatEngine, ChatMessage as UiMessage, Controls, EngineEvent, Role};
+
+/// Tiny files, written once into a directory that lives for the test process.
+fn tiny(arch: Arch, recipe: Recipe) -> PathBuf {
+    synthetic(arch, Preset::Tiny, recipe)
+}
+
+fn synthetic(arch: Arch, preset: Preset, recipe: Recipe) -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
+    let path = dir
+        .path()
+        .join(format!("{preset}-{}-{recipe:?}.gguf", arch.name()));
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    if !path.exists() {
+        let plan = synth::plan(SynthOptions {
+            arch,
+            preset,
+            recipe,
+            seed: 11,
+        })
+        .unwrap();
+        plan.write(&path, Some(1)).unwrap();
+    }
+    path
+}
+
+fn load(path: &Path) -> Arc<LoadedModel> {
+    Arc::new(LoadedModel::open(path).unwrap())
+}
+
+fn session(model: &Arc<LoadedModel>, n_ctx: usize) -> Session {
+    let mut o = SessionOptions::new(n_ctx);
+    o.threads = Some(1);
+    Session::new(Arc::clone(model), o).unwrap()
+}
+
+fn greedy() -> Sampler {
+    Sampler::new(SamplerParams::greedy())
+}
+
+fn prompt(m: &LoadedModel) -> Vec<u32> {
+    m.tokenize("The quick brown fox jumps over the lazy dog.")
+        .unwrap()
+}
+
+fn run(s: &mut Session, p: &[u32], n: usize) -> Generation {
+    let opts = GenOptions {
+        n_predict: Some(n),
+        ..GenOptions::default()
+    };
+    generate(s, p, &mut greedy(), &mut PlainStep, &opts, &mut |_| {
+        ControlFlow::Continue(())
+    })
+    .unwrap()
+}
+
+/// Greedy decoding written directly against `Model::forward`, with the state
+/// options the session uses by default.
+fn reference_greedy(path: &Path, p: &[u32], n: usize) -> Vec<u32> {
+    let file = GgufFile::open(path).unwrap();
+    let model = Model::load(&file).unwrap();
+    let tok = LoadedModel::open(path).unwrap();
+    let mut st = model
+        .new_state(StateOptions {
+            n_ctx: 256,
+            max_batch: 256,
+            type_k: GgmlType::F16,
+            type_v: GgmlType::F16,
+        })
+        .unwrap();
+    let mut t = argmax(model.forward(&mut st, p, 0, LogitsFor::Last).unwrap());
+    let mut out = Vec::new();
+    while out.len() < n && !tok.tokenizer.is_eog(t) {
+        out.push(t);
+        let pos = p.len() + out.len() - 1;
+        t = argmax(model.forward(&mut st, &[t], pos, LogitsFor::Last).unwrap());
+    }
+    out
+}
+
+#[test]
+fn greedy_generation_equals_a_direct_forward_and_argmax_loop_on_both_archs() {
+    for (arch, recipe) in [
+        (Arch::CloverMoe, Recipe::F32),
+        (Arch::Qwen35Moe, Recipe::Q8_0),
+        (Arch::CloverMoe, Recipe::Q4KM),
+    ] {
+        let path = tiny(arch, recipe);
+        let m = load(&path);
+        let p = prompt(&m);
+        let mut s = session(&m, 256);
+        let gen = run(&mut s, &p, 20);
+        let want = reference_greedy(&path, &p, 20);
+        assert_eq!(gen.tokens, want, "{arch:?} {recipe:?}");
+        assert_eq!(gen.prompt, p);
+        assert_eq!(gen.prefill.evaluated, p.len());
+        if gen.stop != StopReason::Eog {
+            assert_eq!((gen.stop, gen.tokens.len()), (StopReason::Limit, 20));
+        }
+        assert_eq!(gen.text, m.tokenizer.decode(&gen.tokens).unwrap());
+        // One forward pass per generated token after the first (and one more for
+        // the token that sampled an end of generation).
+        let runs = match gen.stop {
+            StopReason::Limit => gen.tokens.len() - 1,
+            _ => gen.tokens.len(),
+        };
+        assert_eq!(gen.timings.eval_runs, runs);
+        assert_eq!(gen.timings.sample_runs, runs + 1);
+        assert_eq!(s.n_past(), p.len() + gen.timings.eval_runs);
+    }
+}
+
+#[test]
+fn a_prompt_extending_the_held_tokens_evaluates_only_the_new_ones() {
+    let path = tiny(Arch::CloverMoe, Recipe::F32);
+    let m = load(&path);
+    let p1 = prompt(&m);
+    let mut p2 = p1.clone();
+    p2.extend(m.tokenize(" And then it slept.").unwrap());
+    let mut s = session(&m, 256);
+    s.prefill(&p1).unwrap();
+    let (info, logits) = s.prefill(&p2).unwrap();
+    assert_eq!(
+        (info.reused, info.evaluated),
+        (p1.len(), p2.len() - p1.len())
+    );
+    let reused = logits.to_vec();
+    assert_eq!(s.tokens(), &p2[..]);
+    // The same two forward calls on a bare state give the same bits.
+    let file = GgufFile::open(&path).unwrap();
+    let model = Model::load(&file).unwrap();
+    let mut st = model
+        .new_state(StateOptions {
+            n_ctx: 256,
+            max_batch: 256,
+            type_k: GgmlType::F16,
+            type_v: GgmlType::F16,
+        })
+        .unwrap();
+    model.forward(&mut st, &p1, 0, LogitsFor::Last).unwrap();
+    let direct = model
+        .forward(&mut st, &p2[p1.len()..], p1.len(), LogitsFor::Last)
+        .unwrap();
+    assert_eq!(reused, direct);
+}
+
+#[test]
+fn a_prompt_diverging_after_the_checkpoint_restarts_there_and_matches_a_fresh_session() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = prompt(&m);
+    let mut s = session(&m, 256);
+    s.prefill(&p).unwrap();
+    s.checkpoint();
+    assert_eq!(s.checkpoint_pos(), Some(p.len()));
+    // Decode a few tokens past the checkpoint (a reply)...
+    for t in [40u32, 41, 42] {
+        s.decode(t).unwrap();
+    }
+    // ...then a prompt that shares only the part up to the checkpoint.
+    let mut p2 = p.clone();
+    p2.extend([50u32, 51]);
+    let (info, logits) = s.prefill(&p2).unwrap();
+    assert_eq!((info.reused, info.evaluated), (p.len(), 2));
+    let restored = logits.to_vec();
+    assert_eq!(s.tokens(), &p2[..]);
+    let mut fresh = session(&m, 256);
+    fresh.prefill(&p).unwrap();
+    let (_, logits) = fresh.prefill(&p2).unwrap();
+    assert_eq!(restored, logits);
+}
+
+#[test]
+fn a_prompt_sharing_no_usable_prefix_resets_the_state() {
+    let m = load(&tiny(Arch::Qwen35Moe, Recipe::F32));
+    let p = prompt(&m);
+    let mut s = session(&m, 256);
+    s.prefill(&p).unwrap();
+    s.decode(7).unwrap();
+    // Same prompt again: nothing new to evaluate and no checkpoint, so all of it runs.
+    let (info, logits) = s.prefill(&p).unwrap();
+    assert_eq!((info.reused, info.evaluated), (0, p.len()));
+    let again = logits.to_vec();
+    let mut fresh = session(&m, 256);
+    let (_, first) = fresh.prefill(&p).unwrap();
+    assert_eq!(again, first);
+    let q = m.tokenize("Something else entirely").unwrap();
+    let (info, _) = s.prefill(&q).unwrap();
+    assert_eq!((info.reused, info.evaluated), (0, q.len()));
+    assert_eq!(s.tokens(), &q[..]);
+}
+
+#[test]
+fn prefill_splits_long_prompts_into_logical_batches_with_the_same_result() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = m
+        .tokenize("one two three four five six seven eight nine ten eleven twelve")
+        .unwrap();
+    let mut one = session(&m, 256);
+    let whole = one.prefill(&p).unwrap().1.to_vec();
+    let mut o = SessionOptions::new(256);
+    o.threads = Some(1);
+    o.n_batch = 5;
+    o.n_ubatch = 5;
+    let mut split = Session::new(Arc::clone(&m), o).unwrap();
+    let (info, logits) = split.prefill(&p).unwrap();
+    assert_eq!(info.evaluated, p.len());
+    let logits = logits.to_vec();
+    assert_eq!(split.tokens(), &p[..]);
+    // Batches of 5 are different float sums than one batch: compare by the
+    // greedy choice and closely, not bit for bit.
+    assert_eq!(argmax(&logits), argmax(&whole));
+    let max_diff = logits
+        .iter()
+        .zip(&whole)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(max_diff < 1e-3, "max diff {max_diff}");
+}
+
+#[test]
+fn a_driver_advancing_the_state_itself_keeps_the_session_consistent() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = prompt(&m);
+    let mut a = session(&m, 64);
+    a.prefill(&p).unwrap();
+    let want = a.decode(9).unwrap().to_vec();
+    let mut b = session(&m, 64);
+    b.prefill(&p).unwrap();
+    let n = p.len();
+    let got = b.with_model(|model, st| {
+        model
+            .forward(st, &[9], n, LogitsFor::Last)
+            .map(|l| l.to_vec())
+    });
+    assert_eq!(got.unwrap(), want);
+    assert!(b.note_committed(&[9, 10]).is_err());
+    b.note_committed(&[9]).unwrap();
+    assert_eq!(b.tokens(), a.tokens());
+}
+
+#[test]
+fn session_rejects_empty_and_too_long_prompts_and_zero_sizes() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let mut s = session(&m, 8);
+    assert!(matches!(s.prefill(&[]), Err(EngineError::EmptyPrompt)));
+    assert!(matches!(
+        s.prefill(&[1; 9]),
+        Err(EngineError::PromptTooLong {
+            n_prompt: 9,
+            n_ctx: 8
+        })
+    ));
+    for bad in [
+        SessionOptions::new(0),
+        SessionOptions {
+            threads: Some(0),
+            ..SessionOptions::new(8)
+        },
+        SessionOptions {
+            n_ubatch: 0,
+            ..SessionOptions::new(8)
+        },
+        SessionOptions {
+            n_batch: 0,
+            ..SessionOptions::new(8)
+        },
+    ] {
+        assert!(matches!(
+            Session::new(Arc::clone(&m), bad),
+            Err(EngineError::Options(_))
+        ));
+    }
+}
+
+#[test]
+fn generation_stops_when_the_context_is_full() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = prompt(&m);
+    let mut s = session(&m, p.len() + 3);
+    let gen = run(&mut s, &p, 100);
+    assert_eq!(gen.stop, StopReason::ContextFull);
+    // Positions p.len() .. p.len()+2 hold generated tokens; the 4th is sampled
+    // from the last position's logits but has nowhere to go.
+    assert_eq!(gen.tokens.len(), 4);
+    assert_eq!(s.n_past(), p.len() + 3);
+}
+
+#[test]
+fn every_kv_cache_type_generates() {
+    // `small`: its attention head dim (64) holds whole Q8_0 blocks.
+    let m = load(&synthetic(Arch::Qwen35Moe, Preset::Small, Recipe::Q8_0));
+    let p = prompt(&m);
+    for ty in CACHE_TYPES.map(|c| c.1) {
+        let mut o = SessionOptions::new(128);
+        o.threads = Some(1);
+        o.type_k = ty;
+        o.type_v = ty;
+        let mut s = Session::new(Arc::clone(&m), o).unwrap();
+        assert_eq!(s.state.kv.ty_k, ty);
+        let gen = run(&mut s, &p, 6);
+        assert_eq!((gen.stop, gen.tokens.len()), (StopReason::Limit, 6), "{ty}");
+    }
+}
+
+#[test]
+fn a_cache_type_whose_blocks_do_not_fit_the_head_dim_is_a_clear_error() {
+    let m = load(&tiny(Arch::Qwen35Moe, Recipe::F32));
+    let mut o = SessionOptions::new(64);
+    o.type_v = GgmlType::Q8_0;
+    let e = Session::new(m, o)
+        .err()
+        .expect("q8_0 cannot hold 16-dim heads");
+    assert!(e.to_string().contains("-ctv q8_0"), "{e}");
+}
+
+/// A step that evaluates the newest token and then proposes a fixed script.
+struct Scripted(Vec<Vec<u32>>);
+
+impl Step for Scripted {
+    fn step(
+        &mut self,
+        session: &mut Session,
+        _: &mut Sampler,
+        history: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<StepStats, EngineError> {
+        let next = self.0.remove(0);
+        session.decode(*history.last().unwrap())?;
+        for &t in &next[..next.len() - 1] {
+            session.decode(t)?;
+        }
+        out.extend(next);
+        Ok(StepStats {
+            eval_runs: 1,
+            ..StepStats::default()
+        })
+    }
+}
+
+fn scripted(
+    m: &Arc<LoadedModel>,
+    script: Vec<Vec<u32>>,
+    n: Option<usize>,
+) -> (Generation, Vec<(u32, bool, bool)>) {
+    let p = prompt(m);
+    let mut s = session(m, 256);
+    let mut seen = Vec::new();
+    let opts = GenOptions {
+        n_predict: n,
+        ..GenOptions::default()
+    };
+    let gen = generate(
+        &mut s,
+        &p,
+        &mut greedy(),
+        &mut Scripted(script),
+        &opts,
+        &mut |ev| {
+            if let GenEvent::Token {
+                id, thinking, tag, ..
+            } = ev
+            {
+                seen.push((id, thinking, tag));
+            }
+            ControlFlow::Continue(())
+        },
+    )
+    .unwrap();
+    (gen, seen)
+}
+
+#[test]
+fn multi_token_steps_stop_at_an_end_of_generation_token_which_is_not_emitted() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let eos = m.tokenizer.eos().unwrap();
+    let (gen, seen) = scripted(&m, vec![vec![65, 66, 67], vec![68, eos, 69]], None);
+    assert_eq!(gen.stop, StopReason::Eog);
+    assert_eq!(gen.eog, Some(eos));
+    assert_eq!(&gen.tokens[1..], &[65, 66, 67, 68]);
+    assert_eq!(seen.len(), 5);
+    assert!(!gen.tokens.contains(&eos));
+}
+
+#[test]
+fn the_token_limit_cuts_a_multi_token_step_short() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let (gen, _) = scripted(&m, vec![vec![65, 66, 67, 68]], Some(3));
+    assert_eq!(gen.stop, StopReason::Limit);
+    assert_eq!(&gen.tokens[1..], &[65, 66]);
+    let (gen, seen) = scripted(&m, vec![], Some(0));
+    assert_eq!(gen.stop, StopReason::Limit);
+    assert!(gen.tokens.is_empty() && seen.is_empty());
+}
+
+#[test]
+fn text_between_think_tags_is_flagged_thinking_and_the_tags_are_marked() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let (open, close) = m.think_tokens.expect("synthetic vocab has think tags");
+    let (_, seen) = scripted(&m, vec![vec![open, 70, close, 71], vec![72]], Some(6));
+    let flags: Vec<(bool, bool)> = seen[1..].iter().map(|&(_, th, tag)| (th, tag)).collect();
+    assert_eq!(
+        flags,
+        [
+            (true, true),
+            (true, false),
+            (true, true),
+            (false, false),
+            (false, false)
+        ]
+    );
+}
+
+#[test]
+fn llama_perf_lines_have_llama_cpp_labels_and_layout() {
+    let t = Timings {
+        load_ms: 1234.5,
+        prompt_ms: 100.0,
+        prompt_tokens: 10,
+        eval_ms: 300.0,
+        eval_runs: 30,
+        sample_ms: 3.0,
+        sample_runs: 31,
+        total_ms: 410.25,
+    };
+    let want = "\
+llama_perf_sampler_print:    sampling time =       3.00 ms /    31 runs   (    0.10 ms per token, 10333.33 tokens per second)
+llama_perf_context_print:        load time =    1234.50 ms
+llama_perf_context_print: prompt eval time =     100.00 ms /    10 tokens (   10.00 ms per token,   100.00 tokens per second)
+llama_perf_context_print:        eval time =     300.00 ms /    30 runs   (   10.00 ms per token,   100.00 tokens per second)
+llama_perf_context_print:       total time =     410.25 ms /    40 tokens
+";
+    assert_eq!(t.llama_perf(), want);
+}
+
+#[test]
+fn cache_type_names_parse_in_any_case_and_others_are_rejected() {
+    assert_eq!(parse_cache_type("F16"), Ok(GgmlType::F16));
+    assert_eq!(parse_cache_type("q8_0"), Ok(GgmlType::Q8_0));
+    assert_eq!(parse_cache_type("bf16"), Ok(GgmlType::BF16));
+    assert_eq!(parse_cache_type("f32"), Ok(GgmlType::F32));
+    assert!(parse_cache_type("q4_0").unwrap_err().contains("q4_0"));
+}
+
+#[test]
+fn the_loaded_model_reads_tokenizer_template_and_mask_from_metadata() {
+    let clover = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    assert!(!clover.template_fallback);
+    assert_eq!(
+        clover.tokenizer.mask_token(),
+        clover.tokenizer.token_to_id("<|mask|>")
+    );
+    assert_eq!(clover.tokenizer.vocab_size(), clover.model.n_vocab());
+    let text = clover
+        .render_chat(&[crate::chat::ChatMessage::user("hi")], true)
+        .unwrap();
+    assert_eq!(
+        text,
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let ids = clover.tokenize(&text).unwrap();
+    assert_eq!(
+        ids[0],
+        clover.tokenizer.token_to_id("<|im_start|>").unwrap()
+    );
+    assert_eq!(clover.quant_mix(), "F32");
+}
+
+fn chat_turn(
+    engine: &mut ChatSession,
+    msgs: &[UiMessage],
+    stop_after: Option<usize>,
+) -> Vec<EngineEvent> {
+    let controls = Controls::new(false);
+    let mut events = Vec::new();
+    let mut texts = 0;
+    engine.generate(msgs, &controls, &mut |ev| {
+        if matches!(ev, EngineEvent::Text { .. }) {
+            texts += 1;
+            if Some(texts) == stop_after {
+                controls.request_stop();
+            }
+        }
+        events.push(ev);
+    });
+    events
+}
+
+fn reply_text(events: &[EngineEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::Text { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn chat_engine(m: &Arc<LoadedModel>) -> ChatSession {
+    ChatSession::new(session(m, 512), SamplerParams::greedy(), Some(12))
+}
+
+#[test]
+fn chat_turns_report_prefill_text_layer_times_routing_and_done() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let mut e = chat_engine(&m);
+    let info = e.info();
+    assert_eq!(info.n_layers(), m.model.config.n_layer);
+    assert!(!info.spec_available);
+    let msgs = [UiMessage::new(Role::User, "Hello there")];
+    let ev = chat_turn(&mut e, &msgs, None);
+    let (prompt, _) = e.prompt_tokens(&msgs).unwrap();
+    assert!(matches!(ev[0], EngineEvent::Prefill { tokens, .. } if tokens == prompt.len()));
+    let texts = ev
+        .iter()
+        .filter(|x| matches!(x, EngineEvent::Text { .. }))
+        .count();
+    let Some(EngineEvent::Done {
+        tokens,
+        context_used,
+        ..
+    }) = ev.last().cloned()
+    else {
+        panic!("no Done: {ev:?}")
+    };
+    assert_eq!(tokens, texts);
+    assert_eq!(context_used, e.session().n_past());
+    let routing = ev.iter().find_map(|x| match x {
+        EngineEvent::Routing { layer_experts } => Some(layer_experts.clone()),
+        _ => None,
+    });
+    let routing = routing.expect("a routing event");
+    assert_eq!(routing.len(), m.model.config.n_layer);
+    for experts in &routing {
+        assert_eq!(experts.len(), m.model.config.n_expert_used);
+        assert!(experts
+            .iter()
+            .all(|&x| (x as usize) < m.model.config.n_expert));
+    }
+    let times = ev.iter().find_map(|x| match x {
+        EngineEvent::LayerTimes { mixer_ms, moe_ms } => Some((mixer_ms.clone(), moe_ms.clone())),
+        _ => None,
+    });
+    let (mixer, moe) = times.expect("a layer-times event");
+    assert_eq!(mixer.len(), m.model.config.n_layer);
+    assert!(mixer.iter().chain(&moe).all(|&x| x > 0.0));
+}
+
+#[test]
+fn a_second_chat_turn_prefills_only_new_tokens_and_replies_like_a_fresh_engine() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let mut warm = chat_engine(&m);
+    let mut msgs = vec![UiMessage::new(Role::User, "Tell me about foxes.")];
+    let first = chat_turn(&mut warm, &msgs, None);
+    msgs.push(UiMessage::new(Role::Assistant, reply_text(&first).trim()));
+    msgs.push(UiMessage::new(Role::User, "And dogs?"));
+    let second = chat_turn(&mut warm, &msgs, None);
+    let (prompt2, _) = warm.prompt_tokens(&msgs).unwrap();
+    let EngineEvent::Prefill { tokens: n_new, .. } = second[0] else {
+        panic!("{:?}", second[0])
+    };
+    assert!(n_new < prompt2.len(), "{n_new} of {}", prompt2.len());
+    assert_eq!(&warm.session().tokens()[..prompt2.len()], &prompt2[..]);
+    let mut cold = chat_engine(&m);
+    let fresh = chat_turn(&mut cold, &msgs, None);
+    assert!(matches!(fresh[0], EngineEvent::Prefill { tokens, .. } if tokens == prompt2.len()));
+    assert_eq!(reply_text(&second), reply_text(&fresh));
+}
+
+#[test]
+fn a_stopped_chat_reply_sends_no_done() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let mut e = chat_engine(&m);
+    let ev = chat_turn(&mut e, &[UiMessage::new(Role::User, "go")], Some(3));
+    let texts = ev
+        .iter()
+        .filter(|x| matches!(x, EngineEvent::Text { .. }))
+        .count();
+    assert_eq!(texts, 3);
+    assert!(!ev.iter().any(|x| matches!(x, EngineEvent::Done { .. })));
+}
+
+#[test]
+fn the_default_model_is_written_once_atomically_and_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let sub = dir.path().join("clover");
+    let d = default_model::ensure_in(&sub, Preset::Tiny, false).unwrap();
+    assert!(d.created);
+    assert_eq!(d.path, sub.join(default_model::file_name(Preset::Tiny)));
+    let names: Vec<String> = std::fs::read_dir(&sub)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, [default_model::file_name(Preset::Tiny)]);
+    let m = LoadedModel::open(&d.path).unwrap();
+    assert_eq!(m.model.config.arch.name(), "clover_moe");
+    // Vectors and rows too short for Q8_0 blocks stay F16 / F32 in a tiny file.
+    assert!(m.quant_mix().starts_with("Q8_0 "), "{}", m.quant_mix());
+    let again = default_model::ensure_in(&sub, Preset::Tiny, false).unwrap();
+    assert!(!again.created);
+    assert!(d
+        .note()
+        .contains("random-weight synthetic clover_moe (tiny)"));
+    assert!(d.note().contains("pass -m FILE"));
+}
