@@ -104,27 +104,20 @@ pub fn generate(
             n_max: cfg.n_max,
         });
     }
-    let t_start = Instant::now();
-    let mut stats = SpecStats::new(cfg.n_max);
     let mut history: Vec<u32> = prompt.to_vec();
     let mut out = Vec::new();
+    let mut spec = Speculator::new(cfg.clone());
     if cfg.n_predict == 0 {
-        return Ok(Generation { tokens: out, stats });
+        return Ok(Generation {
+            tokens: out,
+            stats: spec.stats,
+        });
     }
-    let sampling = sampler.params().temp > 0.0;
-    let relax = (!sampling && cfg.accept_ratio < 1.0).then_some(Relaxation {
-        ratio: cfg.accept_ratio,
-        delta: cfg.accept_delta,
-    });
-    let n_ctx = state.kv.n_ctx();
-    let max_batch = state.max_batch;
-    let mut adaptive = Adaptive::new(cfg.n_min, cfg.n_max);
 
     // Prefill, then the first token: t_n, the anchor.
     let pos0 = state.n_past();
     let logits = model.forward(state, prompt, pos0, LogitsFor::Last)?;
-    let mut anchor = sampler.sample(logits, &history);
-    let mut n = pos0 + prompt.len();
+    let anchor = sampler.sample(logits, &history);
     let mut emit = |tok: u32, out: &mut Vec<u32>, history: &mut Vec<u32>| -> bool {
         out.push(tok);
         history.push(tok);
@@ -133,17 +126,81 @@ pub fn generate(
     };
     let loop_start = Instant::now();
     if !emit(anchor, &mut out, &mut history) {
-        return Ok(finish(out, stats, loop_start, t_start));
+        return Ok(finish(out, spec.stats, loop_start));
+    }
+    let mut step_out = Vec::new();
+    'outer: loop {
+        let remaining = cfg.n_predict - out.len();
+        step_out.clear();
+        spec.iterate(
+            model,
+            state,
+            sampler,
+            drafter,
+            &history,
+            remaining,
+            &mut step_out,
+        )?;
+        for &tok in &step_out {
+            if !emit(tok, &mut out, &mut history) {
+                break 'outer;
+            }
+        }
+    }
+    Ok(finish(out, spec.stats, loop_start))
+}
+
+/// The loop's state across iterations: configuration, the adaptive
+/// controller and the statistics. `iterate` is one draft → verify → accept
+/// → commit round; `generate` and the session's step (`spec::step`) call it.
+#[derive(Debug)]
+pub struct Speculator {
+    pub cfg: SpecConfig,
+    pub stats: SpecStats,
+    adaptive: Adaptive,
+}
+
+impl Speculator {
+    pub fn new(cfg: SpecConfig) -> Speculator {
+        Speculator {
+            stats: SpecStats::new(cfg.n_max),
+            adaptive: Adaptive::new(cfg.n_min, cfg.n_max),
+            cfg,
+        }
     }
 
-    loop {
+    /// One iteration. `history` is every token so far; its last is the
+    /// anchor t_n, not yet in `state` (which holds `history.len() − 1`
+    /// positions). Pushes accepted + 1 tokens to `out` (at most `remaining`):
+    /// all but the last are committed to `state`, the last is the new anchor.
+    #[allow(clippy::too_many_arguments)]
+    pub fn iterate(
+        &mut self,
+        model: &Model,
+        state: &mut State,
+        sampler: &mut Sampler,
+        drafter: &mut dyn Drafter,
+        history: &[u32],
+        remaining: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), SpecError> {
+        let cfg = &self.cfg;
+        let stats = &mut self.stats;
+        let adaptive = &mut self.adaptive;
+        let anchor = *history.last().ok_or(SpecError::EmptyPrompt)?;
+        let n = state.n_past();
+        let sampling = sampler.params().temp > 0.0;
+        let relax = (!sampling && cfg.accept_ratio < 1.0).then_some(Relaxation {
+            ratio: cfg.accept_ratio,
+            delta: cfg.accept_delta,
+        });
         // Room: the emitted count (every iteration emits accepted + 1) and
         // the context (the verify pass holds D+1 positions from n).
-        let remaining = cfg.n_predict - out.len();
-        let room_ctx = n_ctx.saturating_sub(n + 1);
-        let cap = (remaining - 1)
+        let room_ctx = state.kv.n_ctx().saturating_sub(n + 1);
+        let cap = remaining
+            .saturating_sub(1)
             .min(room_ctx)
-            .min(max_batch.saturating_sub(1));
+            .min(state.max_batch.saturating_sub(1));
         let d_want = if !cfg.enabled {
             0
         } else if cfg.adaptive {
@@ -164,7 +221,7 @@ pub fn generate(
                 pos: n,
                 n_max: d_want,
                 p_min: cfg.p_min,
-                history: &history,
+                history,
                 sampler,
                 sampling,
             })?;
@@ -182,17 +239,13 @@ pub fn generate(
             // Plain decoding step.
             let t0 = Instant::now();
             let logits = model.forward(state, &[anchor], n, LogitsFor::Last)?;
-            let next = sampler.sample(logits, &history);
+            let next = sampler.sample(logits, history);
             let ns = t0.elapsed().as_nanos() as u64;
             stats.plain_ns += ns;
             stats.plain_passes += 1;
             adaptive.record_plain(ns);
-            n += 1;
-            anchor = next;
-            if !emit(next, &mut out, &mut history) {
-                break;
-            }
-            continue;
+            out.push(next);
+            return Ok(());
         }
 
         // Verify pass over [t_n, d_1 … d_D].
@@ -211,7 +264,7 @@ pub fn generate(
         let mut accepted = 0;
         let mut relaxed = 0;
         let mut next = None;
-        let mut hist = history.clone();
+        let mut hist = history.to_vec();
         for j in 0..d {
             let y = &ys[j * v..(j + 1) * v];
             let dj = drafts.tokens[j];
@@ -228,13 +281,8 @@ pub fn generate(
             } else {
                 let verdict = match relax {
                     Some(_) => accept_greedy(dj, &softmax(y), relax),
-                    None => {
-                        if super::verify::accept_exact(dj, y) {
-                            Verdict::Exact
-                        } else {
-                            Verdict::Rejected
-                        }
-                    }
+                    None if super::verify::accept_exact(dj, y) => Verdict::Exact,
+                    None => Verdict::Rejected,
                 };
                 if verdict.accepted() {
                     accepted += 1;
@@ -257,27 +305,13 @@ pub fn generate(
         let t0 = Instant::now();
         model.commit_verify(state, accepted + 1)?;
         stats.rollback_ns += t0.elapsed().as_nanos() as u64;
-        n += accepted + 1;
-        anchor = next;
-
-        let mut go = true;
-        for &tok in drafts.tokens[..accepted]
-            .iter()
-            .chain(std::iter::once(&next))
-        {
-            if !emit(tok, &mut out, &mut history) {
-                go = false;
-                break;
-            }
-        }
-        if !go {
-            break;
-        }
+        out.extend_from_slice(&drafts.tokens[..accepted]);
+        out.push(next);
+        Ok(())
     }
-    Ok(finish(out, stats, loop_start, t_start))
 }
 
-fn finish(out: Vec<u32>, mut stats: SpecStats, loop_start: Instant, _t: Instant) -> Generation {
+fn finish(out: Vec<u32>, mut stats: SpecStats, loop_start: Instant) -> Generation {
     stats.tokens_emitted = out.len() as u64;
     stats.total_ns = loop_start.elapsed().as_nanos() as u64;
     Generation { tokens: out, stats }
