@@ -138,8 +138,9 @@ fn scalar_quantize(ty: GgmlType) -> QuantizeFn {
         GgmlType::F32 => q!(GgmlType::F32),
         GgmlType::F16 => q!(GgmlType::F16),
         GgmlType::BF16 => q!(GgmlType::BF16),
-        GgmlType::Q8_0 => q!(GgmlType::Q8_0),
-        GgmlType::Q8_1 => q!(GgmlType::Q8_1),
+        // Activations use ggml's x86 converters, not the weight quantisers.
+        GgmlType::Q8_0 => scalar::q8_0::quantize_act,
+        GgmlType::Q8_1 => scalar::q8_1::quantize_act,
         GgmlType::Q8_K => q!(GgmlType::Q8_K),
         GgmlType::Q4_0 => q!(GgmlType::Q4_0),
         GgmlType::Q4_1 => q!(GgmlType::Q4_1),

@@ -7,10 +7,12 @@
 pub mod aarch64;
 pub mod blocks;
 pub mod isa;
+pub mod matmul;
 pub mod scalar;
 pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
 pub use isa::{Isa, KernelTable};
+pub use matmul::{QActs, QExperts, QMatrix};
 pub use types::{GgmlType, UnsupportedType};

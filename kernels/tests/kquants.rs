@@ -248,6 +248,67 @@ fn every_tier_vec_dot_matches_scalar_at_awkward_lengths() {
     }
 }
 
+/// Checks each named dot of `variants(ty)` against the scalar reference at
+/// every awkward length, on random weight blocks and Q8_K activations.
+#[allow(dead_code)]
+fn check_variants(tier: &str, ty: GgmlType, variants: &[(&str, kernels::isa::VecDotFn)]) {
+    assert!(!variants.is_empty(), "{tier} has no {ty} dot");
+    let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
+    eprintln!("{tier} variants tested for {ty}: {names:?}");
+    let mut rng = Rng(0x5eed + ty.id() as u64);
+    for nb in AWKWARD_BLOCKS {
+        let n = 256 * nb;
+        let (w, wlen) = random_weights(ty, nb, &mut rng);
+        let a: Vec<f32> = (0..n).map(|_| rng.gauss()).collect();
+        let (qa, alen) = quantize(GgmlType::Q8_K, &a, None);
+        let want = scalar::vec_dot(ty, n, bytes(&w, wlen), bytes(&qa, alen));
+        let wd = dequantize(ty, &w, wlen, n);
+        let ad = dequantize(GgmlType::Q8_K, &qa, alen, n);
+        let tol = 1e-5 * abs_dot(&wd, &ad);
+        for (name, dot) in variants {
+            let got = dot(n, bytes(&w, wlen), bytes(&qa, alen));
+            assert!(
+                ((got - want) as f64).abs() <= tol,
+                "{tier}/{name} {ty} at {nb} blocks: {got} vs scalar {want} (tolerance {tol})"
+            );
+        }
+    }
+}
+
+/// The AVX-512 Q2_K/Q3_K dots come as BW and VNNI variants; the table picks
+/// one by detection, so both are checked here.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_avx512_q2_k_and_q3_k_variant_matches_scalar() {
+    use kernels::x86::avx512::lowbit::vec_dot_variants;
+    if !Isa::Avx512.available() {
+        eprintln!("*** SKIPPING avx512 Q2_K/Q3_K variants: not available on this CPU ***");
+        return;
+    }
+    for ty in [GgmlType::Q2_K, GgmlType::Q3_K] {
+        check_variants("avx512", ty, &vec_dot_variants(ty));
+    }
+}
+
+/// The NEON Q2_K/Q3_K dots come as plain-NEON and `sdot` variants; the table
+/// picks one by detection, so both are checked here.
+#[cfg(target_arch = "aarch64")]
+#[test]
+fn every_neon_q2_k_and_q3_k_variant_matches_scalar() {
+    use kernels::aarch64::neon::lowbit::vec_dot_variants;
+    if !Isa::Neon.available() {
+        eprintln!("*** SKIPPING neon Q2_K/Q3_K variants: not available on this CPU ***");
+        return;
+    }
+    for ty in [GgmlType::Q2_K, GgmlType::Q3_K] {
+        let v = vec_dot_variants(ty);
+        if v.len() < 2 {
+            eprintln!("*** {ty}: no dotprod on this CPU, sdot variant SKIPPED ***");
+        }
+        check_variants("neon", ty, &v);
+    }
+}
+
 #[test]
 fn every_tier_q8_k_quantiser_is_bit_exact_with_scalar() {
     let mut rng = Rng(0xbeef);

@@ -68,8 +68,20 @@ fn activation_row(rng: &mut Rng, n: usize) -> Vec<f32> {
     x
 }
 
+/// The scalar activation converter: ggml's x86 form for Q8_0 / Q8_1 (ties
+/// to even, `127/amax`), the weight quantiser for every other type.
+fn quantize_activation(act_ty: GgmlType, x: &[f32]) -> Buf {
+    let mut b = Buf::for_row(act_ty, x.len());
+    match act_ty {
+        GgmlType::Q8_0 => scalar::q8_0::quantize_act(x, b.bytes_mut()),
+        GgmlType::Q8_1 => scalar::q8_1::quantize_act(x, b.bytes_mut()),
+        _ => return quantize(act_ty, x, None),
+    }
+    b
+}
+
 fn check_quantiser(table: &KernelTable, act_ty: GgmlType, x: &[f32]) -> Buf {
-    let reference = quantize(act_ty, x, None);
+    let reference = quantize_activation(act_ty, x);
     let mut got = Buf::for_row(act_ty, x.len());
     got.bytes_mut().fill(0xAA);
     (table.quantize(act_ty))(x, got.bytes_mut());

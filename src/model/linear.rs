@@ -5,13 +5,12 @@
 //! `ty.vec_dot_type()` — Q8_K, Q8_0, Q8_1, F16, BF16 or F32 — and then
 //! `y[t][o] = vec_dot(W[o], x̃[t])` with f32 accumulation, as ggml does.
 //!
-//! Output rows are split across rayon with disjoint `par_chunks_mut`. For
-//! `rows > 1` each weight row is loaded once and dotted with every activation
-//! row of the batch: results land in a row-major `[o][t]` tile that is then
-//! transposed into `y[t][o]`.
+//! The products themselves are `kernels::matmul` (matvec, tiled matmul,
+//! expert gather, split across rayon); this file adapts the model's matrices
+//! and owns the activation conversion cache.
 
+use kernels::matmul::{self as km, QActs, QMatrix};
 use kernels::{scalar, GgmlType, KernelTable};
-use rayon::prelude::*;
 
 /// A zero-copy weight matrix: `n_out` rows of `row_bytes` bytes.
 #[derive(Clone, Copy, Debug)]
@@ -46,6 +45,11 @@ impl<'a> Matrix<'a> {
     /// Bytes of the whole matrix (what a product streams).
     pub fn bytes(&self) -> usize {
         self.row_bytes * self.n_out
+    }
+
+    /// The kernels' view of the same bytes.
+    pub fn q(&self) -> QMatrix<'a> {
+        QMatrix::new(self.ty, self.n_in, self.n_out, self.data).expect("checked in new_unchecked")
     }
 
     /// Dequantises row `o` (an embedding lookup).
@@ -128,6 +132,13 @@ impl Activations {
     pub fn ty(&self) -> Option<GgmlType> {
         self.ty
     }
+
+    /// The kernels' view of the converted rows.
+    pub fn q(&self) -> QActs<'_> {
+        let ty = self.ty.expect("activations are filled");
+        let bytes: &[u8] = bytemuck::cast_slice(&self.storage);
+        QActs::new(ty, self.n, self.rows, bytes).expect("storage holds rows x row_bytes")
+    }
 }
 
 /// The f32 input of a stage converted into each dot type at most once.
@@ -194,7 +205,7 @@ impl MatScratch {
     pub fn new(rows: usize, max_in: usize) -> MatScratch {
         MatScratch {
             cache: ActCache::with_capacity(rows * max_in * 4),
-            tile: vec![0.0; ROW_BLOCK * rows.max(1)],
+            tile: vec![0.0; km::matmul_tile_len(rows.max(1))],
         }
     }
 
@@ -210,63 +221,14 @@ impl MatScratch {
     }
 }
 
-/// Output rows per rayon task: enough tasks to balance, not so many that
-/// scheduling costs show.
-pub(crate) fn rows_per_task(n_out: usize) -> usize {
-    let tasks = rayon::current_num_threads() * 4;
-    n_out.div_ceil(tasks).max(8)
-}
-
-/// Weight rows per transposition block of a batched product.
-const ROW_BLOCK: usize = 1024;
-
 /// `out[t][o] = W[o] · x[t]` for every activation row `t`; `out` is
-/// `x.rows() x w.n_out`. `tile` is scratch (`ROW_BLOCK x rows` floats, grown
-/// once when too small).
+/// `x.rows() x w.n_out`. `tile` is scratch, grown once when too small.
 pub fn matmul(kt: &KernelTable, w: &Matrix, x: &Activations, out: &mut [f32], tile: &mut Vec<f32>) {
-    assert_eq!(x.ty, Some(w.ty.vec_dot_type()), "activation type mismatch");
-    assert_eq!(x.n, w.n_in, "activation length mismatch");
-    let rows = x.rows;
-    let out = &mut out[..rows * w.n_out];
-    let dot = kt.vec_dot(w.ty);
-    let n = w.n_in;
-    let per_task = rows_per_task(w.n_out);
-    if rows == 1 {
-        let xa = x.row(0);
-        out.par_chunks_mut(per_task)
-            .enumerate()
-            .for_each(|(c, ys)| {
-                for (i, y) in ys.iter_mut().enumerate() {
-                    *y = dot(n, w.row(c * per_task + i), xa);
-                }
-            });
-        return;
+    let need = km::matmul_tile_len(x.rows);
+    if x.rows > 1 && tile.len() < need {
+        tile.resize(need, 0.0);
     }
-    if tile.len() < ROW_BLOCK * rows {
-        tile.resize(ROW_BLOCK * rows, 0.0);
-    }
-    let mut o0 = 0;
-    while o0 < w.n_out {
-        let nb = ROW_BLOCK.min(w.n_out - o0);
-        let tile = &mut tile[..nb * rows];
-        let per = per_task.min(nb);
-        tile.par_chunks_mut(per * rows)
-            .enumerate()
-            .for_each(|(c, ys)| {
-                for (i, yo) in ys.chunks_exact_mut(rows).enumerate() {
-                    let wr = w.row(o0 + c * per + i);
-                    for (t, y) in yo.iter_mut().enumerate() {
-                        *y = dot(n, wr, x.row(t));
-                    }
-                }
-            });
-        for (i, yo) in tile.chunks_exact(rows).enumerate() {
-            for (t, y) in yo.iter().enumerate() {
-                out[t * w.n_out + o0 + i] = *y;
-            }
-        }
-        o0 += nb;
-    }
+    km::matmul(kt, &w.q(), &x.q(), out, tile);
 }
 
 /// Converts `x` (`rows x w.n_in`) through `cache` and multiplies.

@@ -15,9 +15,7 @@
 use kernels::{GgmlType, KernelTable};
 
 use super::config::ModelConfig;
-use rayon::prelude::*;
-
-use super::linear::{matmul, rows_per_task, Activations, MatScratch, Matrix};
+use super::linear::{matmul, Activations, MatScratch, Matrix};
 use super::ops::{sigmoid, silu, softmax_inplace};
 use super::weights::{Experts, FfnWeights, GateUp};
 
@@ -352,21 +350,7 @@ fn rows_product(
     acts: &Activations,
     out: &mut [f32],
 ) {
-    let (n_in, n_out) = (m.n_in, m.n_out);
-    let dot = kt.vec_dot(m.ty);
-    let per = rows_per_task(n_out * expert_of.len()).min(n_out);
-    out.par_chunks_mut(n_out)
-        .zip(expert_of.par_iter())
-        .enumerate()
-        .for_each(|(r, (row, &x))| {
-            let mx = m.expert(x);
-            let a = acts.row(r);
-            row.par_chunks_mut(per).enumerate().for_each(|(c, ys)| {
-                for (i, y) in ys.iter_mut().enumerate() {
-                    *y = dot(n_in, mx.row(c * per + i), a);
-                }
-            });
-        });
+    kernels::matmul::expert_gather(kt, &m.q(), expert_of, &acts.q(), out);
 }
 
 /// `h = silu(g) ⊙ up`.

@@ -48,6 +48,12 @@ pub struct Experts<'a> {
 }
 
 impl<'a> Experts<'a> {
+    /// The kernels' view of the whole stack.
+    pub fn q(&self) -> kernels::QExperts<'a> {
+        kernels::QExperts::new(self.ty, self.n_in, self.n_out, self.n_expert, self.data)
+            .expect("expert stack checked by the binder")
+    }
+
     /// Expert `e` as a matrix.
     pub fn expert(&self, e: usize) -> Matrix<'a> {
         let rb = self.ty.row_bytes(self.n_in as u64).unwrap_or(0) as usize;

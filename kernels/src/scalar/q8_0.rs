@@ -43,6 +43,36 @@ pub(crate) fn quantize_block(x: &[f32], qs: &mut [i8; QK]) -> f32 {
     d
 }
 
+/// The levels of one *activation* block as ggml's CPU backend converts
+/// activations on x86 (`quantize_row_q8_0` in `arch/x86/quants.c`, the
+/// `from_float` of the Q8_0 dot product): `d = amax/127`, levels
+/// `round_half_even(x·(127/amax))`. It differs from the weight quantiser
+/// (`quantize_block`, `1/d` and half away from zero) in the last bit of the
+/// multiplier and on ties, and one flipped level can move a MoE routing
+/// decision, so logits follow llama.cpp only with this form. Returns the f32 `d`.
+pub(crate) fn quantize_block_act(x: &[f32], qs: &mut [i8; QK]) -> f32 {
+    let mut amax = 0f32;
+    for &v in x {
+        amax = amax.max(v.abs());
+    }
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+    }
+    d
+}
+
+/// An activation row into Q8_0 (`quantize_block_act`): the kernel table's
+/// converter, also used for a Q8_0 K/V cache as ggml's `set_rows` does.
+pub fn quantize_act(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_0] = as_blocks_mut(&mut dst[..src.len() / QK * 34]);
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+        let d = quantize_block_act(x, &mut b.qs);
+        b.d = f16::from_f32(d);
+    }
+}
+
 /// ggml's `quantize_row_q8_0_ref`; ggml ignores the importance matrix for Q8_0
 /// and so do we.
 pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
@@ -67,4 +97,26 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
     }
     sumf
+}
+
+#[cfg(test)]
+mod act_tests {
+    use super::*;
+
+    #[test]
+    fn activation_levels_round_ties_to_even_like_ggml_x86() {
+        // amax = 127 → multiplier exactly 1: every k + 0.5 is a tie.
+        let mut x = [0f32; QK];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = 3.5;
+        x[3] = -2.5;
+        x[4] = -0.5;
+        let (mut act, mut wt) = ([0i8; QK], [0i8; QK]);
+        assert_eq!(quantize_block_act(&x, &mut act), 1.0);
+        quantize_block(&x, &mut wt);
+        assert_eq!(&act[..5], &[127, 2, 4, -2, 0]);
+        // The weight quantiser (`_ref`) rounds half away from zero.
+        assert_eq!(&wt[..5], &[127, 3, 4, -3, -1]);
+    }
 }

@@ -41,6 +41,18 @@ pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
     }
 }
 
+/// An activation row into Q8_1 as ggml's x86 `quantize_row_q8_1`: the levels
+/// of `q8_0::quantize_block_act`, `s = d·Σq`.
+pub fn quantize_act(src: &[f32], dst: &mut [u8]) {
+    let blocks: &mut [BlockQ8_1] = as_blocks_mut(&mut dst[..src.len() / QK * 36]);
+    for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
+        let d = q8_0::quantize_block_act(x, &mut b.qs);
+        let sum: i32 = b.qs.iter().map(|&q| q as i32).sum();
+        b.d = f16::from_f32(d);
+        b.s = f16::from_f32(sum as f32 * d);
+    }
+}
+
 /// Q8_1 · Q8_1 (ggml has no such kernel; defined as Q8_0's, ignoring `s`).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = n / QK;

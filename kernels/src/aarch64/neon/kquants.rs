@@ -3,8 +3,8 @@
 //!
 //! Per 16 weights: levels unpacked to i8, `sdot` against the activations into
 //! four i32 lanes, the sub-block scale applied with `mla` by a scalar; one f32
-//! `mla` per super-block, one horizontal sum per row. The Q8_K quantiser and
-//! Q2_K/Q3_K use the scalar reference.
+//! `mla` per super-block, one horizontal sum per row. Q2_K, Q3_K and the Q8_K
+//! quantiser are in `lowbit`.
 //!
 //! `vdotq_s32` is not yet stable in Rust, so `sdot` is issued through `asm!`
 //! in one helper. Kernels are handed out only when the CPU reports `dotprod`

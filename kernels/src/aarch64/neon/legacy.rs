@@ -9,8 +9,9 @@
 //! scale product; one horizontal sum per call.
 //!
 //! F16 values are widened with integer operations (stable Rust does not
-//! expose the half-precision vector types yet); the F16 quantiser is not here
-//! (the scalar reference serves it) for the same reason.
+//! expose the half-precision vector types yet); for the same reason the F16
+//! quantiser narrows with `fcvtn` through inline assembly (IEEE round to
+//! nearest even, as the scalar `half` conversion).
 
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -75,6 +76,7 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
         GgmlType::Q8_0 => quantize_q8_0,
         GgmlType::Q8_1 => quantize_q8_1,
         GgmlType::BF16 => quantize_bf16,
+        GgmlType::F16 => quantize_f16,
         _ => return None,
     })
 }
@@ -521,8 +523,9 @@ fn vec_dot_bf16(n: usize, w: &[u8], act: &[u8]) -> f32 {
 // ---------------------------------------------------------------------------
 // Activation quantisers.
 
-/// One Q8 block as the scalar `q8_0::quantize_block`: `fcvtas` rounds half
-/// away from zero, as C's `roundf`. Returns `(d, Σ levels)`.
+/// One Q8 activation block as the scalar `q8_0::quantize_block_act` (ggml's
+/// x86 converter, so every tier gives the same levels): `fcvtns` rounds half
+/// to even. Returns `(d, Σ levels)`.
 #[target_feature(enable = "neon")]
 fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
     let x = &x[..32];
@@ -532,9 +535,10 @@ fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
     for vk in &v[1..] {
         m = vmaxq_f32(m, vabsq_f32(*vk));
     }
-    let d = vmaxvq_f32(m) / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtaq_s32_f32(vmulq_n_f32(v[k], id)));
+    let amax = vmaxvq_f32(m);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let q: [int32x4_t; 8] = std::array::from_fn(|k| vcvtnq_s32_f32(vmulq_n_f32(v[k], id)));
     let mut sum = q[0];
     for qk in &q[1..] {
         sum = vaddq_s32(sum, *qk);
@@ -600,6 +604,43 @@ fn bf16_quant_neon(src: &[f32], dst: &mut [bf16]) {
     }
 }
 
+/// f32 → f16 on 4 lanes with `fcvtn` (round to nearest even under the
+/// default FPCR; overflow to ±inf, subnormals kept, NaN quieted).
+#[inline]
+#[target_feature(enable = "neon")]
+fn f16_narrow(v: float32x4_t) -> uint16x4_t {
+    let r: uint16x4_t;
+    // SAFETY: `fcvtn` reads and writes only the two vector registers named.
+    unsafe {
+        asm!(
+            "fcvtn {r:v}.4h, {v:v}.4s",
+            r = out(vreg) r,
+            v = in(vreg) v,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+    }
+    r
+}
+
+#[target_feature(enable = "neon")]
+fn f16_quant_neon(src: &[f32], dst: &mut [half::f16]) {
+    let mut s = src.chunks_exact(4);
+    let mut d = dst.chunks_exact_mut(4);
+    for (x, o) in (&mut s).zip(&mut d) {
+        // SAFETY: reads the 4 floats of `x`, writes the 4 values of `o`.
+        unsafe { vst1_u16(o.as_mut_ptr().cast(), f16_narrow(vld1q_f32(x.as_ptr()))) };
+    }
+    for (o, x) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *o = half::f16::from_f32(*x);
+    }
+}
+
+fn quantize_f16(src: &[f32], dst: &mut [u8]) {
+    let d: &mut [half::f16] = as_blocks_mut(&mut dst[..src.len() * 2]);
+    // SAFETY: handed out by `quantize_fn` only when `Isa::Neon.available()`.
+    unsafe { f16_quant_neon(src, d) }
+}
+
 fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     let b: &mut [BlockQ8_0] = as_blocks_mut(&mut dst[..src.len() / 32 * 34]);
     // SAFETY: handed out by `quantize_fn` only when `Isa::Neon.available()`.
@@ -621,6 +662,44 @@ fn quantize_bf16(src: &[f32], dst: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16_narrowing_matches_half_for_ties_overflow_subnormals_and_nan() {
+        if !Isa::Neon.available() {
+            eprintln!("!!! NEON not available: SKIPPED !!!");
+            return;
+        }
+        // Every f32 whose low 13 mantissa bits are 0, 0x1000 (a tie), 0x1001
+        // or 0x0fff, for every exponent and sign and a spread of high
+        // mantissas: ties both ways, overflow, subnormals, inf and NaN.
+        let mut xs = Vec::new();
+        for sign in [0u32, 1] {
+            for exp in 0..256u32 {
+                for hi in [0u32, 1, 0x155, 0x2aa, 0x3fe, 0x3ff] {
+                    for lo in [0u32, 0x1000, 0x1001, 0x0fff] {
+                        xs.push(f32::from_bits((sign << 31) | (exp << 23) | (hi << 13) | lo));
+                    }
+                }
+            }
+        }
+        let mut out = vec![half::f16::ZERO; xs.len()];
+        f16_quant_neon_checked(&xs, &mut out);
+        for (x, o) in xs.iter().zip(&out) {
+            let want = half::f16::from_f32(*x);
+            assert!(
+                o.to_bits() == want.to_bits() || (o.is_nan() && want.is_nan()),
+                "f32 {:#010x}: {:#06x} vs half {:#06x}",
+                x.to_bits(),
+                o.to_bits(),
+                want.to_bits()
+            );
+        }
+    }
+
+    fn f16_quant_neon_checked(src: &[f32], dst: &mut [half::f16]) {
+        // SAFETY: the caller checked `Isa::Neon.available()`.
+        unsafe { f16_quant_neon(src, dst) }
+    }
 
     #[test]
     fn f16_widening_is_exact_for_every_bit_pattern() {

@@ -596,26 +596,8 @@ fn vec_dot_bf16(n: usize, w: &[u8], act: &[u8]) -> f32 {
 // ---------------------------------------------------------------------------
 // Activation quantisers.
 
-/// C's `roundf` (half away from zero) on 8 lanes: trunc, plus ±1 where the
-/// exact fractional part has magnitude ≥ 0.5.
-///
-/// # Safety
-/// The caller must have AVX enabled.
-#[inline(always)]
-unsafe fn round_away_ps(v: __m256) -> __m256 {
-    // SAFETY: register-only intrinsics; AVX is enabled by the caller.
-    unsafe {
-        let sign_bit = _mm256_set1_ps(-0.0);
-        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(v);
-        let frac = _mm256_andnot_ps(sign_bit, _mm256_sub_ps(v, t));
-        let step = _mm256_or_ps(_mm256_set1_ps(1.0), _mm256_and_ps(v, sign_bit));
-        let up = _mm256_cmp_ps::<_CMP_GE_OQ>(frac, _mm256_set1_ps(0.5));
-        _mm256_add_ps(t, _mm256_and_ps(up, step))
-    }
-}
-
-/// One Q8 block as the scalar `q8_0::quantize_block`: stores the levels and
-/// returns `(d, Σ levels)`.
+/// One Q8 activation block as the scalar `q8_0::quantize_block_act` (ggml's
+/// x86 `quantize_row_q8_0`): stores the levels and returns `(d, Σ levels)`.
 ///
 /// # Safety
 /// The caller must have AVX2 enabled.
@@ -642,12 +624,13 @@ unsafe fn quantize_q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
         let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
         let d = amax / 127.0;
-        let id = _mm256_set1_ps(if d != 0.0 { 1.0 / d } else { 0.0 });
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        const RNE: i32 = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
         let r = [
-            round_away_ps(_mm256_mul_ps(v[0], id)),
-            round_away_ps(_mm256_mul_ps(v[1], id)),
-            round_away_ps(_mm256_mul_ps(v[2], id)),
-            round_away_ps(_mm256_mul_ps(v[3], id)),
+            _mm256_round_ps::<RNE>(_mm256_mul_ps(v[0], id)),
+            _mm256_round_ps::<RNE>(_mm256_mul_ps(v[1], id)),
+            _mm256_round_ps::<RNE>(_mm256_mul_ps(v[2], id)),
+            _mm256_round_ps::<RNE>(_mm256_mul_ps(v[3], id)),
         ];
         let sum = _mm256_add_ps(_mm256_add_ps(r[0], r[1]), _mm256_add_ps(r[2], r[3]));
         let i = [

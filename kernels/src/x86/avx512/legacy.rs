@@ -5,8 +5,8 @@
 //! 8..16 the second), take the byte dot with `vpdpbusd` when AVX-512 VNNI is
 //! present (else `vpmaddubsw` + `vpmaddwd`), and fuse the 16 i32 lanes into f32
 //! accumulators with a per-half scale vector: four blocks per iteration, one
-//! horizontal sum per call. The activation quantisers are the AVX2 tier's
-//! (the table falls back to them); they are not on the hot path.
+//! horizontal sum per call. The Q8_0/Q8_1 activation quantisers are in
+//! `quant`; F16/BF16 are the AVX2 tier's (the table falls back to them).
 
 use std::arch::x86_64::*;
 
@@ -89,7 +89,7 @@ pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     }
 }
 
-/// None: the AVX2 quantisers serve this tier (see the module comment).
+/// None: `quant` and the AVX2 tier serve this tier (see the module comment).
 pub fn quantize_fn(_act_ty: GgmlType) -> Option<QuantizeFn> {
     None
 }

@@ -1,0 +1,343 @@
+//! Mat-vec throughput per weight type × tier × thread count, in weight bytes
+//! streamed per second, next to this machine's streaming-read bandwidth
+//! measured in the same run over a buffer of the same size.
+//!
+//! Two sizes: a large matrix far beyond the last-level cache (the decode
+//! case: memory-bound) and a small one that stays in cache (the kernel's
+//! compute ceiling; each timing there repeats the sweep to ≥ 8 MiB so that the
+//! hand-off to the rayon pool does not count). At the end a table gives, per
+//! benchmark, the best single timing in GB/s and its share of the best
+//! streaming read of the same size at the same thread count.
+//!
+//! ```text
+//! cargo bench -p kernels --bench matvec                      # 1 GiB + 256 KiB
+//! CLOVER_BENCH_MIB=64 cargo bench -p kernels --bench matvec  # reduced mode
+//! cargo bench -p kernels --bench matvec -- 'Q4_K/avx512'     # criterion filter
+//! ```
+//! Environment: `CLOVER_BENCH_MIB` (large size, default 1024),
+//! `CLOVER_BENCH_SMALL_KIB` (small size, default 256; 0 skips it),
+//! `CLOVER_BENCH_THREADS` (default `1,2`), `CLOVER_BENCH_SCALAR=1` (also time
+//! the scalar tier on the large size; it always runs on the small one),
+//! `CLOVER_BENCH_TIME_MS` (measurement time per benchmark, default 1000).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
+use kernels::matmul::{matvec, quantize_rows, QMatrix};
+use kernels::{scalar, GgmlType, Isa, KernelTable};
+use rayon::prelude::*;
+
+/// Elements per weight row (a multiple of every block size).
+const N_IN: usize = 4096;
+/// Distinct quantized rows; the matrix repeats them (DRAM does not care).
+const DISTINCT_ROWS: usize = 64;
+
+const TYPES: [GgmlType; 11] = [
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q3_K,
+    GgmlType::Q2_K,
+    GgmlType::IQ4_XS,
+    GgmlType::IQ4_NL,
+    GgmlType::F16,
+    GgmlType::BF16,
+];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn thread_counts() -> Vec<usize> {
+    std::env::var("CLOVER_BENCH_THREADS")
+        .ok()
+        .map(|s| s.split(',').filter_map(|t| t.trim().parse().ok()).collect())
+        .filter(|v: &Vec<usize>| !v.is_empty())
+        .unwrap_or_else(|| vec![1, 2])
+}
+
+/// One reusable 8-byte aligned buffer, filled with one type's rows at a time.
+struct Weights {
+    words: Vec<u64>,
+    filled: Option<GgmlType>,
+}
+
+impl Weights {
+    /// Fills the first `rows` rows with `ty` (unless already filled) and
+    /// returns the matrix.
+    fn matrix(&mut self, ty: GgmlType, rows: usize) -> QMatrix<'_> {
+        let rb = ty.row_bytes(N_IN as u64).unwrap() as usize;
+        if self.filled != Some(ty) {
+            let mut proto = vec![0u8; rb * DISTINCT_ROWS];
+            let mut s = 0x2545_f491_4f6c_dd1du64;
+            let mut src = vec![0.0f32; N_IN];
+            for r in 0..DISTINCT_ROWS {
+                for v in src.iter_mut() {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    *v = (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                }
+                scalar::quantize_row(ty, &src, &mut proto[r * rb..(r + 1) * rb], None);
+            }
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.words);
+            for (i, dst) in bytes.chunks_exact_mut(rb).enumerate() {
+                let p = i % DISTINCT_ROWS;
+                dst.copy_from_slice(&proto[p * rb..(p + 1) * rb]);
+            }
+            self.filled = Some(ty);
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(&self.words);
+        QMatrix::new(ty, N_IN, rows, bytes).unwrap()
+    }
+}
+
+fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("rayon pool")
+}
+
+/// Sum of the buffer as u64 lanes, split across the current pool.
+fn stream_read(words: &[u64]) -> u64 {
+    let per = words
+        .len()
+        .div_ceil(rayon::current_num_threads() * 4)
+        .max(1 << 12);
+    words
+        .par_chunks(per)
+        .map(|c| {
+            let mut acc = [0u64; 8];
+            let mut it = c.chunks_exact(8);
+            for ch in &mut it {
+                for (a, v) in acc.iter_mut().zip(ch) {
+                    *a = a.wrapping_add(*v);
+                }
+            }
+            let tail: u64 = it.remainder().iter().fold(0, |a, v| a.wrapping_add(*v));
+            acc.iter().fold(tail, |a, v| a.wrapping_add(*v))
+        })
+        .reduce(|| 0, |a, b| a.wrapping_add(b))
+}
+
+/// Best timing per benchmark id, for the closing table: bytes, best wall
+/// time, best CPU time (the slowest pool thread's own run time, from
+/// `/proc/thread-self/schedstat`; wall time where that is unreadable).
+type Best = RefCell<BTreeMap<String, (u64, Duration, Duration)>>;
+
+/// This thread's CPU time in nanoseconds, when the kernel reports it.
+fn cpu_ns() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Times `iters` runs of `f` on `pool` one by one, keeping the fastest by
+/// wall clock and by CPU time; returns the total wall time.
+fn timed(
+    best: &Best,
+    id: &str,
+    bytes: usize,
+    iters: u64,
+    pool: &rayon::ThreadPool,
+    mut f: impl FnMut(),
+) -> Duration {
+    let mut total = Duration::ZERO;
+    let (mut min, mut min_cpu) = (Duration::MAX, Duration::MAX);
+    for _ in 0..iters {
+        let before = pool.broadcast(|_| cpu_ns());
+        let t = Instant::now();
+        f();
+        let d = t.elapsed();
+        let after = pool.broadcast(|_| cpu_ns());
+        let cpu = before
+            .iter()
+            .zip(&after)
+            .map(|(a, b)| match (a, b) {
+                (Some(a), Some(b)) => Some(Duration::from_nanos(b.saturating_sub(*a))),
+                _ => None,
+            })
+            .try_fold(Duration::ZERO, |m, c| c.map(|c| m.max(c)))
+            .unwrap_or(d);
+        total += d;
+        min = min.min(d);
+        min_cpu = min_cpu.min(cpu);
+    }
+    let mut b = best.borrow_mut();
+    let e = b
+        .entry(id.to_string())
+        .or_insert((bytes as u64, Duration::MAX, Duration::MAX));
+    e.1 = e.1.min(min);
+    e.2 = e.2.min(min_cpu);
+    total
+}
+
+fn size_label(bytes: usize) -> String {
+    if bytes >= 1 << 20 {
+        format!("{}MiB", bytes >> 20)
+    } else {
+        format!("{}KiB", bytes >> 10)
+    }
+}
+
+fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
+    let label = size_label(bytes);
+    let threads = thread_counts();
+    let pools: Vec<(usize, rayon::ThreadPool)> = threads.iter().map(|&t| (t, pool(t))).collect();
+    // Written, not just allocated: untouched zero pages all map to one
+    // physical page and would stream from cache.
+    let words: Vec<u64> = (0..bytes as u64 / 8)
+        .map(|i| i.wrapping_mul(0x9e37_79b9))
+        .collect();
+    let weights = RefCell::new(Weights {
+        words,
+        filled: None,
+    });
+    // Sweeps per timing: one over the large matrix; enough over the small one
+    // (≥ 8 MiB) that the thread hand-off of `install` does not count.
+    let reps = if large {
+        1
+    } else {
+        (8usize << 20).div_ceil(bytes)
+    };
+    let time = Duration::from_millis(env_usize("CLOVER_BENCH_TIME_MS", 1000) as u64);
+
+    let mut g = c.benchmark_group(format!("read_{label}"));
+    g.sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(time / 2)
+        .measurement_time(time)
+        .throughput(Throughput::BytesDecimal((reps * bytes) as u64));
+    for (t, p) in &pools {
+        let id = format!("stream/{t}t");
+        let key = format!("{label} stream {t}t");
+        g.bench_function(&id, |b| {
+            b.iter_custom(|iters| {
+                let w = weights.borrow();
+                let words: &[u64] = &w.words;
+                timed(best, &key, reps * bytes, iters, p, || {
+                    p.install(|| {
+                        for _ in 0..reps {
+                            black_box(stream_read(black_box(words)));
+                        }
+                    });
+                })
+            })
+        });
+    }
+    g.finish();
+
+    let mut g = c.benchmark_group(format!("matvec_{label}"));
+    g.sampling_mode(SamplingMode::Flat)
+        .sample_size(10)
+        .warm_up_time(time / 2)
+        .measurement_time(time);
+    let scalar_large = std::env::var("CLOVER_BENCH_SCALAR").is_ok_and(|v| v == "1");
+    for ty in TYPES {
+        let rb = ty.row_bytes(N_IN as u64).unwrap() as usize;
+        let rows = bytes / rb;
+        g.throughput(Throughput::BytesDecimal((reps * rows * rb) as u64));
+        let act_ty = ty.vec_dot_type();
+        for isa in Isa::all_available() {
+            if isa == Isa::Scalar && large && !scalar_large {
+                continue;
+            }
+            let kt = KernelTable::new(isa);
+            let x: Vec<f32> = (0..N_IN)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let mut xq = vec![0u64; (act_ty.row_bytes(N_IN as u64).unwrap() as usize).div_ceil(8)];
+            let xb: &mut [u8] = bytemuck::cast_slice_mut(&mut xq);
+            let xb = &mut xb[..act_ty.row_bytes(N_IN as u64).unwrap() as usize];
+            quantize_rows(&kt, act_ty, &x, N_IN, xb);
+            let xb: &[u8] = xb;
+            let mut out = vec![0.0f32; rows];
+            for (t, p) in &pools {
+                let id = format!("{ty}/{isa}/{t}t");
+                let key = format!("{label} {ty} {isa} {t}t");
+                g.bench_function(&id, |b| {
+                    b.iter_custom(|iters| {
+                        let mut w = weights.borrow_mut();
+                        let m = w.matrix(ty, rows);
+                        timed(best, &key, reps * rows * rb, iters, p, || {
+                            p.install(|| {
+                                for _ in 0..reps {
+                                    matvec(&kt, &m, xb, &mut out);
+                                    black_box(&out);
+                                }
+                            });
+                        })
+                    })
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// Best timing per benchmark in GB/s, by wall clock and by CPU time, each
+/// with its share of the same size's best streaming read (same clock, same
+/// thread count).
+fn summary(best: &Best) {
+    let b = best.borrow();
+    if b.is_empty() {
+        return;
+    }
+    let gbs = |bytes: u64, d: Duration| bytes as f64 / d.as_secs_f64() / 1e9;
+    println!(
+        "\n best timing, GB/s and % of same-run streaming read; loadavg {}",
+        loadavg()
+    );
+    println!(
+        " {:<30} {:>8} {:>7} {:>9} {:>7}",
+        "benchmark", "wall", "% read", "cpu-time", "% read"
+    );
+    for (k, &(bytes, wall, cpu)) in b.iter() {
+        let size = k.split(' ').next().unwrap_or("");
+        let threads = k.rsplit(' ').next().unwrap_or("");
+        let read = b.get(&format!("{size} stream {threads}"));
+        let pct = |mine: f64, pick: fn(&(u64, Duration, Duration)) -> Duration| match read {
+            Some(r) => format!("{:>6.0}%", 100.0 * mine / gbs(r.0, pick(r))),
+            None => "      -".into(),
+        };
+        let (w, c) = (gbs(bytes, wall), gbs(bytes, cpu));
+        println!(
+            " {:<30} {:>8.2} {} {:>9.2} {}",
+            k,
+            w,
+            pct(w, |r| r.1),
+            c,
+            pct(c, |r| r.2)
+        );
+    }
+}
+
+fn main() {
+    println!("loadavg at start: {}", loadavg());
+    let mut c = Criterion::default().configure_from_args();
+    let best: Best = RefCell::new(BTreeMap::new());
+    let large = env_usize("CLOVER_BENCH_MIB", 1024) << 20;
+    let small = env_usize("CLOVER_BENCH_SMALL_KIB", 256) << 10;
+    if large > 0 {
+        bench_size(&mut c, large, true, &best);
+    }
+    if small > 0 {
+        bench_size(&mut c, small, false, &best);
+    }
+    c.final_summary();
+    summary(&best);
+}

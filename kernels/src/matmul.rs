@@ -1,0 +1,364 @@
+//! Matrix products over quantized weights, split across rayon threads.
+//!
+//! Shapes (ggml `{n_in, n_out}`): a weight matrix is `n_out` rows of `n_in`
+//! elements of type `ty`, row-major, `ty.row_bytes(n_in)` bytes per row.
+//! Activations are `rows` rows of `n_in` elements already converted once into
+//! `ty.vec_dot_type()` (DESIGN §2.6) by the caller, e.g. with
+//! [`quantize_rows`]. Every product is
+//!
+//! ```text
+//! y[t][o] = vec_dot(W[o], x̃[t])        f32 accumulation inside vec_dot
+//! ```
+//!
+//! - [`matvec`]: one activation row; output rows are split across threads in
+//!   disjoint `par_chunks_mut` chunks of at least [`MIN_ROWS_PER_TASK`] rows.
+//! - [`matmul`]: many activation rows. Each task owns a chunk of weight rows
+//!   and, per tile of [`ACT_TILE`] activation rows, reads each of its weight
+//!   rows once (from memory on the first tile, from cache after) and dots it
+//!   with every activation row of the tile. Results land in a caller-provided
+//!   `[o][t]` tile that is then transposed into `y[t][o]`.
+//! - [`expert_gather`]: row `r` of the activations is multiplied by its own
+//!   expert's matrix (`expert_of[r]`), all rows in one parallel region.
+//!
+//! No allocation happens inside the products: scratch comes from the caller.
+
+use std::fmt;
+
+use rayon::prelude::*;
+
+use crate::{GgmlType, KernelTable};
+
+/// Fewest output rows one rayon task computes: below this, scheduling costs
+/// show next to the dots (a 2048-wide Q4_K row dot takes ~100 ns).
+pub const MIN_ROWS_PER_TASK: usize = 16;
+
+/// Activation rows dotted against one cached weight row before moving on.
+pub const ACT_TILE: usize = 32;
+
+/// Weight rows per transposition block of [`matmul`].
+pub const ROW_BLOCK: usize = 1024;
+
+/// A shape that does not fit its bytes or its partner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShapeError(pub String);
+
+impl fmt::Display for ShapeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ShapeError {}
+
+fn row_bytes(ty: GgmlType, n: usize) -> Result<usize, ShapeError> {
+    ty.row_bytes(n as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| {
+            ShapeError(format!(
+                "{n} elements are not whole {ty} blocks of {}",
+                ty.block_size()
+            ))
+        })
+}
+
+/// A zero-copy weight matrix: `n_out` rows of `n_in` elements of `ty`.
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub n_in: usize,
+    pub n_out: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    /// Views `data` (at least `n_out` rows of `ty.row_bytes(n_in)` bytes;
+    /// extra bytes are ignored) as a matrix.
+    pub fn new(
+        ty: GgmlType,
+        n_in: usize,
+        n_out: usize,
+        data: &'a [u8],
+    ) -> Result<Self, ShapeError> {
+        let rb = row_bytes(ty, n_in)?;
+        let need = rb
+            .checked_mul(n_out)
+            .ok_or_else(|| ShapeError(format!("{n_out} rows of {rb} bytes overflow")))?;
+        if data.len() < need {
+            return Err(ShapeError(format!(
+                "{n_out} x {n_in} {ty} needs {need} bytes, got {}",
+                data.len()
+            )));
+        }
+        Ok(QMatrix {
+            ty,
+            n_in,
+            n_out,
+            row_bytes: rb,
+            data: &data[..need],
+        })
+    }
+
+    /// Bytes of weight row `o`.
+    #[inline]
+    pub fn row(&self, o: usize) -> &'a [u8] {
+        &self.data[o * self.row_bytes..(o + 1) * self.row_bytes]
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.row_bytes
+    }
+
+    /// Bytes of the whole matrix: what one product streams.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+/// Activation rows already in a dot type: `rows` rows of `n` elements of `ty`.
+#[derive(Clone, Copy, Debug)]
+pub struct QActs<'a> {
+    pub ty: GgmlType,
+    pub n: usize,
+    pub rows: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QActs<'a> {
+    /// Views `data` (at least `rows` rows of `ty.row_bytes(n)` bytes) as
+    /// activation rows.
+    pub fn new(ty: GgmlType, n: usize, rows: usize, data: &'a [u8]) -> Result<Self, ShapeError> {
+        let rb = row_bytes(ty, n)?;
+        let need = rb
+            .checked_mul(rows)
+            .ok_or_else(|| ShapeError(format!("{rows} rows of {rb} bytes overflow")))?;
+        if data.len() < need {
+            return Err(ShapeError(format!(
+                "{rows} activation rows of {n} {ty} need {need} bytes, got {}",
+                data.len()
+            )));
+        }
+        Ok(QActs {
+            ty,
+            n,
+            rows,
+            row_bytes: rb,
+            data: &data[..need],
+        })
+    }
+
+    #[inline]
+    pub fn row(&self, t: usize) -> &'a [u8] {
+        &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+}
+
+/// A stack of `n_expert` matrices of identical shape, stored one after the
+/// other (ggml `{n_in, n_out, n_expert}`).
+#[derive(Clone, Copy, Debug)]
+pub struct QExperts<'a> {
+    pub ty: GgmlType,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub n_expert: usize,
+    row_bytes: usize,
+    data: &'a [u8],
+}
+
+impl<'a> QExperts<'a> {
+    pub fn new(
+        ty: GgmlType,
+        n_in: usize,
+        n_out: usize,
+        n_expert: usize,
+        data: &'a [u8],
+    ) -> Result<Self, ShapeError> {
+        let rows = n_out
+            .checked_mul(n_expert)
+            .ok_or_else(|| ShapeError(format!("{n_out} x {n_expert} rows overflow")))?;
+        let all = QMatrix::new(ty, n_in, rows, data)?;
+        Ok(QExperts {
+            ty,
+            n_in,
+            n_out,
+            n_expert,
+            row_bytes: all.row_bytes,
+            data: all.data,
+        })
+    }
+
+    /// Expert `e`'s matrix.
+    pub fn expert(&self, e: usize) -> QMatrix<'a> {
+        assert!(e < self.n_expert, "expert {e} of {}", self.n_expert);
+        let size = self.row_bytes * self.n_out;
+        QMatrix {
+            ty: self.ty,
+            n_in: self.n_in,
+            n_out: self.n_out,
+            row_bytes: self.row_bytes,
+            data: &self.data[e * size..(e + 1) * size],
+        }
+    }
+}
+
+/// Output rows per task for `n_out` rows on the current rayon pool: about
+/// four tasks per thread for balance, never fewer than [`MIN_ROWS_PER_TASK`].
+pub fn rows_per_task(n_out: usize) -> usize {
+    let tasks = rayon::current_num_threads() * 4;
+    n_out.div_ceil(tasks).max(MIN_ROWS_PER_TASK)
+}
+
+/// Converts `rows = x.len() / n` f32 rows into `ty` (a `vec_dot_type()`),
+/// writing `rows * ty.row_bytes(n)` bytes of `dst`.
+pub fn quantize_rows(kt: &KernelTable, ty: GgmlType, x: &[f32], n: usize, dst: &mut [u8]) {
+    let rb = row_bytes(ty, n).expect("activation length is whole blocks");
+    let q = kt.quantize(ty);
+    for (src, d) in x.chunks_exact(n).zip(dst.chunks_exact_mut(rb)) {
+        q(src, d);
+    }
+}
+
+fn check_pair(w: &QMatrix, x_ty: GgmlType, x_n: usize) {
+    assert_eq!(
+        x_ty,
+        w.ty.vec_dot_type(),
+        "{} weights need {} activations",
+        w.ty,
+        w.ty.vec_dot_type()
+    );
+    assert_eq!(x_n, w.n_in, "activation length mismatch");
+}
+
+/// `out[o] = W[o] · x` for one activation row `x` (`w.ty.vec_dot_type()`
+/// bytes of `w.n_in` elements); `out` holds at least `w.n_out` floats.
+pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
+    let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
+    assert_eq!(x.len(), rb, "activation row has the wrong byte length");
+    let dot = kt.vec_dot(w.ty);
+    let n = w.n_in;
+    let out = &mut out[..w.n_out];
+    let per = rows_per_task(w.n_out);
+    let run = |c: usize, ys: &mut [f32]| {
+        for (i, y) in ys.iter_mut().enumerate() {
+            *y = dot(n, w.row(c * per + i), x);
+        }
+    };
+    if out.len() <= per {
+        run(0, out);
+    } else {
+        out.par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(c, ys)| run(c, ys));
+    }
+}
+
+/// Floats of scratch [`matmul`] needs for `rows` activation rows.
+pub fn matmul_tile_len(rows: usize) -> usize {
+    ROW_BLOCK * rows
+}
+
+/// `out[t][o] = W[o] · x[t]` for every activation row; `out` is
+/// `x.rows x w.n_out` row-major. `tile` is scratch of at least
+/// `matmul_tile_len(x.rows)` floats when `x.rows > 1` (unused otherwise).
+pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
+    check_pair(w, x.ty, x.n);
+    let rows = x.rows;
+    if rows == 0 {
+        return;
+    }
+    let out = &mut out[..rows * w.n_out];
+    if rows == 1 {
+        matvec(kt, w, x.row(0), out);
+        return;
+    }
+    assert!(
+        tile.len() >= matmul_tile_len(rows),
+        "matmul tile needs {} floats, got {}",
+        matmul_tile_len(rows),
+        tile.len()
+    );
+    let dot = kt.vec_dot(w.ty);
+    let n = w.n_in;
+    let per_task = rows_per_task(w.n_out);
+    let mut o0 = 0;
+    while o0 < w.n_out {
+        let nb = ROW_BLOCK.min(w.n_out - o0);
+        let tile = &mut tile[..nb * rows];
+        let per = per_task.min(nb);
+        // One task: weight rows o0+c·per … (per of them) × all activation rows,
+        // written [o][t] into its disjoint slice of the tile.
+        let run = |c: usize, ys: &mut [f32]| {
+            let first = o0 + c * per;
+            let n_rows = ys.len() / rows;
+            for t0 in (0..rows).step_by(ACT_TILE) {
+                let t1 = (t0 + ACT_TILE).min(rows);
+                for i in 0..n_rows {
+                    let wr = w.row(first + i);
+                    let yo = &mut ys[i * rows + t0..i * rows + t1];
+                    for (y, t) in yo.iter_mut().zip(t0..t1) {
+                        *y = dot(n, wr, x.row(t));
+                    }
+                }
+            }
+        };
+        if nb <= per {
+            run(0, tile);
+        } else {
+            tile.par_chunks_mut(per * rows)
+                .enumerate()
+                .for_each(|(c, ys)| run(c, ys));
+        }
+        for (i, yo) in tile.chunks_exact(rows).enumerate() {
+            for (t, y) in yo.iter().enumerate() {
+                out[t * w.n_out + o0 + i] = *y;
+            }
+        }
+        o0 += nb;
+    }
+}
+
+/// `out[r] = E_{expert_of[r]} · x[r]` for every activation row `r`; `out` is
+/// `expert_of.len() x e.n_out` row-major. One parallel region over
+/// (row, chunk of output rows) pairs.
+pub fn expert_gather(
+    kt: &KernelTable,
+    e: &QExperts,
+    expert_of: &[usize],
+    x: &QActs,
+    out: &mut [f32],
+) {
+    assert_eq!(x.rows, expert_of.len(), "one expert per activation row");
+    if expert_of.is_empty() || e.n_out == 0 {
+        return;
+    }
+    check_pair(&e.expert(expert_of[0]), x.ty, x.n);
+    let (n, n_out) = (e.n_in, e.n_out);
+    let dot = kt.vec_dot(e.ty);
+    let per = rows_per_task(n_out * expert_of.len()).min(n_out);
+    let chunks_per_row = n_out.div_ceil(per);
+    let out = &mut out[..expert_of.len() * n_out];
+    let run = |r: usize, c: usize, ys: &mut [f32]| {
+        let m = e.expert(expert_of[r]);
+        let a = x.row(r);
+        for (i, y) in ys.iter_mut().enumerate() {
+            *y = dot(n, m.row(c * per + i), a);
+        }
+    };
+    if expert_of.len() * chunks_per_row == 1 {
+        run(0, 0, out);
+        return;
+    }
+    out.par_chunks_mut(n_out)
+        .enumerate()
+        .flat_map(|(r, row)| {
+            row.par_chunks_mut(per)
+                .enumerate()
+                .map(move |(c, ys)| (r, c, ys))
+        })
+        .for_each(|(r, c, ys)| run(r, c, ys));
+}
+
+#[cfg(test)]
+#[path = "matmul_tests.rs"]
+mod tests;

@@ -1,0 +1,286 @@
+//! AVX-512 dot products of Q2_K and Q3_K with Q8_K activations.
+//!
+//! 64 weights per 512-bit step: one 32-byte `qs` piece broadcast to both
+//! halves and shifted by a different amount in each, so the low half holds
+//! one 2-bit plane and the high half the next; the 64 matching activations
+//! are contiguous. Levels are unsigned (Q3_K's are biased by +4, the bias
+//! removed through the activation `bsums`), so `maddubs` gives i16 pairs and
+//! the per-16 sub-block scales (one per 128-bit lane, `vpermw`) are applied
+//! with `dpwssd` (VNNI) or `madd` + `add` (BW). One f32 FMA per super-block,
+//! one horizontal sum per row.
+//!
+//! Entry points are safe fns over `#[target_feature]` bodies; the kernel
+//! table asks this tier only after `Isa::Avx512.available()` (F, BW, VL plus
+//! AVX2, FMA, F16C), and the VNNI variants are handed out only when the CPU
+//! reports AVX512-VNNI.
+
+use std::arch::x86_64::*;
+
+use crate::isa::{Isa, VecDotFn};
+use crate::scalar::q2_k::BlockQ2K;
+use crate::scalar::q3_k::BlockQ3K;
+use crate::scalar::q8_k::BlockQ8K;
+use crate::x86::avx2::kquants::{f16_to_f32, hsum_ps, load_bsums, load_u8, load_u8_128, rows};
+use crate::GgmlType;
+
+fn has_vnni() -> bool {
+    is_x86_feature_detected!("avx512vnni")
+}
+
+/// This family's dot product for `ty` (the fastest variant the host runs).
+pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
+    vec_dot_variants(ty).last().map(|(_, f)| *f)
+}
+
+/// Every Q2_K / Q3_K dot of this tier the host can run, named (`"bw"`,
+/// `"vnni"`), fastest last: `vec_dot_fn` takes the last, tests check them all.
+pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
+    if !Isa::Avx512.available() {
+        return Vec::new();
+    }
+    let pair = |plain: VecDotFn, vnni: VecDotFn| {
+        let mut v = vec![("bw", plain)];
+        if has_vnni() {
+            v.push(("vnni", vnni));
+        }
+        v
+    };
+    match ty {
+        GgmlType::Q2_K => pair(vec_dot_q2_k, vec_dot_q2_k_vnni),
+        GgmlType::Q3_K => pair(vec_dot_q3_k, vec_dot_q3_k_vnni),
+        _ => Vec::new(),
+    }
+}
+
+macro_rules! entry {
+    ($name:ident, $body:ident, $vnni:literal, $features:literal, $block:ty, $kernel:ident) => {
+        #[target_feature(enable = $features)]
+        fn $body(x: &[$block], y: &[BlockQ8K]) -> f32 {
+            // SAFETY: this function enables every feature the kernel needs.
+            unsafe { $kernel::<$vnni>(x, y) }
+        }
+
+        fn $name(n: usize, w: &[u8], act: &[u8]) -> f32 {
+            let (x, y) = rows::<$block>(n, w, act);
+            // SAFETY: `vec_dot_variants` hands this out only when
+            // `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C) and,
+            // for the `_vnni` variants, AVX512-VNNI is detected.
+            unsafe { $body(x, y) }
+        }
+    };
+}
+
+entry!(
+    vec_dot_q2_k,
+    q2_k_bw,
+    false,
+    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
+    BlockQ2K,
+    q2_k
+);
+entry!(
+    vec_dot_q2_k_vnni,
+    q2_k_vnni,
+    true,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    BlockQ2K,
+    q2_k
+);
+entry!(
+    vec_dot_q3_k,
+    q3_k_bw,
+    false,
+    "avx512f,avx512bw,avx512vl,avx2,fma,f16c",
+    BlockQ3K,
+    q3_k
+);
+entry!(
+    vec_dot_q3_k_vnni,
+    q3_k_vnni,
+    true,
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    BlockQ3K,
+    q3_k
+);
+
+/// 64 activation bytes starting at `off`.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn load64(a: &[i8; 256], off: usize) -> __m512i {
+    let s: &[i8; 64] = a[off..off + 64].try_into().unwrap();
+    // SAFETY: `s` is 64 readable bytes and `loadu` has no alignment requirement.
+    unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
+}
+
+/// `a` in every i16 lane of the low 256 bits, `b` in the high 256 bits.
+///
+/// # Safety
+/// The caller must have AVX-512F and AVX enabled.
+#[inline(always)]
+unsafe fn halves_i16(a: i16, b: i16) -> __m512i {
+    // SAFETY: register-only intrinsics; the features are enabled by the caller.
+    unsafe {
+        _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(_mm256_set1_epi16(a)),
+            _mm256_set1_epi16(b),
+        )
+    }
+}
+
+/// i16 lane indices giving 128-bit lane L the i16 at `base + L`.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn lane_index(base: i16) -> __m512i {
+    // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
+    unsafe {
+        let i = |l: i16| (base + l) as i32 | (((base + l) as i32) << 16);
+        _mm512_setr_epi32(
+            i(0),
+            i(0),
+            i(0),
+            i(0),
+            i(1),
+            i(1),
+            i(1),
+            i(1),
+            i(2),
+            i(2),
+            i(2),
+            i(2),
+            i(3),
+            i(3),
+            i(3),
+            i(3),
+        )
+    }
+}
+
+/// `acc + Σ pairs p·s` into i32 lanes.
+///
+/// # Safety
+/// The caller must have AVX-512BW enabled, and AVX512-VNNI when `VNNI`.
+#[inline(always)]
+unsafe fn dot_scale<const VNNI: bool>(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
+    // SAFETY: register-only intrinsics; the features are enabled by the caller.
+    unsafe {
+        if VNNI {
+            _mm512_dpwssd_epi32(acc, p, s)
+        } else {
+            _mm512_add_epi32(acc, _mm512_madd_epi16(p, s))
+        }
+    }
+}
+
+/// Q2_K: `dall·Σ_j (sc_j & 15)·(q·a)_j − dmin·Σ_j (sc_j >> 4)·bsum_j`.
+///
+/// # Safety
+/// The caller must have AVX512 F/BW/VL, AVX2, FMA and F16C enabled, and
+/// AVX512-VNNI when `VNNI`.
+#[inline(always)]
+unsafe fn q2_k<const VNNI: bool>(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: loads read whole block fields (bounds-checked); the features are
+    // enabled by the caller.
+    unsafe {
+        let m3 = _mm512_set1_epi8(3);
+        let m4 = _mm_set1_epi8(0xF);
+        let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
+        let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
+        let mut acc = _mm512_setzero_ps();
+        let mut acc_m = _mm256_setzero_ps();
+        for (xb, yb) in x.iter().zip(y) {
+            let dall = yb.d * f16_to_f32(xb.d);
+            let dmin = -yb.d * f16_to_f32(xb.dmin);
+            let packed = load_u8_128(&xb.scales);
+            let mv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+            let summs = _mm256_madd_epi16(mv, load_bsums(&yb.bsums));
+            acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_m);
+            let sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
+            let mut sumi = _mm512_setzero_si512();
+            for h in 0..2 {
+                let q2 =
+                    _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
+                for p in 0..2 {
+                    let q = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                    let prod = _mm512_maddubs_epi16(q, load64(&yb.qs, 128 * h + 64 * p));
+                    let s = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                    sumi = dot_scale::<VNNI>(sumi, prod, s);
+                }
+            }
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+        }
+        _mm512_reduce_add_ps(acc) + hsum_ps(acc_m)
+    }
+}
+
+/// Q3_K's sixteen 6-bit scales, unbiased (`s − 32`), as i8 (ggml's 32-bit
+/// masks on the twelve packed bytes).
+///
+/// # Safety
+/// The caller must have SSE2 enabled.
+#[inline(always)]
+unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
+    const KMASK1: u32 = 0x0303_0303;
+    const KMASK2: u32 = 0x0f0f_0f0f;
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a0, a1, tmp) = (w(0), w(1), w(2));
+    // SAFETY: register-only intrinsics; SSE2 is enabled by the caller.
+    unsafe {
+        let v = _mm_setr_epi32(
+            ((a0 & KMASK2) | ((tmp & KMASK1) << 4)) as i32,
+            ((a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4)) as i32,
+            (((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4)) as i32,
+            (((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4)) as i32,
+        );
+        _mm_sub_epi8(v, _mm_set1_epi8(32))
+    }
+}
+
+/// Q3_K: `d·Σ_j s_j·(Σ (q + 4)·a − 4·bsum_j)` with `q + 4 = low | high << 2`.
+///
+/// # Safety
+/// The caller must have AVX512 F/BW/VL, AVX2, FMA and F16C enabled, and
+/// AVX512-VNNI when `VNNI`.
+#[inline(always)]
+unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: loads read whole block fields (bounds-checked); the features are
+    // enabled by the caller.
+    unsafe {
+        let m3 = _mm512_set1_epi8(3);
+        let one = _mm512_set1_epi8(1);
+        let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
+        let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
+        let mut acc = _mm512_setzero_ps();
+        for (xb, yb) in x.iter().zip(y) {
+            let d = yb.d * f16_to_f32(xb.d);
+            let sc16 = _mm256_cvtepi8_epi16(q3_k_scales(&xb.scales));
+            // The +4 bias of every level: 4·Σ_j s_j·bsum_j.
+            let corr = _mm256_madd_epi16(sc16, load_bsums(&yb.bsums));
+            let mut sumi = _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(corr)),
+            );
+            let sc = _mm512_castsi256_si512(sc16);
+            let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
+            for h in 0..2 {
+                let q2 =
+                    _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
+                for p in 0..2 {
+                    let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                    // Bit 4h + 2p + (half) of hmask, moved to bit 2.
+                    let b = (4 * h + 2 * p) as i16;
+                    let hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves_i16(b, b + 1)), one);
+                    let q = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+                    let prod = _mm512_maddubs_epi16(q, load64(&yb.qs, 128 * h + 64 * p));
+                    let s = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                    sumi = dot_scale::<VNNI>(sumi, prod, s);
+                }
+            }
+            acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        }
+        _mm512_reduce_add_ps(acc)
+    }
+}
