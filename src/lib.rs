@@ -6,6 +6,7 @@ pub mod engine;
 pub mod gguf;
 pub mod model;
 pub mod sample;
+pub mod spec;
 pub mod synth;
 pub mod tokenizer;
 pub mod tui;

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 pub mod chat;
 pub mod common;
+pub mod diffuse;
 pub mod inspect;
 pub mod run;
 pub mod synth;
@@ -31,6 +32,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
     Chat(chat::ChatArgs),
+    /// Generate by block diffusion (clover_moe files): denoise each block, then commit it
+    Diffuse(diffuse::DiffuseArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
@@ -61,6 +64,7 @@ pub fn main() -> ExitCode {
         Command::Synth(args) => synth::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),
+        Command::Diffuse(args) => diffuse::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

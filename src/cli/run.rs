@@ -16,6 +16,7 @@ use crate::engine::{
     generate, EngineError, GenEvent, GenOptions, Generation, LoadedModel, PlainStep, Session,
 };
 use crate::sample::Sampler;
+use crate::spec::{DiffusionDrafter, SpecConfig, SpecStep};
 
 use super::common::{n_predict, ContextArgs, SamplingArgs};
 
@@ -55,6 +56,40 @@ pub struct RunArgs {
     /// After the text, print a JSON summary (tokens, timings) as the last line
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpecType {
+    None,
+    DraftSelf,
+}
+
+/// Self-speculative decoding (DESIGN §4.2).
+#[derive(Args, Debug)]
+pub struct SpecArgs {
+    /// none: plain decoding; draft-self: draft by block diffusion, verify in one pass
+    #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
+    pub spec_type: SpecType,
+    /// Most drafts per iteration
+    #[arg(long = "spec-draft-n-max", default_value_t = 15)]
+    pub n_max: usize,
+    /// Fewest drafts worth verifying (fewer: decode plainly)
+    #[arg(long = "spec-draft-n-min", default_value_t = 0)]
+    pub n_min: usize,
+    /// Cut the draft at the first position whose draft probability is below this
+    #[arg(long = "spec-draft-p-min", default_value_t = 0.0)]
+    pub p_min: f32,
+    /// Greedy only: also accept drafts with p ≥ ratio·max p (lossy; 1 = exact)
+    #[arg(long = "spec-accept-ratio", default_value_t = 1.0)]
+    pub accept_ratio: f32,
+    /// Greedy only: ...and when the target's entropy is at least this (nats)
+    #[arg(long = "spec-accept-delta", default_value_t = 0.0)]
+    pub accept_delta: f32,
+    /// Always draft n-max instead of choosing D from measured acceptance and cost
+    #[arg(long = "spec-fixed")]
+    pub fixed: bool,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -122,14 +157,39 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let gen = generate(
-        &mut session,
-        &prompt,
-        &mut sampler,
-        &mut PlainStep,
-        &opts,
-        &mut sink,
-    )?;
+    let mut spec_step = None;
+    if args.spec.spec_type == SpecType::DraftSelf {
+        if !session.model().model.has_diffusion() {
+            anyhow::bail!(
+                "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
+            );
+        }
+        if args.spec.n_min > args.spec.n_max || args.spec.n_max == 0 {
+            anyhow::bail!(
+                "--spec-draft-n-min must be at most --spec-draft-n-max, which must be at least 1"
+            );
+        }
+        if !(args.spec.accept_ratio > 0.0 && args.spec.accept_ratio <= 1.0) {
+            anyhow::bail!("--spec-accept-ratio must be in (0, 1]");
+        }
+        let cfg = SpecConfig {
+            enabled: true,
+            n_max: args.spec.n_max,
+            n_min: args.spec.n_min,
+            p_min: args.spec.p_min,
+            adaptive: !args.spec.fixed,
+            accept_ratio: args.spec.accept_ratio,
+            accept_delta: args.spec.accept_delta,
+            n_predict: n_predict.unwrap_or(usize::MAX),
+            stop: Vec::new(),
+        };
+        spec_step = Some(SpecStep::new(cfg, DiffusionDrafter));
+    }
+    let step: &mut dyn crate::engine::Step = match spec_step.as_mut() {
+        Some(s) => s,
+        None => &mut PlainStep,
+    };
+    let gen = generate(&mut session, &prompt, &mut sampler, step, &opts, &mut sink)?;
     if let Some(e) = write_error {
         return Err(anyhow::Error::new(e).context("writing the generated text"));
     }
@@ -141,6 +201,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     out.flush()?;
     eprint!("{}", gen.timings.llama_perf());
+    if let Some(s) = &spec_step {
+        eprint!("{}", s.spec.stats.report());
+    }
     Ok(())
 }
 

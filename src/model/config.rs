@@ -86,6 +86,13 @@ pub struct ModelConfig {
     pub ssm_n_v_heads: usize,
     pub full_attention_interval: usize,
     pub layer_kinds: Vec<LayerKind>,
+    /// Right (look-ahead) conv taps of the diffusion path (`clover_moe` only;
+    /// 0 when absent: the binder then takes it from `ssm_conv1d.weight_right`).
+    pub ssm_conv_kernel_right: usize,
+    /// Diffusion draft block: 1 anchor + `block_size − 1` masks (16).
+    pub diffusion_block_size: usize,
+    /// `tokenizer.ggml.mask_token_id`, the `<|mask|>` token of the diffusion path.
+    pub mask_token_id: Option<u32>,
 }
 
 fn get_value<'v, F>(get: &F, key: &str) -> Result<&'v Value, ConfigError>
@@ -268,6 +275,25 @@ impl ModelConfig {
                 }
             })
             .collect();
+        let ssm_conv_kernel_right = opt_usize("ssm.conv_kernel_right", 0)?;
+        if ssm_conv_kernel_right > MAX_DIM {
+            return Err(invalid(&key("ssm.conv_kernel_right"), "too large"));
+        }
+        let diffusion_block_size = opt_usize("diffusion.block_size", 16)?;
+        if !(2..=MAX_DIM).contains(&diffusion_block_size) {
+            return Err(invalid(
+                &key("diffusion.block_size"),
+                format!("{diffusion_block_size} is outside 2..={MAX_DIM}"),
+            ));
+        }
+        let mask_key = "tokenizer.ggml.mask_token_id";
+        let mask_token_id = match get(mask_key) {
+            None => None,
+            Some(v) => Some(
+                u32::try_from(as_usize(mask_key, v)?)
+                    .map_err(|_| invalid(mask_key, "does not fit in 32 bits"))?,
+            ),
+        };
         Ok(ModelConfig {
             arch,
             n_layer,
@@ -291,6 +317,9 @@ impl ModelConfig {
             ssm_n_v_heads,
             full_attention_interval,
             layer_kinds,
+            ssm_conv_kernel_right,
+            diffusion_block_size,
+            mask_token_id,
         })
     }
 

@@ -100,19 +100,19 @@ impl Stats {
 #[derive(Debug)]
 pub struct Scratch {
     /// `[T][n_embd]` residual stream, normed input, block output.
-    x: Vec<f32>,
-    xn: Vec<f32>,
-    y: Vec<f32>,
-    lin: MatScratch,
-    gdn: DeltaNetScratch,
-    attn: AttentionScratch,
-    moe: MoeScratch,
+    pub(crate) x: Vec<f32>,
+    pub(crate) xn: Vec<f32>,
+    pub(crate) y: Vec<f32>,
+    pub(crate) lin: MatScratch,
+    pub(crate) gdn: DeltaNetScratch,
+    pub(crate) attn: AttentionScratch,
+    pub(crate) moe: MoeScratch,
     /// `[≤T][n_embd]` normed rows that need logits and their products.
-    head_in: Vec<f32>,
-    head_out: Vec<f32>,
+    pub(crate) head_in: Vec<f32>,
+    pub(crate) head_out: Vec<f32>,
     /// `(output row, batch row)` for the current batch.
-    head_rows: Vec<(usize, usize)>,
-    logits: Vec<f32>,
+    pub(crate) head_rows: Vec<(usize, usize)>,
+    pub(crate) logits: Vec<f32>,
 }
 
 impl Scratch {
@@ -326,7 +326,7 @@ impl<'a> Model<'a> {
         self.head(kt, state);
     }
 
-    fn embed(&self, tokens: &[u32], x: &mut [f32]) {
+    pub(crate) fn embed(&self, tokens: &[u32], x: &mut [f32]) {
         let e = self.config.n_embd;
         for (row, &id) in x.chunks_exact_mut(e).zip(tokens) {
             self.weights.token_embd.dequantize_row(id as usize, row);
@@ -401,7 +401,7 @@ impl<'a> Model<'a> {
     }
 
     /// `x += MoE(rmsnorm(x) ⊙ post_attention_norm)`.
-    fn moe_block(&self, kt: &KernelTable, state: &mut State, il: usize, t: usize) {
+    pub(crate) fn moe_block(&self, kt: &KernelTable, state: &mut State, il: usize, t: usize) {
         let cfg = &self.config;
         let e = cfg.n_embd;
         let fw = &self.weights.layers[il].ffn;
@@ -426,7 +426,7 @@ impl<'a> Model<'a> {
     }
 
     /// Logits of the batch rows in `head_rows`.
-    fn head(&self, kt: &KernelTable, state: &mut State) {
+    pub(crate) fn head(&self, kt: &KernelTable, state: &mut State) {
         let s = &mut state.scratch;
         let r = s.head_rows.len();
         if r == 0 {
@@ -465,14 +465,14 @@ impl<'a> Model<'a> {
     }
 }
 
-fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let e = w.len();
     for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
         rmsnorm(xr, w, eps, or);
     }
 }
 
-fn add_into(x: &mut [f32], y: &[f32]) {
+pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += *b;
     }

@@ -18,6 +18,7 @@ pub mod attention;
 pub mod chunked;
 pub mod config;
 pub mod deltanet;
+pub mod diffusion;
 pub mod forward;
 pub mod kv;
 pub mod linear;
@@ -71,4 +72,8 @@ pub enum ForwardError {
     NoVerifyPending,
     #[error("cannot keep {n_keep} of {n} verified positions")]
     KeepTooMany { n_keep: usize, n: usize },
+    #[error("this model has no block-diffusion tensors (a clover_moe file is needed)")]
+    NoDiffusion,
+    #[error("a diffusion block of {n} tokens exceeds the batch size {max_batch}")]
+    BlockTooLong { n: usize, max_batch: usize },
 }

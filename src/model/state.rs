@@ -130,6 +130,11 @@ impl State {
         self.verify.as_ref().is_some_and(|v| v.pending.is_some())
     }
 
+    /// Bytes of the verify stash (0 before the first verify pass).
+    pub fn verify_stash_bytes(&self) -> usize {
+        self.verify.as_ref().map_or(0, |v| v.bytes())
+    }
+
     /// Positions processed so far.
     pub fn n_past(&self) -> usize {
         self.kv.len()

@@ -116,6 +116,9 @@ pub fn tiny_config(n_layer: usize, interval: usize) -> ModelConfig {
         ssm_n_v_heads: 4,
         full_attention_interval: interval,
         layer_kinds,
+        ssm_conv_kernel_right: 3,
+        diffusion_block_size: 8,
+        mask_token_id: Some(TINY_MASK),
     }
 }
 
@@ -142,6 +145,8 @@ pub fn a3b_layer_config(n_layer: usize, n_expert: usize) -> ModelConfig {
 }
 
 pub const TINY_VOCAB: usize = 50;
+/// The `<|mask|>` token of tiny models (the last id).
+pub const TINY_MASK: u32 = TINY_VOCAB as u32 - 1;
 
 pub struct TinyModel {
     pub cfg: ModelConfig,
@@ -220,6 +225,24 @@ impl TinyModel {
                 }
             }
         }
+        // The diffusion tensors (DESIGN §1.2) from a stream of their own, so
+        // the AR weights above do not depend on whether they exist.
+        if cfg.arch == Arch::CloverMoe {
+            let mut r = Rng::new(seed ^ 0xD1FF_D1FF);
+            let ch = cfg.ssm_conv_channels() as u64;
+            let hv = cfg.ssm_n_v_heads as u64;
+            let kr = cfg.ssm_conv_kernel_right as u64;
+            for il in 0..cfg.n_layer {
+                if cfg.layer_kinds[il] != LayerKind::DeltaNet {
+                    continue;
+                }
+                let n = |s: &str| format!("blk.{il}.{s}");
+                put(n("ssm_conv1d.weight_right"), &[kr, ch], 0.5, 0.0, &mut r);
+                put(n("ssm_bd_logit_scale.weight"), &[hv], 1.0, 4.0, &mut r);
+                put(n("ssm_bd_history.weight"), &[hv], 0.5, 0.0, &mut r);
+                put(n("ssm_bd_history.bias"), &[hv], 0.5, 0.0, &mut r);
+            }
+        }
         TinyModel { cfg, tensors: t }
     }
 
@@ -261,6 +284,19 @@ impl TinyModel {
             ("full_attention_interval", u(c.full_attention_interval)),
         ] {
             m.push((format!("{a}.{k}"), v));
+        }
+        if c.arch == Arch::CloverMoe {
+            m.push((
+                format!("{a}.ssm.conv_kernel_right"),
+                u(c.ssm_conv_kernel_right),
+            ));
+            m.push((
+                format!("{a}.diffusion.block_size"),
+                u(c.diffusion_block_size),
+            ));
+            if let Some(id) = c.mask_token_id {
+                m.push(("tokenizer.ggml.mask_token_id".into(), Value::U32(id)));
+            }
         }
         m
     }

@@ -65,20 +65,22 @@ impl GdnStash {
         let ch = cfg.ssm_conv_channels();
         let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
         let kv_w = ch - hk * d;
-        for t in 0..n_keep {
-            let row = &self.kv[t * kv_w..(t + 1) * kv_w];
-            let (gate, beta) = (&self.gate[t * hv..], &self.beta[t * hv..]);
-            state
-                .ssm
-                .par_chunks_mut(d * d)
-                .enumerate()
-                .for_each(|(h, s)| {
-                    let kh = h % hk;
+        // One parallel dispatch per layer: each value head replays all kept
+        // positions in order (the same per-head arithmetic as the forward).
+        let (kv, gate, beta) = (&self.kv, &self.gate, &self.beta);
+        state
+            .ssm
+            .par_chunks_mut(d * d)
+            .enumerate()
+            .for_each(|(h, s)| {
+                let kh = h % hk;
+                for t in 0..n_keep {
+                    let row = &kv[t * kv_w..(t + 1) * kv_w];
                     let k = &row[kh * d..(kh + 1) * d];
                     let v = &row[hk * d + h * d..hk * d + (h + 1) * d];
-                    delta_update(s, k, v, gate[h], beta[h]);
-                });
-        }
+                    delta_update(s, k, v, gate[t * hv + h], beta[t * hv + h]);
+                }
+            });
         push_window(&mut state.conv, &self.mixed[..n_keep * ch], ch);
     }
 }
@@ -100,6 +102,16 @@ pub struct VerifyStash {
 }
 
 impl VerifyStash {
+    /// Bytes held: every layer's stash plus the scratch state.
+    pub fn bytes(&self) -> usize {
+        let stash: usize = self
+            .layers
+            .iter()
+            .map(|l| l.mixed.len() + l.kv.len() + l.gate.len() + l.beta.len())
+            .sum();
+        (stash + self.scratch_state.conv.len() + self.scratch_state.ssm.len()) * 4
+    }
+
     pub fn new(cfg: &ModelConfig) -> VerifyStash {
         VerifyStash {
             layers: (0..cfg.n_deltanet_layers())

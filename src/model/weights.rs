@@ -110,6 +110,23 @@ pub struct DeltaNetWeights<'a> {
     /// `ssm_norm {head_dim}` (no +1 baked in, used as is).
     pub norm: Vec<f32>,
     pub out: Matrix<'a>,
+    /// The block-diffusion extras (DESIGN §3), `clover_moe` files only.
+    pub diffusion: Option<DiffusionWeights>,
+}
+
+/// Per GDN layer, the four tensors Clover adds for the diffusion path.
+#[derive(Debug)]
+pub struct DiffusionWeights {
+    /// `ssm_conv1d.weight_right {K_r, channels}` as `[channel][tap]`; tap j
+    /// multiplies the token j+1 steps ahead.
+    pub conv_right: Vec<f32>,
+    /// Right taps per channel (`K_r`).
+    pub k_right: usize,
+    /// `ssm_bd_logit_scale.weight {n_v}`: block-softmax logit scale s_h.
+    pub logit_scale: Vec<f32>,
+    /// `ssm_bd_history.weight / .bias {n_v}`: λ = σ(w·g + b).
+    pub history_w: Vec<f32>,
+    pub history_b: Vec<f32>,
 }
 
 #[derive(Debug)]
@@ -326,6 +343,7 @@ fn bind_layer<'a>(
                 a: b.vector(&n("ssm_a"), &[hv])?,
                 norm: b.vector(&n("ssm_norm.weight"), &[cfg.ssm_head_dim as u64])?,
                 out: b.matrix(&n("ssm_out.weight"), inner, e)?,
+                diffusion: bind_diffusion(b, cfg, il)?,
             })
         }
         LayerKind::Attention => {
@@ -365,4 +383,52 @@ fn bind_layer<'a>(
         mixer,
         ffn,
     })
+}
+
+/// The diffusion tensors of GDN layer `il`: all four or none (`qwen35moe`
+/// files have none; a `clover_moe` file with only some is an error). `K_r`
+/// comes from `ssm.conv_kernel_right`, or from the tensor when that is 0.
+fn bind_diffusion(
+    b: &Binder<'_, '_>,
+    cfg: &ModelConfig,
+    il: usize,
+) -> Result<Option<DiffusionWeights>, WeightError> {
+    let n = |s: &str| format!("blk.{il}.{s}");
+    let right = n("ssm_conv1d.weight_right");
+    let names = [
+        right.clone(),
+        n("ssm_bd_logit_scale.weight"),
+        n("ssm_bd_history.weight"),
+        n("ssm_bd_history.bias"),
+    ];
+    let present: Vec<bool> = names.iter().map(|s| (b.lookup)(s).is_some()).collect();
+    if present.iter().all(|p| !p) {
+        return Ok(None);
+    }
+    if let Some(i) = present.iter().position(|p| !p) {
+        return Err(WeightError::Missing(names[i].clone()));
+    }
+    let ch = cfg.ssm_conv_channels() as u64;
+    let k_right = match cfg.ssm_conv_kernel_right {
+        0 => match (b.lookup)(&right).map(|w| w.dims) {
+            Some(d) if d.len() == 2 && d[0] >= 1 && d[0] <= 64 => d[0] as usize,
+            Some(d) => {
+                return Err(WeightError::Shape {
+                    name: right,
+                    expected: vec![3, ch],
+                    found: d,
+                })
+            }
+            None => unreachable!("presence checked above"),
+        },
+        k => k,
+    };
+    let hv = cfg.ssm_n_v_heads as u64;
+    Ok(Some(DiffusionWeights {
+        conv_right: b.vector(&right, &[k_right as u64, ch])?,
+        k_right,
+        logit_scale: b.vector(&names[1], &[hv])?,
+        history_w: b.vector(&names[2], &[hv])?,
+        history_b: b.vector(&names[3], &[hv])?,
+    }))
 }

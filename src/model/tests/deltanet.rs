@@ -9,28 +9,28 @@ use crate::model::weights::MixerWeights;
 
 /// §2.1, one token, natural state layout `S[h][i][j]`.
 pub(super) struct Reference {
-    cfg: ModelConfig,
-    w_qkv: Vec<f32>,
-    w_gate: Vec<f32>,
-    w_beta: Vec<f32>,
-    w_alpha: Vec<f32>,
-    conv: Vec<f32>,
-    dt: Vec<f32>,
-    a: Vec<f32>,
-    norm: Vec<f32>,
-    w_out: Vec<f32>,
-    hist: Vec<Vec<f64>>,
-    s: Vec<Vec<Vec<f64>>>,
+    pub(super) cfg: ModelConfig,
+    pub(super) w_qkv: Vec<f32>,
+    pub(super) w_gate: Vec<f32>,
+    pub(super) w_beta: Vec<f32>,
+    pub(super) w_alpha: Vec<f32>,
+    pub(super) conv: Vec<f32>,
+    pub(super) dt: Vec<f32>,
+    pub(super) a: Vec<f32>,
+    pub(super) norm: Vec<f32>,
+    pub(super) w_out: Vec<f32>,
+    pub(super) hist: Vec<Vec<f64>>,
+    pub(super) s: Vec<Vec<Vec<f64>>>,
 }
 
-fn matvec(w: &[f32], x: &[f64], n_out: usize) -> Vec<f64> {
+pub(super) fn matvec(w: &[f32], x: &[f64], n_out: usize) -> Vec<f64> {
     let n_in = x.len();
     (0..n_out)
         .map(|o| (0..n_in).map(|i| w[o * n_in + i] as f64 * x[i]).sum())
         .collect()
 }
 
-fn sig(x: f64) -> f64 {
+pub(super) fn sig(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 

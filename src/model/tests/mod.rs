@@ -2,6 +2,7 @@
 
 mod attention;
 mod deltanet;
+mod diffusion;
 mod forward;
 mod moe;
 mod verify;

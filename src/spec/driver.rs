@@ -1,0 +1,318 @@
+//! The self-speculative loop (DESIGN §4.2): draft → one batched verify pass
+//! over `[t_n, d_1 … d_D]` → accept → commit (replay, DESIGN §5) → emit
+//! accepted + 1 tokens. The driver owns control flow only: acceptance is in
+//! `verify`, drafting in `draft`, the choice of D in `adaptive`.
+//!
+//! ```text
+//! let mut drafter = DiffusionDrafter;
+//! let out = generate(&model, &mut state, &prompt, &SpecConfig::default(),
+//!                    &mut sampler, &mut drafter, &mut |tok| { print(tok); true })?;
+//! eprint!("{}", out.stats.report());
+//! ```
+
+use std::time::Instant;
+
+use thiserror::Error;
+
+use crate::model::{ForwardError, LogitsFor, Model, State};
+use crate::sample::{softmax, Sampler};
+
+use super::adaptive::Adaptive;
+use super::draft::{DraftCtx, Drafter};
+use super::stats::SpecStats;
+use super::verify::{accept_greedy, accept_sampled, dense, residual, Relaxation, Verdict};
+
+/// How the loop drafts and accepts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SpecConfig {
+    /// Speculate at all (`--spec-type draft-self`); off = plain decoding.
+    pub enabled: bool,
+    /// `--spec-draft-n-max` (15) and `--spec-draft-n-min` (0).
+    pub n_max: usize,
+    pub n_min: usize,
+    /// `--spec-draft-p-min`: cut the draft at the first position whose draft
+    /// probability is below this (0 = never).
+    pub p_min: f32,
+    /// Choose D from measured acceptance and costs (else always `n_max`).
+    pub adaptive: bool,
+    /// `--spec-accept-ratio` (1 = exact) and `--spec-accept-delta` (nats):
+    /// the entropy-relaxed greedy rule, greedy only.
+    pub accept_ratio: f32,
+    pub accept_delta: f32,
+    /// Tokens to generate (`-n`), the first one included.
+    pub n_predict: usize,
+    /// Stop after emitting any of these (end of generation).
+    pub stop: Vec<u32>,
+}
+
+impl Default for SpecConfig {
+    fn default() -> SpecConfig {
+        SpecConfig {
+            enabled: true,
+            n_max: 15,
+            n_min: 0,
+            p_min: 0.0,
+            adaptive: true,
+            accept_ratio: 1.0,
+            accept_delta: 0.0,
+            n_predict: 128,
+            stop: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Forward(#[from] ForwardError),
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+    #[error("--spec-draft-n-min {n_min} exceeds --spec-draft-n-max {n_max}")]
+    DraftRange { n_min: usize, n_max: usize },
+    #[error("a draft of {0} tokens does not fit the batch size")]
+    DraftTooLong(usize),
+}
+
+/// The generated tokens and what it took.
+#[derive(Clone, Debug)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    pub stats: SpecStats,
+}
+
+/// Generates up to `cfg.n_predict` tokens after `prompt` into an empty
+/// `state` (or one that already holds exactly the earlier context: the
+/// prompt is appended at `state.n_past()`). `on_token` sees every emitted
+/// token in order and returns `false` to stop. With greedy sampling and the
+/// exact rule the output equals plain greedy decoding token for token.
+#[allow(clippy::too_many_arguments)]
+pub fn generate(
+    model: &Model,
+    state: &mut State,
+    prompt: &[u32],
+    cfg: &SpecConfig,
+    sampler: &mut Sampler,
+    drafter: &mut dyn Drafter,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<Generation, SpecError> {
+    if prompt.is_empty() {
+        return Err(SpecError::EmptyPrompt);
+    }
+    if cfg.n_min > cfg.n_max {
+        return Err(SpecError::DraftRange {
+            n_min: cfg.n_min,
+            n_max: cfg.n_max,
+        });
+    }
+    let mut history: Vec<u32> = prompt.to_vec();
+    let mut out = Vec::new();
+    let mut spec = Speculator::new(cfg.clone());
+    if cfg.n_predict == 0 {
+        return Ok(Generation {
+            tokens: out,
+            stats: spec.stats,
+        });
+    }
+
+    // Prefill, then the first token: t_n, the anchor.
+    let pos0 = state.n_past();
+    let logits = model.forward(state, prompt, pos0, LogitsFor::Last)?;
+    let anchor = sampler.sample(logits, &history);
+    let mut emit = |tok: u32, out: &mut Vec<u32>, history: &mut Vec<u32>| -> bool {
+        out.push(tok);
+        history.push(tok);
+        let go = on_token(tok);
+        go && !cfg.stop.contains(&tok) && out.len() < cfg.n_predict
+    };
+    let loop_start = Instant::now();
+    if !emit(anchor, &mut out, &mut history) {
+        return Ok(finish(out, spec.stats, loop_start));
+    }
+    let mut step_out = Vec::new();
+    'outer: loop {
+        let remaining = cfg.n_predict - out.len();
+        step_out.clear();
+        spec.iterate(
+            model,
+            state,
+            sampler,
+            drafter,
+            &history,
+            remaining,
+            &mut step_out,
+        )?;
+        for &tok in &step_out {
+            if !emit(tok, &mut out, &mut history) {
+                break 'outer;
+            }
+        }
+    }
+    Ok(finish(out, spec.stats, loop_start))
+}
+
+/// The loop's state across iterations: configuration, the adaptive
+/// controller and the statistics. `iterate` is one draft → verify → accept
+/// → commit round; `generate` and the session's step (`spec::step`) call it.
+#[derive(Debug)]
+pub struct Speculator {
+    pub cfg: SpecConfig,
+    pub stats: SpecStats,
+    adaptive: Adaptive,
+}
+
+impl Speculator {
+    pub fn new(cfg: SpecConfig) -> Speculator {
+        Speculator {
+            stats: SpecStats::new(cfg.n_max),
+            adaptive: Adaptive::new(cfg.n_min, cfg.n_max),
+            cfg,
+        }
+    }
+
+    /// One iteration. `history` is every token so far; its last is the
+    /// anchor t_n, not yet in `state` (which holds `history.len() − 1`
+    /// positions). Pushes accepted + 1 tokens to `out` (at most `remaining`):
+    /// all but the last are committed to `state`, the last is the new anchor.
+    #[allow(clippy::too_many_arguments)]
+    pub fn iterate(
+        &mut self,
+        model: &Model,
+        state: &mut State,
+        sampler: &mut Sampler,
+        drafter: &mut dyn Drafter,
+        history: &[u32],
+        remaining: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), SpecError> {
+        let cfg = &self.cfg;
+        let stats = &mut self.stats;
+        let adaptive = &mut self.adaptive;
+        let anchor = *history.last().ok_or(SpecError::EmptyPrompt)?;
+        let n = state.n_past();
+        let sampling = sampler.params().temp > 0.0;
+        let relax = (!sampling && cfg.accept_ratio < 1.0).then_some(Relaxation {
+            ratio: cfg.accept_ratio,
+            delta: cfg.accept_delta,
+        });
+        // Room: the emitted count (every iteration emits accepted + 1) and
+        // the context (the verify pass holds D+1 positions from n).
+        let room_ctx = state.kv.n_ctx().saturating_sub(n + 1);
+        let cap = remaining
+            .saturating_sub(1)
+            .min(room_ctx)
+            .min(state.max_batch.saturating_sub(1));
+        let d_want = if !cfg.enabled {
+            0
+        } else if cfg.adaptive {
+            adaptive.choose(cap)
+        } else if cap >= cfg.n_min.max(1) {
+            cfg.n_max.min(cap)
+        } else {
+            0
+        };
+
+        let mut drafts = super::draft::Draft::default();
+        if d_want > 0 {
+            let t0 = Instant::now();
+            drafts = drafter.draft(DraftCtx {
+                model,
+                state,
+                anchor,
+                pos: n,
+                n_max: d_want,
+                p_min: cfg.p_min,
+                history,
+                sampler,
+                sampling,
+            })?;
+            drafts.tokens.truncate(d_want);
+            let ns = t0.elapsed().as_nanos() as u64;
+            stats.draft_ns += ns;
+            stats.draft_passes += 1;
+            adaptive.record_draft(ns);
+            if drafts.tokens.len() < cfg.n_min.max(1) {
+                drafts.tokens.clear();
+            }
+        }
+
+        if drafts.tokens.is_empty() {
+            // Plain decoding step.
+            let t0 = Instant::now();
+            let logits = model.forward(state, &[anchor], n, LogitsFor::Last)?;
+            let next = sampler.sample(logits, history);
+            let ns = t0.elapsed().as_nanos() as u64;
+            stats.plain_ns += ns;
+            stats.plain_passes += 1;
+            adaptive.record_plain(ns);
+            out.push(next);
+            return Ok(());
+        }
+
+        // Verify pass over [t_n, d_1 … d_D].
+        let d = drafts.tokens.len();
+        let mut block = Vec::with_capacity(d + 1);
+        block.push(anchor);
+        block.extend_from_slice(&drafts.tokens);
+        let t0 = Instant::now();
+        let v = model.n_vocab();
+        let ys = model.forward_verify(state, &block, n, LogitsFor::All)?;
+        let verify_ns = t0.elapsed().as_nanos() as u64;
+        stats.verify_ns += verify_ns;
+        stats.verify_passes += 1;
+
+        // Accept d_{j+1} against y_j until the first rejection.
+        let mut accepted = 0;
+        let mut relaxed = 0;
+        let mut next = None;
+        let mut hist = history.to_vec();
+        for j in 0..d {
+            let y = &ys[j * v..(j + 1) * v];
+            let dj = drafts.tokens[j];
+            if sampling {
+                let p = dense(&sampler.probs(y, &hist), v);
+                let q = &drafts.dists[j];
+                if accept_sampled(dj, &p, q, sampler.uniform()) {
+                    accepted += 1;
+                    hist.push(dj);
+                } else {
+                    next = Some(sampler.sample_from(&residual(&p, q)));
+                    break;
+                }
+            } else {
+                let verdict = match relax {
+                    Some(_) => accept_greedy(dj, &softmax(y), relax),
+                    None if super::verify::accept_exact(dj, y) => Verdict::Exact,
+                    None => Verdict::Rejected,
+                };
+                if verdict.accepted() {
+                    accepted += 1;
+                    relaxed += (verdict == Verdict::Relaxed) as usize;
+                    hist.push(dj);
+                } else {
+                    next = Some(sampler.sample(y, &hist));
+                    break;
+                }
+            }
+        }
+        let next = match next {
+            Some(t) => t,
+            None => sampler.sample(&ys[d * v..(d + 1) * v], &hist),
+        };
+        stats.record_iteration(d, accepted, relaxed);
+        adaptive.record_verify(d + 1, verify_ns, d, accepted);
+
+        // Keep the anchor and the accepted drafts (DESIGN §5 replay).
+        let t0 = Instant::now();
+        model.commit_verify(state, accepted + 1)?;
+        stats.rollback_ns += t0.elapsed().as_nanos() as u64;
+        out.extend_from_slice(&drafts.tokens[..accepted]);
+        out.push(next);
+        Ok(())
+    }
+}
+
+fn finish(out: Vec<u32>, mut stats: SpecStats, loop_start: Instant) -> Generation {
+    stats.tokens_emitted = out.len() as u64;
+    stats.total_ns = loop_start.elapsed().as_nanos() as u64;
+    Generation { tokens: out, stats }
+}
