@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod args;
+pub mod bench;
 pub mod chat;
 pub mod inspect;
 pub mod synth;
@@ -27,12 +29,14 @@ pub enum Command {
     Synth(synth::SynthArgs),
     /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
     Chat(chat::ChatArgs),
+    /// Measure prompt processing and generation speed, llama-bench style
+    Bench(bench::BenchArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
 /// stderr and a non-zero exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(args::llama_spellings(std::env::args_os())) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line: clap's first paragraph names the flag and the problem.
@@ -56,6 +60,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Chat(args) => chat::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
