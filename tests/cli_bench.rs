@@ -103,7 +103,7 @@ fn table_has_llama_bench_header_and_pp_tg_rows() {
 #[test]
 fn depth_and_comma_lists_name_rows_like_llama_bench() {
     let out = stdout(&bench(&[
-        "-p", "8,16", "-n", "2", "-d", "8", "-r", "1", "-t", "1,2", "-ctk", "q8_0", "-ub", "4",
+        "-p", "8,16", "-n", "2", "-d", "8", "-r", "1", "-t", "1,2", "-ctk", "bf16", "-ub", "4",
     ]));
     let names: Vec<String> = rows(&out).into_iter().map(|r| r.0).collect();
     assert_eq!(
