@@ -1,5 +1,6 @@
 //! clover: runs the Clover-35B-A3B model family (and plain qwen35moe) on CPUs.
 
+pub mod bench;
 pub mod chat;
 pub mod cli;
 pub mod engine;

@@ -12,10 +12,12 @@ use crate::engine::{parse_cache_type, SessionOptions};
 use crate::sample::SamplerParams;
 
 /// llama.cpp's multi-letter short flags and the long flags they mean.
-const LLAMA_SHORT: [(&str, &str); 3] = [
+const LLAMA_SHORT: [(&str, &str); 5] = [
     ("-ub", "--ubatch-size"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
+    ("-tb", "--threads-batch"),
+    ("-fa", "--flash-attn"),
 ];
 
 /// Rewrites `-ub N`, `-ctk T`, `-ctv T` (and `-ctk=T`) to their long forms;

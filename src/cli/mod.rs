@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod bench;
 pub mod chat;
 pub mod common;
 pub mod diffuse;
@@ -34,6 +35,8 @@ pub enum Command {
     Chat(chat::ChatArgs),
     /// Generate by block diffusion (clover_moe files): denoise each block, then commit it
     Diffuse(diffuse::DiffuseArgs),
+    /// Measure prompt processing and generation speed, llama-bench style
+    Bench(bench::BenchArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
@@ -65,6 +68,7 @@ pub fn main() -> ExitCode {
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),
         Command::Diffuse(args) => diffuse::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# clover bench vs llama-bench on the same synthesized qwen35moe file, run
+# alternately (clover, llama, clover, llama, …) so that load from other
+# processes hits both alike; prints pp / tg t/s side by side with the ratio
+# clover / llama, the machine's read bandwidth, and cold / warm load times.
+#
+#   scripts/bench_vs_llama.sh                 # a3b-4l q4_k_m (~4.6 GB), -r 3, -t 1,2
+#   scripts/bench_vs_llama.sh --full          # full apex-miniplus: the judged file
+#   scripts/bench_vs_llama.sh -r 5 -t 1,2,4 --rounds 2 -p 512 -n 128 --keep
+#   scripts/bench_vs_llama.sh --preset small --recipe q4_k_m -r 2   # seconds: a smoke test
+#
+# Environment: LLAMA_BIN (dir with llama-bench), CLOVER_BIN (clover binary),
+# BENCH_DIR (where the model file goes; default /tmp/clover-bench, never the
+# repository). The model file is deleted at the end unless --keep is given.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+preset=a3b-4l
+recipe=q4_k_m
+reps=3
+threads=1,2
+rounds=1
+n_prompt=512
+n_gen=128
+keep=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --full) preset=full; recipe=apex-miniplus ;;
+    --preset) preset=$2; shift ;;
+    --recipe) recipe=$2; shift ;;
+    -r) reps=$2; shift ;;
+    -t) threads=$2; shift ;;
+    -p) n_prompt=$2; shift ;;
+    -n) n_gen=$2; shift ;;
+    --rounds) rounds=$2; shift ;;
+    --keep) keep=1 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "bench_vs_llama: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+# llama.cpp: $LLAMA_BIN, the shared build, or build it.
+if [ -z "${LLAMA_BIN:-}" ]; then
+  if [ -x /work/llama/build/bin/llama-bench ]; then
+    LLAMA_BIN=/work/llama/build/bin
+  else
+    LLAMA_BIN=$(scripts/build_llama_cpp.sh | tail -1)
+  fi
+fi
+[ -x "$LLAMA_BIN/llama-bench" ] || { echo "bench_vs_llama: no llama-bench in $LLAMA_BIN" >&2; exit 1; }
+
+if [ -z "${CLOVER_BIN:-}" ]; then
+  cargo build --release --bin clover >&2
+  CLOVER_BIN=$ROOT/target/release/clover
+fi
+
+BENCH_DIR=${BENCH_DIR:-/tmp/clover-bench}
+mkdir -p "$BENCH_DIR"
+model=$BENCH_DIR/qwen35moe-$preset-$recipe.gguf
+if [ ! -s "$model" ]; then
+  if [ "$preset" = full ]; then
+    echo "bench_vs_llama: synthesizing the full apex-miniplus file: ~16 GB on disk and slow (tens of minutes on few cores)" >&2
+  fi
+  "$CLOVER_BIN" synth --arch qwen35moe --preset "$preset" --recipe "$recipe" -o "$model" >&2
+fi
+cleanup() { if [ "$keep" = 0 ]; then rm -f "$model"; fi; }
+trap cleanup EXIT
+
+out=$(mktemp -d)
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+echo "loadavg before: $(cat /proc/loadavg)"
+
+# Read bandwidth, the yardstick for tg.
+"$CLOVER_BIN" bench --membw -t "$threads" -r 5 --membw-mib 1024
+
+# Cold and warm load (mmap + bind) and the first token (a 1-token prompt).
+load_line() { "$CLOVER_BIN" bench -m "$model" -p 1 -n 0 -r 1 -t 1 2>&1 >/dev/null | grep -E '^(load|first token):' | tr '\n' ' '; echo; }
+sync
+if (echo 3 > /proc/sys/vm/drop_caches) 2>/dev/null; then
+  echo "cold (page cache dropped): $(load_line)"
+else
+  echo "cold: not measured (cannot write /proc/sys/vm/drop_caches: not permitted)"
+fi
+echo "warm: $(load_line)"
+
+# Alternate the tools: per round and thread count, clover then llama.
+IFS=, read -r -a tlist <<<"$threads"
+for round in $(seq 1 "$rounds"); do
+  for t in "${tlist[@]}"; do
+    echo "round $round, -t $t: clover" >&2
+    "$CLOVER_BIN" bench -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$t" -o json \
+      >"$out/clover-$round-$t.json" 2>"$out/clover-$round-$t.err"
+    grep -E 'traffic|bandwidth' "$out/clover-$round-$t.err" >&2 || true
+    echo "round $round, -t $t: llama" >&2
+    "$LLAMA_BIN/llama-bench" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$t" -o json \
+      >"$out/llama-$round-$t.json" 2>"$out/llama-$round-$t.err" \
+      || { echo "llama-bench failed (-t $t): $(tail -1 "$out/llama-$round-$t.err")" >&2; rm -f "$out/llama-$round-$t.json"; }
+  done
+done
+echo "loadavg after: $(cat /proc/loadavg)"
+
+python3 - "$out" <<'EOF'
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+samples = {}  # (tool, threads, test) -> [t/s]
+for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+    tool = os.path.basename(path).split("-")[0]
+    for r in json.load(open(path)):
+        test = f"pp{r['n_prompt']}" if r["n_gen"] == 0 else f"tg{r['n_gen']}"
+        if r.get("n_depth", 0):
+            test += f" @ d{r['n_depth']}"
+        samples.setdefault((tool, r["n_threads"], test), []).extend(r["samples_ts"])
+def cell(v):
+    if not v:
+        return "-"
+    sd = statistics.stdev(v) if len(v) > 1 else 0.0
+    return f"{statistics.mean(v):.2f} ± {sd:.2f}"
+keys = sorted({(t, test) for (_, t, test) in samples}, key=lambda k: (k[0], not k[1].startswith("pp"), k[1]))
+print()
+print(f"| {'threads':>7} | {'test':>8} | {'clover t/s':>20} | {'llama.cpp t/s':>20} | {'clover/llama':>12} |")
+print(f"| {'-'*6}: | {'-'*7}: | {'-'*19}: | {'-'*19}: | {'-'*11}: |")
+for t, test in keys:
+    c = samples.get(("clover", t, test), [])
+    l = samples.get(("llama", t, test), [])
+    ratio = f"{statistics.mean(c) / statistics.mean(l):.3f}" if c and l else "-"
+    print(f"| {t:>7} | {test:>8} | {cell(c):>20} | {cell(l):>20} | {ratio:>12} |")
+EOF
+rm -rf "$out"

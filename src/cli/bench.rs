@@ -1,0 +1,278 @@
+//! `clover bench`: llama-bench's table (pp / tg, mean ± sd over repetitions)
+//! or its JSON records on stdout; load time, time to first token, decode
+//! traffic and effective bandwidth on stderr. `--membw` measures the
+//! machine's streaming read bandwidth instead. The rig is `crate::bench`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{bail, Context};
+use clap::{Args, ValueEnum};
+use kernels::GgmlType;
+
+use crate::bench::report::{self, ModelInfo, RunInfo, TestSpec};
+use crate::bench::{membw, run_test, Traffic};
+use crate::gguf::GgufFile;
+use crate::model::Model;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    Md,
+    Json,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The GGUF model file
+    #[arg(short = 'm', long = "model", required_unless_present = "membw")]
+    pub model: Option<PathBuf>,
+    /// Prompt lengths (comma list; 0 skips pp)
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Tokens to generate (comma list; 0 skips tg)
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Context tokens processed before each test (comma list)
+    #[arg(
+        short = 'd',
+        long = "n-depth",
+        value_delimiter = ',',
+        default_value = "0"
+    )]
+    pub n_depth: Vec<usize>,
+    /// Repetitions of each test
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub reps: usize,
+    /// Threads (comma list; default: all cores)
+    #[arg(short = 't', long = "threads", value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Logical batch size (-b)
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    pub n_batch: usize,
+    /// Physical batch size (-ub): tokens per forward batch
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub n_ubatch: usize,
+    /// KV cache type for K (-ctk): f32, f16, bf16, q8_0
+    #[arg(long = "cache-type-k", default_value = "f16")]
+    pub type_k: String,
+    /// KV cache type for V (-ctv): f32, f16, bf16, q8_0
+    #[arg(long = "cache-type-v", default_value = "f16")]
+    pub type_v: String,
+    /// Output format: md (llama-bench's table) or json
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = OutputFormat::Md)]
+    pub output: OutputFormat,
+    /// Seed of the random token ids
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Measure the streaming read bandwidth (no model needed)
+    #[arg(long)]
+    pub membw: bool,
+    /// With --membw: buffer size in MiB
+    #[arg(long = "membw-mib", default_value_t = 1024)]
+    pub membw_mib: usize,
+}
+
+fn cache_type(flag: &str, s: &str) -> anyhow::Result<GgmlType> {
+    match GgmlType::from_name(s) {
+        Some(t @ (GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q8_0)) => Ok(t),
+        _ => bail!("{flag} {s}: KV cache type must be f32, f16, bf16 or q8_0"),
+    }
+}
+
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+pub fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if args.reps == 0 {
+        bail!("-r must be at least 1");
+    }
+    let threads = if args.threads.is_empty() {
+        vec![default_threads()]
+    } else {
+        args.threads.clone()
+    };
+    if threads.contains(&0) {
+        bail!("-t must be at least 1");
+    }
+    if args.n_batch == 0 || args.n_ubatch == 0 {
+        bail!("-b and -ub must be at least 1");
+    }
+    if args.membw {
+        return run_membw(&args, &threads);
+    }
+    let type_k = cache_type("-ctk", &args.type_k)?;
+    let type_v = cache_type("-ctv", &args.type_v)?;
+    let mut tests = Vec::new();
+    for &t in &threads {
+        for &d in &args.n_depth {
+            let base = TestSpec {
+                n_prompt: 0,
+                n_gen: 0,
+                n_depth: d,
+                n_threads: t,
+                n_batch: args.n_batch,
+                n_ubatch: args.n_ubatch,
+            };
+            tests.extend(args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| TestSpec {
+                n_prompt: p,
+                ..base
+            }));
+            tests.extend(
+                args.n_gen
+                    .iter()
+                    .filter(|&&n| n > 0)
+                    .map(|&n| TestSpec { n_gen: n, ..base }),
+            );
+        }
+    }
+    if tests.is_empty() {
+        bail!("nothing to run: every -p and -n is 0");
+    }
+    let path = args
+        .model
+        .as_deref()
+        .expect("clap requires -m without --membw");
+
+    let t_open = Instant::now();
+    let file = GgufFile::open(path).with_context(|| format!("{}", path.display()))?;
+    let open_ms = ms(t_open.elapsed().as_nanos() as u64);
+    let t_bind = Instant::now();
+    let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
+    let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);
+    let info = model_info(&file, &model, path);
+    eprintln!(
+        "load: {:.1} ms (mmap + header {open_ms:.1} ms, bind {bind_ms:.1} ms)",
+        open_ms + bind_ms
+    );
+
+    let run = RunInfo {
+        build: format!("clover {}", env!("CARGO_PKG_VERSION")),
+        cpu_info: format!("isa {}", kernels::isa::active().isa),
+        type_k: type_k.name().to_lowercase(),
+        type_v: type_v.name().to_lowercase(),
+        test_time: unix_time(),
+    };
+    if args.output == OutputFormat::Md {
+        print!("{}", report::markdown_header());
+    }
+    let mut records = Vec::new();
+    let mut first_token_done = false;
+    for spec in tests {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(spec.n_threads)
+            .build()
+            .context("thread pool")?;
+        let m = pool
+            .install(|| run_test(&model, spec, args.reps, type_k, type_v, args.seed))
+            .with_context(|| spec.name())?;
+        if !first_token_done {
+            first_token_done = true;
+            let what = if spec.n_prompt > 0 {
+                format!("a {}-token prompt", spec.n_prompt)
+            } else {
+                "one decode step".to_string()
+            };
+            eprintln!(
+                "first token: {:.1} ms after load (the first forward: {what}, {} threads)",
+                ms(m.first_forward_ns),
+                spec.n_threads
+            );
+        }
+        if let Some(tr) = &m.traffic {
+            print_traffic(&spec, tr, m.result.avg_ts());
+        }
+        match args.output {
+            OutputFormat::Md => print!("{}", report::markdown_row(&info, &m.result)),
+            OutputFormat::Json => records.push(report::json_record(&info, &run, &m.result)),
+        }
+    }
+    match args.output {
+        OutputFormat::Md => println!("\nbuild: {} ({})", run.build, run.cpu_info),
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&records)?),
+    }
+    Ok(())
+}
+
+fn print_traffic(spec: &TestSpec, t: &Traffic, ts: f64) {
+    let mib = |b: f64| b / (1u64 << 20) as f64;
+    eprintln!(
+        "{} traffic/token: {:.1} MiB = experts {:.1} + dense {:.1} + head {:.1} + GDN state {:.1} (also written) + KV {:.2}; distinct experts over the run {:.1} MiB",
+        spec.name(),
+        mib(t.total()),
+        mib(t.experts),
+        mib(t.dense),
+        mib(t.head),
+        mib(t.recurrent),
+        mib(t.kv),
+        mib(t.experts_union),
+    );
+    eprintln!(
+        "{} effective read bandwidth: {:.2} GB/s at {:.2} t/s ({} threads)",
+        spec.name(),
+        t.total() * ts / 1e9,
+        ts,
+        spec.n_threads
+    );
+}
+
+fn run_membw(args: &BenchArgs, threads: &[usize]) -> anyhow::Result<()> {
+    for &t in threads {
+        let bw = membw::measure(args.membw_mib, t, args.reps).map_err(anyhow::Error::msg)?;
+        println!(
+            "membw: read {:.2} GB/s best, {:.2} GB/s mean ({} threads, {} MiB, {} passes)",
+            bw.best / 1e9,
+            bw.mean / 1e9,
+            t,
+            bw.bytes >> 20,
+            args.reps
+        );
+    }
+    Ok(())
+}
+
+/// What the table says about the file, computed as llama.cpp does.
+fn model_info(file: &GgufFile, model: &Model, path: &Path) -> ModelInfo {
+    let (mut size, mut n_params) = (0u64, 0u64);
+    for t in file.tensors() {
+        size += t.n_bytes;
+        n_params += t.n_elements();
+    }
+    let cfg = &model.config;
+    let label = if cfg.n_layer == 40 && cfg.n_expert == 256 && cfg.n_embd == 2048 {
+        "35B.A3B"
+    } else {
+        "?B"
+    };
+    let ftype = file
+        .get("general.file_type")
+        .and_then(|v| v.as_u64())
+        .map_or("unknown, may not work", |f| report::ftype_name(f as u32));
+    ModelInfo {
+        desc: format!("{} {label} {ftype}", cfg.arch.name()),
+        filename: path.display().to_string(),
+        size,
+        n_params,
+    }
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn unix_time() -> String {
+    let s = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    format!("{s}")
+}
