@@ -27,6 +27,11 @@ pub struct SynthArgs {
     /// Threads used to generate and quantize (default: all cores)
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
+    /// How weights are drawn: reference (f32 normals through the reference
+    /// quantisers; slow) or direct (random quantised blocks; minutes for
+    /// full). Default: reference for tiny and small, direct for a3b-4l and full
+    #[arg(long)]
+    pub fill: Option<synth::weights::Fill>,
     /// Output file
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
@@ -39,12 +44,15 @@ pub struct SynthArgs {
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
-    let plan = synth::plan(SynthOptions {
+    let mut plan = synth::plan(SynthOptions {
         arch: args.arch,
         preset: args.preset,
         recipe: args.recipe,
         seed: args.seed,
     })?;
+    if let Some(fill) = args.fill {
+        plan.fill = fill;
+    }
     if args.dry_run {
         print!("{}", plan.summary());
         if args.tensors {

@@ -8,6 +8,7 @@
 //! - `weights`: deterministic weights, generated and encoded chunk by chunk
 //!   while the file streams out (a 20 GB file never sits in memory).
 
+pub mod direct;
 pub mod presets;
 pub mod recipes;
 pub mod tensors;
@@ -60,6 +61,8 @@ pub struct Plan {
     pub specs: Vec<TensorSpec>,
     pub types: Vec<GgmlType>,
     pub writer: GgufWriter,
+    /// How values are drawn and encoded; `Fill::for_preset` unless changed.
+    pub fill: weights::Fill,
 }
 
 /// Plans a file: nothing is generated or written.
@@ -82,6 +85,7 @@ pub fn plan(options: SynthOptions) -> Result<Plan, SynthError> {
         specs,
         types,
         writer,
+        fill: weights::Fill::for_preset(options.preset),
     })
 }
 
@@ -216,6 +220,7 @@ impl Plan {
         let _ = writeln!(s, "preset: {}", o.preset);
         let _ = writeln!(s, "recipe: {}", o.recipe);
         let _ = writeln!(s, "seed: {}", o.seed);
+        let _ = writeln!(s, "fill: {}", self.fill.name());
         let _ = writeln!(
             s,
             "layers: {} ({} gated-deltanet, {} full-attention)",
@@ -273,9 +278,10 @@ impl Plan {
             .build()
             .map_err(|e| SynthError::Threads(e.to_string()))?;
         let seed = self.options.seed;
+        let fill = self.fill;
         pool.install(|| {
             self.writer.write_to_path(path, |i, _plan, out| {
-                weights::write_tensor(seed, i, &self.specs[i], self.types[i], out)?;
+                weights::write_tensor(seed, i, &self.specs[i], self.types[i], fill, out)?;
                 progress(i + 1, self.specs.len());
                 Ok(())
             })

@@ -13,6 +13,8 @@ use std::io::{self, Write};
 use kernels::GgmlType;
 use rayon::prelude::*;
 
+use super::direct;
+use super::presets::Preset;
 use super::tensors::{Role, TensorSpec};
 
 /// Elements generated per chunk (rounded to whole rows, at least one row).
@@ -157,6 +159,47 @@ pub fn init_for(t: &TensorSpec) -> Init {
     }
 }
 
+/// How element values become bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Box–Muller f32 draws, encoded by the reference quantisers. Slow for
+    /// K-quants; the bytes the parity fixtures of `tiny` and `small` pin.
+    Reference,
+    /// Quantised blocks drawn directly and Irwin–Hall normals for floats
+    /// (see `direct`): minutes instead of hours for `full`. Falls back to
+    /// `Reference` for inits that are not plain normals and for types
+    /// `direct` does not draw.
+    Direct,
+}
+
+impl std::str::FromStr for Fill {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Fill, String> {
+        match s {
+            "reference" => Ok(Fill::Reference),
+            "direct" => Ok(Fill::Direct),
+            _ => Err(format!("unknown fill '{s}' (expected reference or direct)")),
+        }
+    }
+}
+
+impl Fill {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fill::Reference => "reference",
+            Fill::Direct => "direct",
+        }
+    }
+
+    /// `Reference` for the test-sized presets, `Direct` for the big ones.
+    pub fn for_preset(preset: Preset) -> Fill {
+        match preset {
+            Preset::Tiny | Preset::Small => Fill::Reference,
+            Preset::A3b4l | Preset::Full => Fill::Direct,
+        }
+    }
+}
+
 /// Rows per chunk for a tensor: fixed by its shape alone.
 pub fn rows_per_chunk(row_len: usize) -> usize {
     (CHUNK_ELEMS / row_len.max(1)).max(1)
@@ -169,6 +212,7 @@ pub fn chunk_bytes(
     t: &TensorSpec,
     ty: GgmlType,
     chunk: usize,
+    fill: Fill,
 ) -> io::Result<Vec<u8>> {
     let row_len = t.row_len();
     let per = rows_per_chunk(row_len) as u64;
@@ -176,13 +220,25 @@ pub fn chunk_bytes(
     let rows = per.min(t.n_rows() - first) as usize;
     let init = init_for(t);
     let mut rng = Rng::for_chunk(seed, index, chunk);
-    let src: Vec<f32> = (0..rows * row_len).map(|_| init.sample(&mut rng)).collect();
-    let row_bytes = ty.row_bytes(row_len as u64).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: {row_len} is not a whole number of {ty} blocks", t.name),
-        )
-    })? as usize;
+    let normal_std = match init {
+        Init::Normal { std } if fill == Fill::Direct => Some(std),
+        _ => None,
+    };
+    let src: Vec<f32> = match normal_std {
+        Some(std) if direct::supports(ty) => {
+            let mut dst = vec![0u8; rows * row_bytes_of(t, ty)?];
+            direct::fill_row(ty, std, &mut rng, &mut dst);
+            return Ok(dst);
+        }
+        Some(std) => {
+            let s = std as f32;
+            (0..rows * row_len)
+                .map(|_| s * direct::fast_normal(&mut rng))
+                .collect()
+        }
+        None => (0..rows * row_len).map(|_| init.sample(&mut rng)).collect(),
+    };
+    let row_bytes = row_bytes_of(t, ty)?;
     let mut dst = vec![0u8; rows * row_bytes];
     for (s, d) in src
         .chunks_exact(row_len)
@@ -193,6 +249,16 @@ pub fn chunk_bytes(
     Ok(dst)
 }
 
+fn row_bytes_of(t: &TensorSpec, ty: GgmlType) -> io::Result<usize> {
+    let row_len = t.row_len();
+    Ok(ty.row_bytes(row_len as u64).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{}: {row_len} is not a whole number of {ty} blocks", t.name),
+        )
+    })? as usize)
+}
+
 /// Writes tensor `index`'s data: chunks generated in parallel on the current
 /// rayon pool, written in order.
 pub fn write_tensor(
@@ -200,6 +266,7 @@ pub fn write_tensor(
     index: usize,
     t: &TensorSpec,
     ty: GgmlType,
+    fill: Fill,
     out: &mut dyn Write,
 ) -> io::Result<()> {
     let n_chunks = t.n_rows().div_ceil(rows_per_chunk(t.row_len()) as u64) as usize;
@@ -208,7 +275,7 @@ pub fn write_tensor(
         let end = (next + CHUNKS_IN_FLIGHT).min(n_chunks);
         let parts: Vec<Vec<u8>> = (next..end)
             .into_par_iter()
-            .map(|c| chunk_bytes(seed, index, t, ty, c))
+            .map(|c| chunk_bytes(seed, index, t, ty, c, fill))
             .collect::<io::Result<_>>()?;
         for p in parts {
             out.write_all(&p)?;
