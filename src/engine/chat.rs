@@ -6,17 +6,28 @@
 //! between `<think>` and `</think>` flagged `thinking`, the tags themselves sent
 //! as empty text), after each forward pass `LayerTimes` and `Routing`, and `Done`
 //! unless the user stopped the reply.
+//!
+//! Speculation (clover_moe files with the block-diffusion path): at each round
+//! boundary the step reads `Controls::spec`; when on, the round is one
+//! `Speculator::iterate` with the diffusion drafter and a fixed draft length (every
+//! round drafts, so the acceptance panel sees every position), reported as
+//! `Drafted`, `Verified`, then the round's tokens as `Accepted` … and one
+//! `Corrected` (a draft was rejected) or `Plain` (the bonus token).
 
+use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::ops::ControlFlow;
 
 use crate::chat::ChatMessage as TemplateMessage;
+use crate::model::ForwardError;
 use crate::model::{LayerKind as ModelLayerKind, Stats};
 use crate::sample::{Sampler, SamplerParams};
+use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStep};
 use crate::tui::{
     ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, TokenKind,
 };
 
-use super::generate::{generate, GenEvent, GenOptions, PlainStep};
+use super::generate::{generate, GenEvent, GenOptions, PlainStep, Step, StepStats};
 use super::session::Session;
 use super::EngineError;
 
@@ -26,6 +37,68 @@ pub struct ChatSession {
     sampler: Sampler,
     n_predict: Option<usize>,
     info: EngineInfo,
+    /// The speculative step, when the model has the diffusion path.
+    spec: Option<SpecStep<Recorder>>,
+}
+
+/// Wraps a drafter and keeps the tokens of its last draft (the UI shows them).
+pub struct Recorder {
+    inner: Box<dyn Drafter + Send>,
+    last: Vec<u32>,
+}
+
+impl Drafter for Recorder {
+    fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        let n_max = ctx.n_max;
+        let d = self.inner.draft(ctx)?;
+        self.last.clear();
+        self.last
+            .extend_from_slice(&d.tokens[..d.tokens.len().min(n_max)]);
+        Ok(d)
+    }
+}
+
+/// The drafts of the last step (empty: it did not speculate).
+#[derive(Default)]
+struct Round {
+    drafts: Vec<u32>,
+}
+
+/// One reply's step: speculative or plain, chosen by `Controls::spec` before each
+/// round.
+struct ChatStep<'a> {
+    spec: Option<&'a mut SpecStep<Recorder>>,
+    controls: &'a Controls,
+    prompt_len: usize,
+    n_predict: Option<usize>,
+    round: &'a RefCell<Round>,
+}
+
+impl Step for ChatStep<'_> {
+    fn step(
+        &mut self,
+        session: &mut Session,
+        sampler: &mut Sampler,
+        history: &[u32],
+        out: &mut Vec<u32>,
+    ) -> Result<StepStats, EngineError> {
+        self.round.borrow_mut().drafts.clear();
+        let Some(spec) = self.spec.as_deref_mut().filter(|_| self.controls.spec()) else {
+            return PlainStep.step(session, sampler, history, out);
+        };
+        // Never draft past the reply's token limit: every round's tokens are emitted.
+        let generated = history.len().saturating_sub(self.prompt_len);
+        spec.spec.cfg.n_predict = self
+            .n_predict
+            .map_or(usize::MAX, |n| n.saturating_sub(generated).max(1));
+        spec.drafter.last.clear();
+        let s = spec.step(session, sampler, history, out)?;
+        if s.drafted > 0 {
+            let d = s.drafted.min(spec.drafter.last.len());
+            self.round.borrow_mut().drafts = spec.drafter.last[..d].to_vec();
+        }
+        Ok(s)
+    }
 }
 
 impl ChatSession {
@@ -53,12 +126,44 @@ impl ChatSession {
             spec_available: false,
             max_draft: 0,
         };
-        ChatSession {
+        let mut chat = ChatSession {
             session,
             sampler: Sampler::new(params),
             n_predict,
             info,
+            spec: None,
+        };
+        if chat.session.model().model.has_diffusion() {
+            chat.set_drafter(Box::new(DiffusionDrafter), SpecConfig::default().n_max);
         }
+        chat
+    }
+
+    /// Speculates with `drafter`, drafting `max_draft` tokens per round (exact
+    /// acceptance, fixed length). The default is the diffusion drafter on models
+    /// that have the diffusion path; a test drafter works on any model.
+    pub fn set_drafter(&mut self, drafter: Box<dyn Drafter + Send>, max_draft: usize) {
+        let cfg = SpecConfig {
+            enabled: true,
+            n_max: max_draft.max(1),
+            n_min: 0,
+            adaptive: false,
+            ..SpecConfig::default()
+        };
+        self.spec = Some(SpecStep::new(
+            cfg,
+            Recorder {
+                inner: drafter,
+                last: Vec::new(),
+            },
+        ));
+        self.info.spec_available = true;
+        self.info.max_draft = max_draft.max(1);
+    }
+
+    /// The speculative statistics so far (`None`: the model cannot speculate).
+    pub fn spec_stats(&self) -> Option<&crate::spec::SpecStats> {
+        self.spec.as_ref().map(|s| &s.spec.stats)
     }
 
     /// Replaces the model name the UI shows (e.g. to say it is the default model).
@@ -98,6 +203,10 @@ impl ChatSession {
             starts_thinking,
             checkpoint_after_prompt: true,
         };
+        let round = RefCell::new(Round::default());
+        let mut kinds: VecDeque<TokenKind> = VecDeque::new();
+        let model = std::sync::Arc::clone(self.session.model());
+        let tok = &model.tokenizer;
         let mut sink = |ev: GenEvent<'_>| {
             match ev {
                 GenEvent::Prefilled(p) => emit(EngineEvent::Prefill {
@@ -111,7 +220,7 @@ impl ChatSession {
                     ..
                 } => emit(EngineEvent::Text {
                     text: if tag { String::new() } else { text.to_string() },
-                    kind: TokenKind::Plain,
+                    kind: kinds.pop_front().unwrap_or(TokenKind::Plain),
                     thinking,
                 }),
                 GenEvent::Tail { text, thinking } => emit(EngineEvent::Text {
@@ -119,10 +228,36 @@ impl ChatSession {
                     kind: TokenKind::Plain,
                     thinking,
                 }),
-                GenEvent::Stepped { stats, .. } => {
+                GenEvent::Stepped { stats, step } => {
                     let (times, routing) = layer_events(stats);
                     emit(times);
                     emit(routing);
+                    let drafts = std::mem::take(&mut round.borrow_mut().drafts);
+                    kinds.clear();
+                    if !drafts.is_empty() {
+                        let (a, d) = (step.accepted, drafts.len());
+                        let texts = drafts
+                            .iter()
+                            .map(|&t| {
+                                if tok.is_control(t) {
+                                    String::new()
+                                } else {
+                                    tok.decode(&[t]).unwrap_or_default()
+                                }
+                            })
+                            .collect();
+                        emit(EngineEvent::Drafted { texts });
+                        emit(EngineEvent::Verified {
+                            accepted: a,
+                            drafted: d,
+                        });
+                        kinds.extend(std::iter::repeat_n(TokenKind::Accepted, a));
+                        kinds.push_back(if a < d {
+                            TokenKind::Corrected
+                        } else {
+                            TokenKind::Plain
+                        });
+                    }
                 }
             }
             if controls.stop_requested() {
@@ -131,11 +266,18 @@ impl ChatSession {
                 ControlFlow::Continue(())
             }
         };
+        let mut step = ChatStep {
+            spec: self.spec.as_mut(),
+            controls,
+            prompt_len: prompt.len(),
+            n_predict: self.n_predict,
+            round: &round,
+        };
         let gen = generate(
             &mut self.session,
             &prompt,
             &mut self.sampler,
-            &mut PlainStep,
+            &mut step,
             &opts,
             &mut sink,
         )?;

@@ -520,7 +520,10 @@ fn chat_turns_report_prefill_text_layer_times_routing_and_done() {
     let mut e = chat_engine(&m);
     let info = e.info();
     assert_eq!(info.n_layers(), m.model.config.n_layer);
-    assert!(!info.spec_available);
+    assert!(
+        info.spec_available,
+        "tiny clover_moe files have the diffusion path"
+    );
     let msgs = [UiMessage::new(Role::User, "Hello there")];
     let ev = chat_turn(&mut e, &msgs, None);
     let (prompt, _) = e.prompt_tokens(&msgs).unwrap();
@@ -617,3 +620,6 @@ fn the_default_model_is_written_once_atomically_and_loads() {
         .contains("random-weight synthetic clover_moe (tiny)"));
     assert!(d.note().contains("pass -m FILE"));
 }
+
+#[path = "chat_spec_tests.rs"]
+mod chat_spec;

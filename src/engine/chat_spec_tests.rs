@@ -1,0 +1,200 @@
+//! `ChatSession` with speculation: the same greedy reply with it on and off, and
+//! the round events in the order the UI contract fixes.
+
+use super::*;
+use crate::spec::SequenceDrafter;
+use crate::tui::TokenKind;
+
+/// One turn with speculation starting `spec`; `off_after` turns it off after that
+/// many `Verified` events (the live F2 toggle).
+fn spec_turn(
+    engine: &mut ChatSession,
+    msgs: &[UiMessage],
+    spec: bool,
+    off_after: Option<usize>,
+) -> Vec<EngineEvent> {
+    let controls = Controls::new(spec);
+    let mut events = Vec::new();
+    let mut verified = 0;
+    engine.generate(msgs, &controls, &mut |ev| {
+        if matches!(ev, EngineEvent::Verified { .. }) {
+            verified += 1;
+            if Some(verified) == off_after {
+                controls.set_spec(false);
+            }
+        }
+        events.push(ev);
+    });
+    events
+}
+
+/// Rounds seen: (complete rounds with a rejection, fully accepted rounds, tokens
+/// decoded plainly outside rounds). Panics where the events break the contract.
+fn check_contract(events: &[EngineEvent]) -> (usize, usize, usize) {
+    let round_events: Vec<&EngineEvent> = events
+        .iter()
+        .filter(|e| {
+            !matches!(
+                e,
+                EngineEvent::LayerTimes { .. } | EngineEvent::Routing { .. }
+            )
+        })
+        .collect();
+    assert!(matches!(round_events[0], EngineEvent::Prefill { .. }));
+    assert!(
+        matches!(round_events.last(), Some(EngineEvent::Done { .. })),
+        "{events:?}"
+    );
+    let (mut rejected, mut full, mut plain) = (0, 0, 0);
+    let mut i = 1;
+    while i < round_events.len() - 1 {
+        match round_events[i] {
+            EngineEvent::Text {
+                kind: TokenKind::Plain,
+                ..
+            } => {
+                plain += 1;
+                i += 1;
+            }
+            EngineEvent::Drafted { texts } => {
+                let d = texts.len();
+                assert!(d > 0, "an empty draft at event {i}");
+                let EngineEvent::Verified { accepted, drafted } = round_events[i + 1] else {
+                    panic!(
+                        "Drafted not followed by Verified: {:?}",
+                        round_events[i + 1]
+                    )
+                };
+                assert_eq!(*drafted, d);
+                assert!(*accepted <= d);
+                for k in 0..*accepted {
+                    assert!(
+                        matches!(
+                            round_events[i + 2 + k],
+                            EngineEvent::Text {
+                                kind: TokenKind::Accepted,
+                                ..
+                            }
+                        ),
+                        "accepted token {k} of {accepted}: {:?}",
+                        round_events[i + 2 + k]
+                    );
+                }
+                let last = round_events[i + 2 + accepted];
+                let want = if *accepted < d {
+                    rejected += 1;
+                    TokenKind::Corrected
+                } else {
+                    full += 1;
+                    TokenKind::Plain
+                };
+                assert!(
+                    matches!(last, EngineEvent::Text { kind, .. } if *kind == want),
+                    "round of {accepted}/{d} ends with {last:?}"
+                );
+                i += 3 + accepted;
+            }
+            other => panic!("event {i} outside the contract: {other:?}"),
+        }
+    }
+    (rejected, full, plain)
+}
+
+fn kinds_count(events: &[EngineEvent], want: TokenKind) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, EngineEvent::Text { kind, .. } if *kind == want))
+        .count()
+}
+
+#[test]
+fn greedy_chat_replies_are_identical_with_speculation_on_off_and_toggled() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let msgs = [UiMessage::new(Role::User, "Tell me about foxes.")];
+    let plain = spec_turn(&mut chat_engine(&m), &msgs, false, None);
+    assert!(!plain.iter().any(|e| matches!(
+        e,
+        EngineEvent::Drafted { .. } | EngineEvent::Verified { .. }
+    )));
+    assert_eq!(kinds_count(&plain, TokenKind::Plain), 12);
+
+    let mut e = chat_engine(&m);
+    let info = e.info();
+    assert!(info.spec_available);
+    assert_eq!(info.max_draft, 15);
+    let spec = spec_turn(&mut e, &msgs, true, None);
+    let (rejected, full, _) = check_contract(&spec);
+    assert!(rejected + full > 0, "no speculative round ran: {spec:?}");
+    assert_eq!(reply_text(&spec), reply_text(&plain));
+    // Each round runs as one verify pass and its timing/routing events still come.
+    assert!(spec
+        .iter()
+        .any(|e| matches!(e, EngineEvent::Routing { .. })));
+
+    // Turned off after the first round: the rest is decoded plainly, same text.
+    let toggled = spec_turn(&mut chat_engine(&m), &msgs, true, Some(1));
+    let verified = toggled
+        .iter()
+        .filter(|e| matches!(e, EngineEvent::Verified { .. }))
+        .count();
+    assert_eq!(verified, 1);
+    check_contract(&toggled);
+    assert_eq!(reply_text(&toggled), reply_text(&plain));
+
+    // A second turn with speculation reuses the cached prefix and still agrees.
+    let mut msgs2 = msgs.to_vec();
+    msgs2.push(UiMessage::new(Role::Assistant, reply_text(&plain).trim()));
+    msgs2.push(UiMessage::new(Role::User, "And dogs?"));
+    let second_spec = spec_turn(&mut e, &msgs2, true, None);
+    check_contract(&second_spec);
+    let second_plain = spec_turn(&mut chat_engine(&m), &msgs2, false, None);
+    assert_eq!(reply_text(&second_spec), reply_text(&second_plain));
+}
+
+#[test]
+fn speculative_rounds_emit_drafted_verified_accepted_then_one_corrected_or_plain() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let msgs = [UiMessage::new(Role::User, "Hello there")];
+    let plain = spec_turn(&mut chat_engine(&m), &msgs, false, None);
+    // Drafts: the plain greedy reply itself, with one token changed, so rounds
+    // both accept everything (bonus token) and hit a rejection (correction).
+    let e0 = chat_engine(&m);
+    let (prompt, _) = e0.prompt_tokens(&msgs).unwrap();
+    let mut s = session(&m, 512);
+    let reply = run(&mut s, &prompt, 12).tokens;
+    let mut seq = prompt.clone();
+    seq.extend_from_slice(&reply);
+    let wrong = prompt.len() + 6;
+    seq[wrong] = (seq[wrong] + 1) % m.model.n_vocab() as u32;
+
+    let mut e = chat_engine(&m);
+    e.set_drafter(Box::new(SequenceDrafter { seq }), 3);
+    assert_eq!(e.info().max_draft, 3);
+    let ev = spec_turn(&mut e, &msgs, true, None);
+    let (rejected, full, _) = check_contract(&ev);
+    assert!(rejected >= 1, "{ev:?}");
+    assert!(full >= 1, "{ev:?}");
+    assert!(kinds_count(&ev, TokenKind::Accepted) >= 3);
+    assert_eq!(reply_text(&ev), reply_text(&plain));
+    let stats = e.spec_stats().unwrap();
+    assert_eq!(stats.verify_passes as usize, rejected + full);
+    // The drafted texts are the drafted tokens' text.
+    let first = ev
+        .iter()
+        .find_map(|x| match x {
+            EngineEvent::Drafted { texts } => Some(texts.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let want: Vec<String> = reply[1..4]
+        .iter()
+        .map(|&t| {
+            if m.tokenizer.is_control(t) {
+                String::new()
+            } else {
+                m.tokenizer.decode(&[t]).unwrap()
+            }
+        })
+        .collect();
+    assert_eq!(first, want);
+}
