@@ -3,17 +3,9 @@
 //! `make_qkx3_quants`). The order of f32 operations follows ggml's so that an
 //! importance-weighted quantisation picks the same scales ggml's would.
 
-/// ggml's `GROUP_MAX_EPS`: below this absolute maximum a group is all zero.
-pub const GROUP_MAX_EPS: f32 = 1e-15;
-
-/// Round to nearest, ties to even, by the float magic-number trick ggml uses
-/// (valid for |x| ≤ 4194303).
-#[inline]
-pub fn nearest_int(x: f32) -> i32 {
-    debug_assert!(x.abs() <= 4_194_303.0);
-    let v = x + 12_582_912.0;
-    (v.to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
-}
+// ggml's `GROUP_MAX_EPS` and `nearest_int` (round half to even by the
+// 1.5·2²³ trick) are the K-quants' own; one definition serves both families.
+pub use super::kquant_search::{nearest_int, GROUP_MAX_EPS};
 
 /// C's `roundf`: round half away from zero.
 #[inline]
