@@ -78,3 +78,77 @@ fn draft_self_on_a_qwen35moe_file_is_one_clear_error() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("draft-self"), "{err}");
 }
+
+/// The numbers on the stderr line that starts with `prefix`.
+fn numbers(err: &str, prefix: &str) -> Vec<f64> {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{err}"));
+    line[prefix.len()..]
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter(|t| !t.is_empty() && *t != ".")
+        .map(|t| t.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn draft_self_prints_every_statistic_of_the_issue_with_consistent_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.gguf");
+    write(Arch::CloverMoe, &path);
+
+    // Default (adaptive) mode: it measures plain steps, so the speed-up is known.
+    let out = run(&path, &["--spec-type", "draft-self"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // drafts proposed, accepted, accepted by the relaxed rule, tokens emitted
+    let d = numbers(&err, "spec: drafted");
+    let (drafted, accepted, relaxed, emitted) = (d[0], d[1], d[3], d[4]);
+    assert!(
+        drafted > 0.0 && accepted <= drafted && relaxed == 0.0,
+        "{err}"
+    );
+    // -n 24: the first token comes from the prompt pass, 23 from the loop.
+    assert_eq!(emitted, 23.0, "{err}");
+    // passes and tokens per forward pass
+    let p = numbers(&err, "spec: passes");
+    let (verify, plain, per_fwd) = (p[1], p[2], p[3]);
+    assert!(verify > 0.0 && plain > 0.0, "{err}");
+    assert!((per_fwd - emitted / (verify + plain)).abs() < 1e-3, "{err}");
+    // acceptance by draft position: one rate per position drafted
+    let by_pos = numbers(&err, "spec: acceptance by position");
+    assert!(!by_pos.is_empty() && by_pos.iter().all(|r| (0.0..=1.0).contains(r)));
+    // time in draft / verify / rollback (/ plain / total)
+    let t = numbers(&err, "spec: time");
+    let (t_draft, t_verify, t_rollback, t_plain, t_total) = (t[0], t[1], t[2], t[3], t[4]);
+    // (printed to the microsecond: a one-position replay on the tiny file
+    // takes a few.)
+    assert!(t_draft > 0.0 && t_verify > 0.0 && t_rollback > 0.0, "{err}");
+    assert!(
+        t_total >= t_draft + t_verify + t_rollback + t_plain - 0.05,
+        "{err}"
+    );
+    // the effective speed-up over plain decoding
+    let s = numbers(&err, "spec: effective speed-up over plain decoding");
+    assert!(s[0] > 0.0, "{err}");
+
+    // The relaxed rule counts what it accepts apart.
+    let out = run(
+        &path,
+        &[
+            "--spec-type",
+            "draft-self",
+            "--spec-fixed",
+            "--spec-accept-ratio",
+            "0.3",
+            "--spec-accept-delta",
+            "0",
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let d = numbers(&err, "spec: drafted");
+    let (accepted, relaxed) = (d[1], d[3]);
+    assert!(relaxed > 0.0 && relaxed <= accepted, "{err}");
+}

@@ -123,7 +123,7 @@ impl SpecStats {
         );
         let _ = writeln!(
             s,
-            "spec: time draft {:.2} ms, verify {:.2} ms, rollback {:.2} ms, plain {:.2} ms, total {:.2} ms",
+            "spec: time draft {:.3} ms, verify {:.3} ms, rollback {:.3} ms, plain {:.3} ms, total {:.3} ms",
             ms(self.draft_ns),
             ms(self.verify_ns),
             ms(self.rollback_ns),
