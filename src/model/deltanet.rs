@@ -175,8 +175,9 @@ fn dot8(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The state update of `delta_step` without the read-out: bit-identical
-/// state, used to replay stashed positions.
-#[inline]
+/// state, used to replay stashed positions (always inlined, so that the
+/// replay's AVX2 entry point compiles it for AVX2).
+#[inline(always)]
 pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
     let dk = k.len();
     let decay = g.exp();

@@ -228,9 +228,7 @@ impl<'a> Model<'a> {
         if n_keep > n {
             return Err(ForwardError::KeepTooMany { n_keep, n });
         }
-        for (layer, rec) in stash.layers.iter().zip(state.recurrent.iter_mut()) {
-            layer.advance(&self.config, rec, n_keep);
-        }
+        super::verify::advance_all(&self.config, &stash.layers, &mut state.recurrent, n_keep);
         stash.pending = None;
         state.kv.truncate(pos0 + n_keep);
         Ok(())

@@ -62,26 +62,78 @@ impl GdnStash {
 
     /// Advances `state` over the first `n_keep` stashed positions.
     pub fn advance(&self, cfg: &ModelConfig, state: &mut DeltaNetState, n_keep: usize) {
-        let ch = cfg.ssm_conv_channels();
-        let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
-        let kv_w = ch - hk * d;
-        // One parallel dispatch per layer: each value head replays all kept
-        // positions in order (the same per-head arithmetic as the forward).
-        let (kv, gate, beta) = (&self.kv, &self.gate, &self.beta);
-        state
-            .ssm
-            .par_chunks_mut(d * d)
-            .enumerate()
-            .for_each(|(h, s)| {
-                let kh = h % hk;
-                for t in 0..n_keep {
-                    let row = &kv[t * kv_w..(t + 1) * kv_w];
-                    let k = &row[kh * d..(kh + 1) * d];
-                    let v = &row[hk * d + h * d..hk * d + (h + 1) * d];
-                    delta_update(s, k, v, gate[t * hv + h], beta[t * hv + h]);
-                }
-            });
-        push_window(&mut state.conv, &self.mixed[..n_keep * ch], ch);
+        advance_all(
+            cfg,
+            std::slice::from_ref(self),
+            std::slice::from_mut(state),
+            n_keep,
+        );
+    }
+
+    /// Replays the first `n_keep` positions into value head `h`'s state `s`
+    /// (`[d_v][d_k]`), with the same per-head arithmetic as the forward
+    /// (`deltanet::delta_update`), compiled for AVX2 where the CPU has it.
+    fn replay_head(&self, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            unsafe { replay_head_avx2(self, cfg, h, s, n_keep) };
+            return;
+        }
+        replay_head_body(self, cfg, h, s, n_keep);
+    }
+}
+
+/// `replay_head`'s body. The arithmetic is element-wise IEEE mul and add in
+/// a fixed order (no fused multiply-add: Rust never contracts, and FMA is
+/// not enabled), so wider vectors give bit-identical states: the replay
+/// stays equal to the plain forward's recurrence (compiled for the
+/// baseline ISA), only faster.
+#[inline(always)]
+fn replay_head_body(stash: &GdnStash, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
+    let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
+    let kv_w = cfg.ssm_conv_channels() - hk * d;
+    let kh = h % hk;
+    for t in 0..n_keep {
+        let row = &stash.kv[t * kv_w..(t + 1) * kv_w];
+        let k = &row[kh * d..(kh + 1) * d];
+        let v = &row[hk * d + h * d..hk * d + (h + 1) * d];
+        delta_update(s, k, v, stash.gate[t * hv + h], stash.beta[t * hv + h]);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn replay_head_avx2(stash: &GdnStash, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
+    replay_head_body(stash, cfg, h, s, n_keep);
+}
+
+/// Advances every GDN layer's state (`states[i]` from `stashes[i]`) over the
+/// first `n_keep` stashed positions, then sets the conv windows.
+///
+/// One parallel dispatch covers every (layer, value head) pair: the replay
+/// per pair is small (16 positions of a d×d state), so a dispatch per layer
+/// would add a synchronisation point per layer, and on a loaded machine each
+/// one can wait for a descheduled worker.
+pub fn advance_all(
+    cfg: &ModelConfig,
+    stashes: &[GdnStash],
+    states: &mut [DeltaNetState],
+    n_keep: usize,
+) {
+    let ch = cfg.ssm_conv_channels();
+    let d = cfg.ssm_head_dim;
+    let mut jobs: Vec<(&GdnStash, usize, &mut [f32])> =
+        Vec::with_capacity(stashes.len() * cfg.ssm_n_v_heads);
+    for (stash, st) in stashes.iter().zip(states.iter_mut()) {
+        for (h, s) in st.ssm.chunks_exact_mut(d * d).enumerate() {
+            jobs.push((stash, h, s));
+        }
+    }
+    jobs.into_par_iter()
+        .for_each(|(stash, h, s)| stash.replay_head(cfg, h, s, n_keep));
+    for (stash, st) in stashes.iter().zip(states.iter_mut()) {
+        push_window(&mut st.conv, &stash.mixed[..n_keep * ch], ch);
     }
 }
 
