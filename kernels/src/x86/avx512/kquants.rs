@@ -452,6 +452,51 @@ mod tests {
     use super::*;
     use crate::scalar;
 
+    /// The +128 bias of the grid makes the per-lane partial sums large where
+    /// the true dot is small (every level +1, activations and scales at their
+    /// extremes); the kernel must still meet the tier tolerance there.
+    #[test]
+    fn iq4_xs_kernels_meet_the_tolerance_when_the_bias_dwarfs_the_dot() {
+        if !(is_x86_feature_detected!("avx512vnni") && crate::Isa::Avx512.available()) {
+            eprintln!("*** SKIPPING: no AVX512-VNNI ***");
+            return;
+        }
+        let nb = 16;
+        let n = 256 * nb;
+        // Nibble 8 is the grid's +1; scales 63 (unbiased +31) or 0 (−32).
+        for (nibbles, scale_l, scale_h) in [
+            (0x88u8, 0xFFu8, 0xFFFFu16),
+            (0x88, 0, 0),
+            (0xFF, 0xFF, 0xFFFF),
+        ] {
+            let mut w = vec![0u16; 68 * nb];
+            let wb: &mut [u8] = bytemuck::cast_slice_mut(&mut w);
+            for blk in wb.chunks_exact_mut(136) {
+                blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                blk[2..4].copy_from_slice(&scale_h.to_le_bytes());
+                blk[4..8].fill(scale_l);
+                blk[8..].fill(nibbles);
+            }
+            for a_val in [1.0f32, -1.0] {
+                let a = vec![a_val; n];
+                let mut q = vec![0u32; 73 * nb];
+                scalar::quantize_row(GgmlType::Q8_K, &a, bytemuck::cast_slice_mut(&mut q), None);
+                let (wb, qb): (&[u8], &[u8]) = (bytemuck::cast_slice(&w), bytemuck::cast_slice(&q));
+                let want = scalar::vec_dot(GgmlType::IQ4_XS, n, wb, qb);
+                let mut wd = vec![0.0f32; n];
+                let mut ad = vec![0.0f32; n];
+                scalar::dequantize_row(GgmlType::IQ4_XS, wb, &mut wd);
+                scalar::dequantize_row(GgmlType::Q8_K, qb, &mut ad);
+                let tol: f32 = 1e-5 * wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>();
+                let got = vec_dot_fn(GgmlType::IQ4_XS).unwrap()(n, wb, qb);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{nibbles:#x} {scale_l:#x} {a_val}: {got} vs {want} (tolerance {tol})"
+                );
+            }
+        }
+    }
+
     /// The table hands out one IQ4_XS kernel per host; both are checked here
     /// against the scalar reference on random blocks (every scale value).
     #[test]
