@@ -5,8 +5,8 @@
 //! preempted, so the minimum is the kernel's compute ceiling on one core.
 //!
 //! Columns per type: each tier's table dot called row by row, and the
-//! single-thread mat-vec driver (`matvec_serial`, which may use a multi-row
-//! kernel) for the same tier. GB/s of weight bytes.
+//! single-thread mat-vec driver (`matvec_serial`) for the same tier. GB/s of
+//! weight bytes.
 //!
 //! `cargo run -p kernels --release --example incache_throughput [KiB [reps]]`
 
