@@ -398,12 +398,15 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
 }
 
 /// IQ4_XS with the grid looked up by `vpermb` (AVX512-VBMI), one sub-block
-/// per 256-bit step: its 16 `qs` bytes broadcast to
-/// both halves, the high half shifted by a nibble, so one `vpermb` looks up
-/// elements 0..16 (low half) and 16..32 (high half) — the order of the
-/// activations, which are then read straight from the block. Each sub-block
-/// dot (+128-biased grid, `dpbusd`) is scaled by a broadcast of its scale
-/// (`mullo`); the bias comes off once per block through the `bsums`.
+/// per 256-bit step: its 16 `qs` bytes broadcast to both halves, the high
+/// half shifted by a nibble, so one `vpermb` looks up elements 0..16 (low
+/// half) and 16..32 (high half) — the order of the activations, which are
+/// then read straight from the block (no activation shuffles, no `hadd`).
+/// Each sub-block dot (+128-biased grid, `dpbusd`) is scaled by a broadcast
+/// of its scale (`mullo`); the bias comes off once per block through the
+/// `bsums`. The i32 lanes are exact; a lane still holding bias (the bias
+/// cancels only across lanes) can pass 2^24 and round once when converted,
+/// which happens only when Σ|w·a| is far larger still (see the bias test).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let biased: [u8; 16] = KVALUES_IQ4NL.map(|v| (v as i16 + 128) as u8);
