@@ -253,6 +253,17 @@ pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     }
 }
 
+/// [`matvec`] on the calling thread only (no rayon): for callers that
+/// already split the work, and for timing one core.
+pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
+    let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
+    assert_eq!(x.len(), rb, "activation row has the wrong byte length");
+    let dot = kt.vec_dot(w.ty);
+    for (o, y) in out[..w.n_out].iter_mut().enumerate() {
+        *y = dot(w.n_in, w.row(o), x);
+    }
+}
+
 /// Floats of scratch [`matmul`] needs for `rows` activation rows.
 pub fn matmul_tile_len(rows: usize) -> usize {
     ROW_BLOCK * rows

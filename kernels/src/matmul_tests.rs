@@ -144,6 +144,31 @@ fn matvec_matches_dequantised_reference_for_every_type_and_tier() {
 }
 
 #[test]
+fn matvec_serial_equals_the_parallel_matvec_bit_for_bit() {
+    let (n, n_out) = (512, 70);
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::IQ4_XS,
+            GgmlType::Q6_K,
+            GgmlType::Q8_0,
+        ] {
+            let mut rng = Rng(300 + ty.id() as u64);
+            let (wb, _) = quantized(ty, n, n_out, &mut rng);
+            let m = QMatrix::new(ty, n, n_out, wb.bytes()).unwrap();
+            let (xb, _) = acts(&kt, ty, n, 1, &mut rng);
+            let mut par = vec![f32::NAN; n_out];
+            pool(2).install(|| matvec(&kt, &m, xb.bytes(), &mut par));
+            let mut ser = vec![f32::NAN; n_out];
+            matvec_serial(&kt, &m, xb.bytes(), &mut ser);
+            let bits = |v: &[f32]| v.iter().map(|y| y.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&ser), bits(&par), "{isa} {ty}");
+        }
+    }
+}
+
+#[test]
 fn matmul_matches_dequantised_reference_across_tiles_and_row_blocks() {
     let kt = crate::isa::active();
     let n = 256;

@@ -2,12 +2,21 @@
 //! activations. Q2_K, Q3_K and the Q8_K quantiser use the AVX2 kernels.
 //!
 //! IQ4_XS uses 256-bit VNNI (AVX512-VL): its grid looked up biased by +128
-//! (unsigned), `dpbusd` (no i16 saturation), the four partial dots folded
-//! into one i32 per sub-block by `hadd`, the bias removed through the
-//! activation `bsums`, and one `mullo` per super-block for the scales. (A 512-bit form measured
-//! slower on the Zen 4 this was tuned on, whose 512-bit ops are double-pumped.)
+//! (unsigned) and `dpbusd` (no i16 saturation). With VBMI, one sub-block per
+//! step (`vpermb` lookup in activation order, one `mullo` by the broadcast
+//! scale); without, two sub-blocks per step, the partial dots folded into one
+//! i32 per sub-block by `hadd` and one `mullo` per super-block. Either way
+//! the bias comes off through the activation `bsums`. (A 512-bit form
+//! measured slower on the Zen 4 this was tuned on, whose 512-bit ops are
+//! double-pumped.)
 //!
-//! 64 weights per 512-bit step: Q4_K/Q5_K/Q6_K levels are unsigned, so
+//! Q4_K uses 256-bit VNNI too: `dpbusd` of the nibbles, two sub-blocks'
+//! partial sums merged into i16 pairs and scaled by one `dpwssd` against a
+//! broadcast scale pair, the scales and mins unpacked with vector ops (see
+//! [`q4_k`]); 1.25× the 512-bit `maddubs` form on Zen 4, where shuffles (the
+//! per-step scale broadcasts) compete with the multipliers.
+//!
+//! 64 weights per 512-bit step for Q5_K/Q6_K: levels are unsigned, so
 //! `maddubs` (to i16 pairs) then `dpwssd` applies the sub-block scales and
 //! accumulates in one instruction. One f32 FMA per super-block; one
 //! horizontal sum per row.
@@ -27,8 +36,8 @@ use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{
-    at, f16_to_f32, k4_scales_mins, load_bsums, load_halves, load_u8, load_u8_128, mins_dot_bsums,
-    rows,
+    at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_halves, load_i8, load_u8,
+    load_u8_128, mins_dot_bsums, rows,
 };
 use crate::GgmlType;
 
@@ -117,30 +126,102 @@ fn hsum128(v: __m128) -> f32 {
 
 // ---------------------------------------------------------------- Q4_K / Q5_K
 
+/// Q4_K/Q5_K's twelve packed scale bytes (the first twelve of `s`) as
+/// sixteen u8: the eight 6-bit scales, then the eight 6-bit mins — ggml's
+/// 32-bit mask arithmetic done on all four words at once.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl,avx2")]
+fn k4_unpack(s: __m128i) -> __m128i {
+    // Low parts: sc0..3 = s[0..4] & 63, sc4..7 = s[8..12] & 15,
+    // m0..3 = s[4..8] & 63, m4..7 = s[8..12] >> 4.
+    let lo = _mm_shuffle_epi8(
+        s,
+        _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
+    );
+    let lo = _mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4));
+    // High parts of sc4..7 and m4..7: bits 6..7 of s[0..4] and s[4..8], to bits 4..5.
+    let hi = _mm_shuffle_epi8(
+        s,
+        _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
+    );
+    let hi = _mm_and_si128(_mm_srli_epi16::<2>(hi), _mm_set1_epi8(0x30));
+    let keep = _mm_setr_epi32(0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f, 0x0f0f_0f0f);
+    // (lo & keep) | hi
+    _mm_ternarylogic_epi32::<0xEA>(lo, keep, hi)
+}
+
+/// A Q4_K block's `d` and `dmin` (its first four bytes) times the
+/// activation scale, each in every lane.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn k4_d_dmin(head: &[u8; 4], yd: f32) -> (__m256, __m256) {
+    let h = _mm_cvtsi32_si128(i32::from_le_bytes(*head));
+    let dd = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(yd));
+    (
+        _mm256_broadcastss_ps(dd),
+        _mm256_broadcastss_ps(_mm_movehdup_ps(dd)),
+    )
+}
+
+/// `acc_m − dmin·Σ_j mins[j]·(bsums[2j] + bsums[2j+1])` (`v16` holds the
+/// scales in i16 lanes 0..8 and the mins in lanes 8..16).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+fn k4_mins(acc_m: __m256, dmin: __m256, v16: __m256i, bsums: &[i16; 16]) -> __m256 {
+    let idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    let mins = _mm256_permutexvar_epi16(idx, v16);
+    let prod = _mm256_madd_epi16(mins, load_bsums(bsums));
+    _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m)
+}
+
+/// The 16 bytes starting at byte 4 of a Q4_K/Q5_K block: the twelve scale
+/// bytes (and four bytes of what follows, ignored).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn k4_scale_bytes<B: bytemuck::Pod>(b: &B) -> __m128i {
+    let bytes: &[u8] = bytemuck::bytes_of(b);
+    load_u8_128(bytes[4..20].try_into().unwrap())
+}
+
+/// Q4_K in 256-bit steps with no shuffle in the inner loop: per 32-byte
+/// `qs` piece j, one `dpbusd` of the low nibbles (sub-block 2j) and one of
+/// the high nibbles (2j+1) against their 32 activations; every i32 lane is a
+/// sum of four products (|·| ≤ 4·15·127, so it fits i16), so the two are
+/// merged into i16 pairs (low: 2j, high: 2j+1) and scaled by one `dpwssd`
+/// against the broadcast scale pair. The pairs are the unpacked scales
+/// stored once per block; each broadcast is then a load, not a shuffle.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let m4 = _mm512_set1_epi8(0xF);
-    // Low nibbles into the low 256 bits, high nibbles into the high 256 bits.
-    let nib_shift = halves_i16(0, 4);
-    let mut acc = _mm512_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let m4 = _mm256_set1_epi8(0xF);
+    let lo16 = _mm256_set1_epi32(0xFFFF);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm256_setzero_ps();
+    let mut pairs = [0i32; 8];
     for (xb, yb) in x.iter().zip(y) {
-        let d = yb.d * f16_to_f32(xb.d);
-        let dmin = -yb.d * f16_to_f32(xb.dmin);
-        let (sc, mins) = k4_scales_mins(&xb.scales);
-        let prod = mins_dot_bsums(mins, &yb.bsums);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
-        let mut sumi = _mm512_setzero_si512();
-        for j in 0..4 {
-            let q = _mm512_broadcast_i64x4(load_u8(at(&xb.qs, 32 * j)));
-            let q = _mm512_and_si512(_mm512_srlv_epi16(q, nib_shift), m4);
-            let p = _mm512_maddubs_epi16(q, load64(at64(&yb.qs, 64 * j)));
-            sumi = _mm512_dpwssd_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
+        let head: &[u8; 4] = bytemuck::bytes_of(xb)[..4].try_into().unwrap();
+        let (d, dmin) = k4_d_dmin(head, yb.d);
+        // i16 lanes 0..8: scales, 8..16: mins; i32 lane j: scales 2j, 2j+1.
+        let v16 = _mm256_cvtepu8_epi16(k4_unpack(k4_scale_bytes(xb)));
+        acc_m = k4_mins(acc_m, dmin, v16, &yb.bsums);
+        // SAFETY: `pairs` is 32 writable bytes; `storeu` has no alignment requirement.
+        unsafe { _mm256_storeu_si256(pairs.as_mut_ptr().cast(), v16) };
+        // Read back through memory (not forwarded into register shuffles).
+        let pairs = std::hint::black_box(&pairs);
+        let mut sumi = _mm256_setzero_si256();
+        for (j, &pair) in pairs[..4].iter().enumerate() {
+            let q = load_u8(at(&xb.qs, 32 * j));
+            let lo = _mm256_and_si256(q, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            let z = _mm256_setzero_si256();
+            let dl = _mm256_dpbusd_epi32(z, lo, load_i8(at(&yb.qs, 64 * j)));
+            let dh = _mm256_dpbusd_epi32(z, hi, load_i8(at(&yb.qs, 64 * j + 32)));
+            // (dl & 0xFFFF) | dh << 16
+            let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<16>(dh), lo16);
+            sumi = _mm256_dpwssd_epi32(sumi, m, _mm256_set1_epi32(pair));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
-    _mm512_reduce_add_ps(acc) + hsum128(acc_m)
+    hsum_ps(acc) + hsum_ps(acc_m)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -316,34 +397,33 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     hsum128(s)
 }
 
-/// [`iq4_xs`] with the grid looked up by `vpermb` (AVX512-VBMI), which
-/// needs no nibble masks.
-///
-/// Per-block dot of IQ4_XS against Q8_K with the sub-block scales applied
-/// once per super-block: the four `dpbusd` results (sub-blocks 2p | 2p+1 in
-/// the two 128-bit lanes) are folded by three `hadd`s into one i32 per
-/// sub-block, in the order 0,2,4,6 | 1,3,5,7; the scales are unpacked
-/// straight into that order, and the +128 bias is removed per sub-block from
-/// the activation `bsums` before the single `mullo`.
+/// IQ4_XS with the grid looked up by `vpermb` (AVX512-VBMI), one sub-block
+/// per 256-bit step: its 16 `qs` bytes broadcast to both halves, the high
+/// half shifted by a nibble, so one `vpermb` looks up elements 0..16 (low
+/// half) and 16..32 (high half) — the order of the activations, which are
+/// then read straight from the block (no activation shuffles, no `hadd`).
+/// Each sub-block dot (+128-biased grid, `dpbusd`) is scaled by a broadcast
+/// of its scale (`mullo`); the bias comes off once per block through the
+/// `bsums`. The i32 lanes are exact; a lane still holding bias (the bias
+/// cancels only across lanes) can pass 2^24 and round once when converted,
+/// which happens only when Σ|w·a| is far larger still (see the bias test).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
-    // The grid biased to unsigned: G + 128 ∈ 1..=241.
     let biased: [u8; 16] = KVALUES_IQ4NL.map(|v| (v as i16 + 128) as u8);
-    // Twice over: `vpermb` reads five index bits, so bit 4 (a neighbour's
-    // bit after the 16-bit shift, or the high nibble's low bit) is ignored
-    // and no masking is needed.
+    // Twice over: the 256-bit `vpermb` reads five index bits, so bit 4 (the
+    // neighbour's bit after the 16-bit shift) is ignored.
     let values = {
         let v = load_u8_128(&biased);
         _mm256_set_m128i(v, v)
     };
-    // Lane i holds sub-block ORDER[i]: nibble 4·j of scales_l, bits 2·j of scales_h.
-    let order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    let shift_l = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28);
-    let shift_h = _mm256_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14);
+    let nib_shift = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+    let shift_l = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    let shift_h = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
     let neg128 = _mm256_set1_epi16(-128);
     let mut acc = _mm256_setzero_ps();
+    let mut ls_mem = [0i32; 8];
     for (xb, yb) in x.iter().zip(y) {
-        let d = yb.d * f16_to_f32(xb.d);
+        let d = _mm256_set1_ps(yb.d * f16_to_f32(xb.d));
         let l = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from_le_bytes(xb.scales_l)), shift_l);
         let h = _mm256_srlv_epi32(_mm256_set1_epi32(xb.scales_h as i32), shift_h);
         let ls = _mm256_or_si256(
@@ -351,38 +431,74 @@ fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
             _mm256_slli_epi32::<4>(_mm256_and_si256(h, _mm256_set1_epi32(3))),
         );
         let ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
-        // −128 · (sum of sub-block j's activations), j = 0..8, then reordered.
+        // −128 · (sum of sub-block j's activations) · ls_j.
         let bias = _mm256_madd_epi16(load_bsums(&yb.bsums), neg128);
-        let bias = _mm256_permutevar8x32_epi32(bias, order);
-        let mut dots = [_mm256_setzero_si256(); 4];
-        for (p, dot) in dots.iter_mut().enumerate() {
-            // Low nibbles: elements 0..16 of sub-blocks 2p | 2p+1; high: 16..32.
-            let q4 = load_u8(at(&xb.qs, 32 * p));
-            let lo = _mm256_permutexvar_epi8(q4, values);
-            let hi = _mm256_permutexvar_epi8(_mm256_srli_epi16::<4>(q4), values);
-            let a = &yb.qs[64 * p..64 * p + 64];
-            *dot = _mm256_dpbusd_epi32(
-                _mm256_setzero_si256(),
-                lo,
-                load_halves(&a[0..16], &a[32..48]),
-            );
-            *dot = _mm256_dpbusd_epi32(*dot, hi, load_halves(&a[16..32], &a[48..64]));
+        let mut sumi = _mm256_mullo_epi32(bias, ls);
+        // SAFETY: `ls_mem` is 32 writable bytes; `storeu` has no alignment requirement.
+        unsafe { _mm256_storeu_si256(ls_mem.as_mut_ptr().cast(), ls) };
+        // Read back through memory: each broadcast below is then a load.
+        let ls_mem = std::hint::black_box(&ls_mem);
+        for (s, &l) in ls_mem.iter().enumerate() {
+            let q: &[u8; 16] = xb.qs[16 * s..16 * s + 16].try_into().unwrap();
+            let q = _mm256_broadcastsi128_si256(load_u8_128(q));
+            let v = _mm256_permutexvar_epi8(_mm256_srlv_epi16(q, nib_shift), values);
+            let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, load_i8(at(&yb.qs, 32 * s)));
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_set1_epi32(l)));
         }
-        // [0,0,2,2 | 1,1,3,3] and [4,4,6,6 | 5,5,7,7], then [0,2,4,6 | 1,3,5,7].
-        let h01 = _mm256_hadd_epi32(dots[0], dots[1]);
-        let h23 = _mm256_hadd_epi32(dots[2], dots[3]);
-        let per_sub = _mm256_add_epi32(_mm256_hadd_epi32(h01, h23), bias);
-        let sumi = _mm256_mullo_epi32(per_sub, ls);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-    hsum128(s)
+    hsum_ps(acc)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scalar;
+
+    /// The +128 bias of the grid makes the per-lane partial sums large where
+    /// the true dot is small (every level +1, activations and scales at their
+    /// extremes); the kernel must still meet the tier tolerance there.
+    #[test]
+    fn iq4_xs_kernels_meet_the_tolerance_when_the_bias_dwarfs_the_dot() {
+        if !(is_x86_feature_detected!("avx512vnni") && crate::Isa::Avx512.available()) {
+            eprintln!("*** SKIPPING: no AVX512-VNNI ***");
+            return;
+        }
+        let nb = 16;
+        let n = 256 * nb;
+        // Nibble 8 is the grid's +1; scales 63 (unbiased +31) or 0 (−32).
+        for (nibbles, scale_l, scale_h) in [
+            (0x88u8, 0xFFu8, 0xFFFFu16),
+            (0x88, 0, 0),
+            (0xFF, 0xFF, 0xFFFF),
+        ] {
+            let mut w = vec![0u16; 68 * nb];
+            let wb: &mut [u8] = bytemuck::cast_slice_mut(&mut w);
+            for blk in wb.chunks_exact_mut(136) {
+                blk[..2].copy_from_slice(&half::f16::from_f32(0.01).to_le_bytes());
+                blk[2..4].copy_from_slice(&scale_h.to_le_bytes());
+                blk[4..8].fill(scale_l);
+                blk[8..].fill(nibbles);
+            }
+            for a_val in [1.0f32, -1.0] {
+                let a = vec![a_val; n];
+                let mut q = vec![0u32; 73 * nb];
+                scalar::quantize_row(GgmlType::Q8_K, &a, bytemuck::cast_slice_mut(&mut q), None);
+                let (wb, qb): (&[u8], &[u8]) = (bytemuck::cast_slice(&w), bytemuck::cast_slice(&q));
+                let want = scalar::vec_dot(GgmlType::IQ4_XS, n, wb, qb);
+                let mut wd = vec![0.0f32; n];
+                let mut ad = vec![0.0f32; n];
+                scalar::dequantize_row(GgmlType::IQ4_XS, wb, &mut wd);
+                scalar::dequantize_row(GgmlType::Q8_K, qb, &mut ad);
+                let tol: f32 = 1e-5 * wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>();
+                let got = vec_dot_fn(GgmlType::IQ4_XS).unwrap()(n, wb, qb);
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{nibbles:#x} {scale_l:#x} {a_val}: {got} vs {want} (tolerance {tol})"
+                );
+            }
+        }
+    }
 
     /// The table hands out one IQ4_XS kernel per host; both are checked here
     /// against the scalar reference on random blocks (every scale value).

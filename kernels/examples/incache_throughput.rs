@@ -1,0 +1,97 @@
+//! In-cache single-thread throughput of the decode dots, robust to a loaded
+//! machine: each timing is one short sweep over a small matrix (default
+//! 256 KiB of 4096-wide rows, cache-resident), and the figure is the
+//! **minimum** over many repetitions (default 2000) — short runs are rarely
+//! preempted, so the minimum is the kernel's compute ceiling on one core.
+//!
+//! Columns per type: each tier's table dot called row by row, and the
+//! single-thread mat-vec driver (`matvec_serial`) for the same tier. GB/s of
+//! weight bytes.
+//!
+//! `cargo run -p kernels --release --example incache_throughput [KiB [reps]]`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use kernels::matmul::{matvec_serial, QMatrix};
+use kernels::{scalar, GgmlType, Isa, KernelTable};
+
+const N: usize = 4096;
+
+fn aligned(len: usize) -> Vec<u64> {
+    vec![0u64; len.div_ceil(8)]
+}
+
+/// Fastest of `reps` runs of `f`.
+fn min_time(reps: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut best = Duration::MAX;
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed());
+    }
+    best
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let kib: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
+    let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    };
+    let x: Vec<f32> = (0..N).map(|_| rnd()).collect();
+    println!("-- {kib} KiB matrix of {N}-wide rows, min of {reps} sweeps, GB/s of weights");
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::IQ4_XS,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::Q5_K,
+    ] {
+        let rb = ty.row_bytes(N as u64).unwrap() as usize;
+        let rows = (kib << 10) / rb;
+        let mut w = aligned(rows * rb);
+        let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..rows * rb];
+        let mut src = vec![0f32; N];
+        for r in wb.chunks_mut(rb) {
+            src.iter_mut().for_each(|v| *v = rnd());
+            scalar::quantize_row(ty, &src, r, None);
+        }
+        let wb: &[u8] = wb;
+        let act_ty = ty.vec_dot_type();
+        let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
+        let mut a = aligned(alen);
+        let ab: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..alen];
+        scalar::quantize_row(act_ty, &x, ab, None);
+        let ab: &[u8] = ab;
+        let m = QMatrix::new(ty, N, rows, wb).unwrap();
+        let mut out = vec![0f32; rows];
+        let mut line = format!("{ty:7}");
+        for isa in Isa::all_available() {
+            if isa == Isa::Scalar {
+                continue;
+            }
+            let kt = KernelTable::new(isa);
+            let dot = kt.vec_dot(ty);
+            let gbs = |d: Duration| (rows * rb) as f64 / d.as_secs_f64() / 1e9;
+            let t_dot = min_time(reps, || {
+                for (r, y) in wb.chunks(rb).zip(out.iter_mut()) {
+                    *y = dot(N, r, ab);
+                }
+                black_box(&out);
+            });
+            let t_drv = min_time(reps, || {
+                matvec_serial(&kt, &m, ab, &mut out);
+                black_box(&out);
+            });
+            line += &format!("  {isa}: dot {:5.1} matvec {:5.1}", gbs(t_dot), gbs(t_drv));
+        }
+        println!("{line}");
+    }
+}
