@@ -1,7 +1,10 @@
 //! End to end: `clover chat --demo` (and `clover chat -m` on a tiny synthetic file) in a real terminal (a detached tmux session of
 //! 100×30). Types a prompt, watches the reply stream and the statistics change,
 //! stops the reply with Esc, quits with Ctrl-C, and checks the exit status and that
-//! the shell's screen is back (alternate screen left).
+//! the shell's screen is back (alternate screen left). On the real-model file it
+//! also turns speculation on (F2), sends a second message and reads the acceptance
+//! panel: drafts accepted of proposed, relaxed, tokens per forward, time in draft /
+//! verify / rollback and the measured speed-up with the plain steps it rests on.
 //!
 //! Needs `tmux`. Without it the test says so loudly and passes, unless `CI` is set,
 //! where it fails.
