@@ -1,7 +1,10 @@
 //! End to end: `clover chat --demo` (and `clover chat -m` on a tiny synthetic file) in a real terminal (a detached tmux session of
 //! 100×30). Types a prompt, watches the reply stream and the statistics change,
 //! stops the reply with Esc, quits with Ctrl-C, and checks the exit status and that
-//! the shell's screen is back (alternate screen left).
+//! the shell's screen is back (alternate screen left). On the real-model file it
+//! also turns speculation on (F2), sends a second message and reads the acceptance
+//! panel: drafts accepted of proposed, relaxed, tokens per forward, time in draft /
+//! verify / rollback and the measured speed-up with the plain steps it rests on.
 //!
 //! Needs `tmux`. Without it the test says so loudly and passes, unless `CI` is set,
 //! where it fails.
@@ -104,6 +107,67 @@ fn decode_speed(screen: &str) -> Option<f64> {
     let status = screen.lines().next()?;
     let rest = &status[status.find("decode ")? + "decode ".len()..];
     rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The number right after `label` on the screen (e.g. `draft ` → `draft 12.5 ms`).
+fn number_after(screen: &str, label: &str) -> f64 {
+    let at = screen
+        .find(label)
+        .unwrap_or_else(|| panic!("no {label:?} on the screen:\n{screen}"));
+    let rest = &screen[at + label.len()..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {label:?}:\n{screen}"))
+}
+
+/// The rows inside the acceptance panel's border (the reply's text, which a
+/// random-weight model makes up, stays out of the parsing).
+fn accept_panel(screen: &str) -> String {
+    let rows: Vec<&str> = screen.lines().collect();
+    let top = rows
+        .iter()
+        .position(|r| r.contains("┌ draft acceptance"))
+        .unwrap_or_else(|| panic!("no acceptance panel:\n{screen}"));
+    rows[top + 1..]
+        .iter()
+        .take_while(|r| !r.contains('└'))
+        .copied()
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The acceptance panel after a speculative reply on a random-weight file: every
+/// figure the issue lists is there, with values that fit what the loop did.
+fn check_spec_panel(screen: &str) {
+    eprintln!("acceptance panel after the speculative reply:\n{screen}");
+    let drafted = number_after(screen, " of ");
+    let accepted = number_after(screen, "accepted ");
+    assert!(drafted > 0.0 && accepted <= drafted, "{screen}");
+    // The chat uses the exact rule: nothing is accepted by the relaxed one.
+    assert_eq!(number_after(screen, "relaxed "), 0.0, "{screen}");
+    let per_forward = number_after(screen, "tokens/forward ");
+    assert!(per_forward >= 1.0, "{screen}");
+    assert!(screen.contains("by position ▕"), "{screen}");
+    let draft = number_after(screen, "draft ");
+    let verify = number_after(screen, "verify ");
+    let rollback = number_after(screen, "rollback ");
+    assert!(draft > 0.0 && verify > 0.0, "{screen}");
+    // Rollback replays at most the accepted tokens through the recurrent layers:
+    // cheaper than verifying the whole draft.
+    assert!(rollback >= 0.0 && rollback < verify, "{screen}");
+    // The speed-up rests on plain steps timed inside the loop (the first round is
+    // one). A verify pass costs at least one plain step, so the speed-up cannot
+    // exceed the tokens per verify pass (margin for timing noise).
+    let timed = number_after(screen, "vs plain (");
+    assert!(timed >= 1.0, "{screen}");
+    let speedup = number_after(screen, "speed-up ×");
+    assert!(
+        speedup > 0.0 && speedup <= per_forward * 1.25,
+        "{speedup} vs {per_forward} tokens/forward:\n{screen}"
+    );
 }
 
 fn read_exit(path: &Path) -> Option<String> {
@@ -305,6 +369,26 @@ fn chat_with_a_real_model_streams_updates_the_stats_and_quits_on_ctrl_c() {
     assert!(!done.contains("error"), "{done}");
     tmux.keys(&["F2"]);
     tmux.wait_until("speculation switched on", 20, |s| s.contains("spec ON"));
+    // Shift-Tab focuses the acceptance panel (the compact layout's side panel).
+    // Before any speculative step the engine has measured nothing: n/a, not a guess.
+    tmux.keys(&["BTab"]);
+    let before = tmux.wait_until("the acceptance panel", 10, |s| {
+        s.contains("draft acceptance") && s.contains("speculation ON")
+    });
+    assert!(before.contains("accepted 0 of 0 drafts"), "{before}");
+    assert!(
+        before.contains("draft/verify/rollback time n/a"),
+        "{before}"
+    );
+    assert!(before.contains("speed-up n/a"), "{before}");
+    tmux.type_text("tell me more");
+    tmux.keys(&["Enter"]);
+    // "vs plain (" appears with the engine's first loop totals; the reply is over
+    // when the status line no longer says it is generating.
+    let spec = tmux.wait_until("the speculative reply with its statistics", 90, |s| {
+        s.contains("vs plain (") && !s.contains("● generating")
+    });
+    check_spec_panel(&accept_panel(&spec));
     tmux.keys(&["C-c"]);
     let deadline = Instant::now() + Duration::from_secs(20);
     let exit = loop {

@@ -13,6 +13,13 @@
 //! round drafts, so the acceptance panel sees every position), reported as
 //! `Drafted`, `Verified`, then the round's tokens as `Accepted` … and one
 //! `Corrected` (a draft was rejected) or `Plain` (the bonus token).
+//!
+//! The speed-up over plain decoding needs the cost of a plain step, which a
+//! fixed-length round never measures. So the first speculative round of a session,
+//! and every [`PLAIN_PROBE_EVERY`]-th after it, is a timed plain step inside the
+//! speculative loop (its one token is emitted as `Plain`): the estimate follows the
+//! context length, and a probe costs at most one round's extra tokens. After every
+//! speculative step the loop's running totals go out as `EngineEvent::SpecStats`.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -22,7 +29,7 @@ use crate::chat::ChatMessage as TemplateMessage;
 use crate::model::ForwardError;
 use crate::model::{LayerKind as ModelLayerKind, Stats};
 use crate::sample::{Sampler, SamplerParams};
-use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStep};
+use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats, SpecStep};
 use crate::tui::{
     ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, TokenKind,
 };
@@ -39,7 +46,13 @@ pub struct ChatSession {
     info: EngineInfo,
     /// The speculative step, when the model has the diffusion path.
     spec: Option<SpecStep<Recorder>>,
+    /// Speculative rounds since the last timed plain step (`None`: none yet).
+    since_probe: Option<u64>,
 }
+
+/// One speculative round in this many is a timed plain step (the first one too),
+/// so the speed-up over plain decoding is measured, not assumed.
+pub const PLAIN_PROBE_EVERY: u64 = 32;
 
 /// Wraps a drafter and keeps the tokens of its last draft (the UI shows them).
 pub struct Recorder {
@@ -58,10 +71,12 @@ impl Drafter for Recorder {
     }
 }
 
-/// The drafts of the last step (empty: it did not speculate).
+/// The drafts of the last step (empty: it did not speculate) and, after a step of
+/// the speculative loop (a probe included), the loop's totals.
 #[derive(Default)]
 struct Round {
     drafts: Vec<u32>,
+    stats: Option<SpecStats>,
 }
 
 /// One reply's step: speculative or plain, chosen by `Controls::spec` before each
@@ -72,6 +87,7 @@ struct ChatStep<'a> {
     prompt_len: usize,
     n_predict: Option<usize>,
     round: &'a RefCell<Round>,
+    since_probe: &'a mut Option<u64>,
 }
 
 impl Step for ChatStep<'_> {
@@ -82,7 +98,11 @@ impl Step for ChatStep<'_> {
         history: &[u32],
         out: &mut Vec<u32>,
     ) -> Result<StepStats, EngineError> {
-        self.round.borrow_mut().drafts.clear();
+        {
+            let mut round = self.round.borrow_mut();
+            round.drafts.clear();
+            round.stats = None;
+        }
         let Some(spec) = self.spec.as_deref_mut().filter(|_| self.controls.spec()) else {
             return PlainStep.step(session, sampler, history, out);
         };
@@ -92,11 +112,30 @@ impl Step for ChatStep<'_> {
             .n_predict
             .map_or(usize::MAX, |n| n.saturating_sub(generated).max(1));
         spec.drafter.last.clear();
-        let s = spec.step(session, sampler, history, out)?;
+        // A probe round runs the loop with drafting off: one timed plain step.
+        let probe = self.since_probe.is_none_or(|n| n + 1 >= PLAIN_PROBE_EVERY);
+        spec.spec.cfg.enabled = !probe;
+        let before = (spec.spec.stats.plain_ns, spec.spec.stats.total_ns);
+        let s = spec.step(session, sampler, history, out);
+        spec.spec.cfg.enabled = true;
+        let s = s?;
+        if probe {
+            // The probe counts as long as the whole step took (thread-pool dispatch
+            // included), measured like the loop's total, so the speed-up compares
+            // like with like.
+            let st = &mut spec.spec.stats;
+            st.plain_ns = before.0 + (st.total_ns - before.1);
+        }
+        *self.since_probe = Some(match *self.since_probe {
+            Some(n) if !probe => n + 1,
+            _ => 0,
+        });
+        let mut round = self.round.borrow_mut();
         if s.drafted > 0 {
             let d = s.drafted.min(spec.drafter.last.len());
-            self.round.borrow_mut().drafts = spec.drafter.last[..d].to_vec();
+            round.drafts = spec.drafter.last[..d].to_vec();
         }
+        round.stats = Some(spec.spec.stats.clone());
         Ok(s)
     }
 }
@@ -132,6 +171,7 @@ impl ChatSession {
             n_predict,
             info,
             spec: None,
+            since_probe: None,
         };
         if chat.session.model().model.has_diffusion() {
             chat.set_drafter(Box::new(DiffusionDrafter), SpecConfig::default().n_max);
@@ -258,6 +298,9 @@ impl ChatSession {
                             TokenKind::Plain
                         });
                     }
+                    if let Some(st) = round.borrow_mut().stats.take() {
+                        emit(EngineEvent::SpecStats(st));
+                    }
                 }
             }
             if controls.stop_requested() {
@@ -272,6 +315,7 @@ impl ChatSession {
             prompt_len: prompt.len(),
             n_predict: self.n_predict,
             round: &round,
+            since_probe: &mut self.since_probe,
         };
         let gen = generate(
             &mut self.session,

@@ -2,7 +2,7 @@
 //! the round events in the order the UI contract fixes.
 
 use super::*;
-use crate::spec::SequenceDrafter;
+use crate::spec::{SequenceDrafter, SpecStats};
 use crate::tui::TokenKind;
 
 /// One turn with speculation starting `spec`; `off_after` turns it off after that
@@ -36,7 +36,9 @@ fn check_contract(events: &[EngineEvent]) -> (usize, usize, usize) {
         .filter(|e| {
             !matches!(
                 e,
-                EngineEvent::LayerTimes { .. } | EngineEvent::Routing { .. }
+                EngineEvent::LayerTimes { .. }
+                    | EngineEvent::Routing { .. }
+                    | EngineEvent::SpecStats(_)
             )
         })
         .collect();
@@ -181,8 +183,8 @@ fn speculative_rounds_emit_drafted_verified_accepted_then_one_corrected_or_plain
     // Everything the issue lists is there for the UI: proposed / accepted
     // (relaxed: none, the chat uses the exact rule), acceptance by position,
     // tokens per forward, time in draft / verify / rollback, and the loop's
-    // totals (the speed-up needs a measured plain step, which a fixed-length
-    // chat round never takes).
+    // totals. The first round was a timed plain step (the probe), so the
+    // speed-up over plain decoding is a measurement.
     assert!(stats.drafts_proposed >= stats.drafts_accepted && stats.drafts_accepted >= 3);
     assert_eq!(stats.accepted_relaxed, 0);
     assert!(stats.accepted_by_pos[0] > 0 && stats.proposed_by_pos[0] >= stats.accepted_by_pos[0]);
@@ -195,6 +197,21 @@ fn speculative_rounds_emit_drafted_verified_accepted_then_one_corrected_or_plain
     assert!(stats.tokens_per_forward() > 1.0);
     assert!(stats.draft_ns > 0 && stats.verify_ns > 0 && stats.rollback_ns > 0);
     assert!(stats.total_ns >= stats.draft_ns + stats.verify_ns + stats.rollback_ns);
+    // Plain steps: the probe (the first round), and the reply's last token (one
+    // token left to the limit leaves nothing to draft).
+    assert_eq!(stats.plain_passes, 2);
+    assert!(stats.plain_ns > 0 && stats.total_ns >= stats.plain_ns);
+    assert!(stats.speedup().is_some_and(|x| x > 0.0 && x.is_finite()));
+    // The UI got the same totals, after the last round's Verified.
+    let sent = ev
+        .iter()
+        .rev()
+        .find_map(|x| match x {
+            EngineEvent::SpecStats(s) => Some(s),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(sent, stats);
     // The drafted texts are the drafted tokens' text.
     let first = ev
         .iter()
@@ -203,7 +220,8 @@ fn speculative_rounds_emit_drafted_verified_accepted_then_one_corrected_or_plain
             _ => None,
         })
         .unwrap();
-    let want: Vec<String> = reply[1..4]
+    // (The probe decoded reply[1]; the first round drafts what follows it.)
+    let want: Vec<String> = reply[2..5]
         .iter()
         .map(|&t| {
             if m.tokenizer.is_control(t) {
@@ -214,4 +232,55 @@ fn speculative_rounds_emit_drafted_verified_accepted_then_one_corrected_or_plain
         })
         .collect();
     assert_eq!(first, want);
+}
+
+#[test]
+fn the_chat_times_a_plain_step_first_then_every_probe_interval_rounds() {
+    use super::super::chat::PLAIN_PROBE_EVERY;
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let msgs = [UiMessage::new(Role::User, "Tell me about foxes.")];
+    let n = 2 * PLAIN_PROBE_EVERY as usize + 4;
+    let mut e = ChatSession::new(session(&m, 512), SamplerParams::greedy(), Some(n));
+    // Drafts of token 0, which the target almost never picks: rounds emit one
+    // token each, so the reply takes many rounds.
+    let (prompt, _) = e.prompt_tokens(&msgs).unwrap();
+    let seq = vec![0u32; prompt.len() + 4 * n];
+    e.set_drafter(Box::new(SequenceDrafter { seq }), 2);
+    let ev = spec_turn(&mut e, &msgs, true, None);
+    check_contract(&ev);
+    // One totals event per loop step, each the loop up to that step.
+    let sent: Vec<&SpecStats> = ev
+        .iter()
+        .filter_map(|x| match x {
+            EngineEvent::SpecStats(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    let steps = sent.len() as u64;
+    assert!(steps > 2 * PLAIN_PROBE_EVERY, "{steps} steps");
+    let zero = SpecStats::default();
+    for (i, s) in sent.iter().enumerate() {
+        let prev = if i == 0 { &zero } else { sent[i - 1] };
+        assert_eq!(s.verify_passes + s.plain_passes, i as u64 + 1);
+        let plain = s.plain_passes - prev.plain_passes;
+        // Probes: step 0 and every PLAIN_PROBE_EVERY-th. The last step may be
+        // plain anyway (one token left to the limit: nothing to draft).
+        if i + 1 < sent.len() {
+            let probe = (i as u64).is_multiple_of(PLAIN_PROBE_EVERY);
+            assert_eq!(plain, probe as u64, "step {i}");
+            if probe {
+                // A probe is timed like the loop's total: the whole step.
+                assert_eq!(s.plain_ns - prev.plain_ns, s.total_ns - prev.total_ns);
+            }
+        }
+    }
+    let stats = e.spec_stats().unwrap();
+    assert_eq!(sent.last().copied(), Some(stats));
+    assert!(stats.plain_ns > 0);
+    assert!(stats.speedup().is_some_and(|x| x > 0.0 && x.is_finite()));
+    // With speculation off no probe runs and no totals are sent.
+    let mut off = chat_engine(&m);
+    let ev = spec_turn(&mut off, &msgs, false, None);
+    assert!(!ev.iter().any(|x| matches!(x, EngineEvent::SpecStats(_))));
+    assert_eq!(off.spec_stats().unwrap().plain_passes, 0);
 }

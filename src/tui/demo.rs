@@ -9,7 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::engine::{
-    ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, TokenKind,
+    ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, SpecStats,
+    TokenKind,
 };
 
 const THOUGHT: &str = "The user wants a reply. I am the demo engine, so I will say what the \
@@ -38,7 +39,15 @@ pub struct DemoEngine {
     /// last reply included), so each turn prefills only the new messages.
     cached: usize,
     seen: usize,
+    /// Speculative-loop totals with made-up times, like the real engine's.
+    spec: SpecStats,
+    /// Speculative rounds since the last plain probe (`None`: none yet); the demo
+    /// probes like the real chat (`engine::chat::PLAIN_PROBE_EVERY`).
+    since_probe: Option<u64>,
 }
+
+/// One speculative round in this many is a plain step (the first one too).
+const PROBE_EVERY: u64 = 32;
 
 impl DemoEngine {
     /// A demo shaped like Clover-35B-A3B (40 layers, every fourth attention, 256 experts,
@@ -69,6 +78,8 @@ impl DemoEngine {
             token_delay,
             cached: 0,
             seen: 0,
+            spec: SpecStats::default(),
+            since_probe: None,
         }
     }
 
@@ -105,6 +116,16 @@ impl DemoEngine {
         if !self.token_delay.is_zero() {
             thread::sleep(self.token_delay.mul_f64(factor));
         }
+    }
+
+    /// Nanoseconds of `factor` simulated forward passes (34 ms each when instant).
+    fn fake_ns(&self, factor: f64) -> u64 {
+        let unit = if self.token_delay.is_zero() {
+            Duration::from_millis(34)
+        } else {
+            self.token_delay
+        };
+        (unit.as_secs_f64() * factor * 1e9) as u64
     }
 
     fn layer_times(&self, rng: &mut Rng, context: usize) -> EngineEvent {
@@ -203,7 +224,15 @@ impl ChatEngine for DemoEngine {
             }
             let context = prompt_tokens + i;
             let left = toks.len() - i;
-            if controls.spec() && self.info.spec_available && left > 1 {
+            let speculating = controls.spec() && self.info.spec_available;
+            let probe = self.since_probe.is_none_or(|n| n + 1 >= PROBE_EVERY);
+            if speculating {
+                self.since_probe = Some(match self.since_probe {
+                    Some(n) if !probe => n + 1,
+                    _ => 0,
+                });
+            }
+            if speculating && !probe && left > 1 {
                 let d = self.info.max_draft.min(left - 1);
                 // Each draft survives with probability 0.8, so about 3 of 8 are accepted.
                 let mut a = 0;
@@ -221,6 +250,19 @@ impl ChatEngine for DemoEngine {
                     drafted: d,
                 });
                 self.sleep(1.4);
+                let st = &mut self.spec;
+                st.record_iteration(d, a, 0);
+                st.draft_passes += 1;
+                st.verify_passes += 1;
+                st.tokens_emitted += a as u64 + 1;
+                let (draft, verify, rollback) =
+                    (self.fake_ns(1.1), self.fake_ns(1.4), self.fake_ns(0.02));
+                let st = &mut self.spec;
+                st.draft_ns += draft;
+                st.verify_ns += verify;
+                st.rollback_ns += rollback;
+                st.total_ns += draft + verify + rollback;
+                emit(EngineEvent::SpecStats(self.spec.clone()));
                 for t in &toks[i..i + a] {
                     emit(EngineEvent::Text {
                         text: t.clone(),
@@ -241,6 +283,16 @@ impl ChatEngine for DemoEngine {
                 i += a + 1;
             } else {
                 self.sleep(1.0);
+                if speculating {
+                    // A probe: a plain step timed inside the speculative loop.
+                    let ns = self.fake_ns(1.0);
+                    let st = &mut self.spec;
+                    st.plain_passes += 1;
+                    st.plain_ns += ns;
+                    st.total_ns += ns;
+                    st.tokens_emitted += 1;
+                    emit(EngineEvent::SpecStats(self.spec.clone()));
+                }
                 emit(EngineEvent::Text {
                     text: toks[i].clone(),
                     kind: TokenKind::Plain,
@@ -338,6 +390,7 @@ mod tests {
             if let EngineEvent::Verified { accepted, drafted } = ev[i] {
                 let texts: Vec<&EngineEvent> = ev[i + 1..]
                     .iter()
+                    .filter(|e| !matches!(e, EngineEvent::SpecStats(_)))
                     .take_while(|e| matches!(e, EngineEvent::Text { .. }))
                     .collect();
                 assert_eq!(texts.len(), accepted + 1);
@@ -363,6 +416,41 @@ mod tests {
             i += 1;
         }
         assert!(rounds > 5);
+    }
+
+    #[test]
+    fn demo_spec_totals_match_its_rounds_and_include_a_timed_plain_step() {
+        let ev = run(true, "count the rounds");
+        let (mut rounds, mut drafted, mut accepted) = (0, 0, 0);
+        for e in &ev {
+            if let EngineEvent::Verified {
+                accepted: a,
+                drafted: d,
+            } = e
+            {
+                rounds += 1;
+                drafted += *d as u64;
+                accepted += *a as u64;
+            }
+        }
+        let last = ev
+            .iter()
+            .rev()
+            .find_map(|e| match e {
+                EngineEvent::SpecStats(s) => Some(s.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(last.verify_passes, rounds);
+        assert_eq!(last.drafts_proposed, drafted);
+        assert_eq!(last.drafts_accepted, accepted);
+        // The first round is a probe; the whole reply came from the loop.
+        assert!(last.plain_passes >= 1);
+        assert_eq!(last.tokens_emitted, accepted + rounds + last.plain_passes);
+        assert!(last.speedup().is_some_and(|x| x > 1.0), "{last:?}");
+        assert!(!run(false, "count the rounds")
+            .iter()
+            .any(|e| matches!(e, EngineEvent::SpecStats(_))));
     }
 
     #[test]

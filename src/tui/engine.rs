@@ -17,7 +17,9 @@
 //!      accepted. Every round therefore emits `a + 1` tokens (DESIGN §4).
 //!
 //!    `LayerTimes` and `Routing` may follow any forward pass; they describe the last
-//!    token (for a batched pass, any one representative token).
+//!    token (for a batched pass, any one representative token). An engine that
+//!    speculates sends `SpecStats` (its loop's running totals) after each step of
+//!    the speculative loop, before that step's `Text` events.
 //! 3. `Done` when the reply ended on its own (end-of-generation token or token limit).
 //!    An engine that returns because `Controls::stop_requested()` became true may skip
 //!    `Done`; the UI then marks the reply as stopped. `Error` reports a failure that
@@ -31,6 +33,8 @@
 //! boundary (before drafting, or before each plain token) and switches mode.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+
+pub use crate::spec::SpecStats;
 
 /// Who said a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +143,10 @@ pub enum EngineEvent {
         mixer_ms: Vec<f32>,
         moe_ms: Vec<f32>,
     },
+    /// The speculative loop's totals so far (this session): drafts proposed /
+    /// accepted / accepted by the relaxed rule, passes, time in draft / verify /
+    /// rollback / timed plain steps, and the tokens and time of the whole loop.
+    SpecStats(SpecStats),
     /// Per layer, the experts the router selected for the last token.
     Routing { layer_experts: Vec<Vec<u16>> },
     /// The reply ended: `tokens` generated in `decode_ms`, `context_used` positions held.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use super::chat::{ChatLog, Ending};
-use super::engine::{ChatMessage, Controls, EngineEvent, EngineInfo, Role, TokenKind};
+use super::engine::{ChatMessage, Controls, EngineEvent, EngineInfo, Role, SpecStats, TokenKind};
 use super::events::{Code, Input, Key, WorkerMsg};
 use super::input::InputEditor;
 use super::stats::{AcceptStats, HeatWindow, LayerTiming, RoutingStats, Speeds};
@@ -65,6 +65,8 @@ pub struct App {
     pub routing: RoutingStats,
     pub accept: AcceptStats,
     pub speeds: Speeds,
+    /// The engine's speculative-loop totals, once it sent any.
+    pub spec_stats: Option<SpecStats>,
     /// Shared with the engine worker: stop and speculation switches.
     pub controls: Arc<Controls>,
     pub focus: Focus,
@@ -106,6 +108,7 @@ impl App {
             routing,
             accept: AcceptStats::default(),
             speeds: Speeds::default(),
+            spec_stats: None,
             controls: Arc::new(Controls::new(spec)),
             focus: Focus::Input,
             side: Focus::Timing,
@@ -352,6 +355,7 @@ impl App {
                 self.accept.record(accepted, drafted);
                 self.speeds.verified();
             }
+            EngineEvent::SpecStats(st) => self.spec_stats = Some(st),
             EngineEvent::LayerTimes { mixer_ms, moe_ms } => self.timing.record(&mixer_ms, &moe_ms),
             EngineEvent::Routing { layer_experts } => self.routing.record(&layer_experts),
             EngineEvent::Done {
