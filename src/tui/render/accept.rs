@@ -82,11 +82,21 @@ pub fn summary(app: &App) -> Vec<Item> {
         None => v.push(("draft/verify/rollback time n/a".into(), g)),
     }
     let speed = |m: Option<f64>| m.map_or("–".to_string(), num);
+    // The engine's own clocks when it sends totals: token events reach the UI in
+    // bursts, so arrival times understate the time a lone plain probe step took.
+    let (plain_tps, spec_tps) = match e {
+        Some(e) => (
+            e.plain_token_ns().filter(|&ns| ns > 0.0).map(|ns| 1e9 / ns),
+            (e.total_ns > 0 && e.tokens_emitted > 0)
+                .then(|| e.tokens_emitted as f64 * 1e9 / e.total_ns as f64),
+        ),
+        None => (s.plain.tok_per_s(), s.spec.tok_per_s()),
+    };
     v.push((
         format!(
             "plain {} · spec {} tok/s",
-            speed(s.plain.tok_per_s()),
-            speed(s.spec.tok_per_s())
+            speed(plain_tps),
+            speed(spec_tps)
         ),
         g,
     ));
@@ -391,6 +401,21 @@ mod tests {
                 assert!(contains(&text, want), "{w}x{h}: no {want:?} in\n{text:#?}");
             }
         }
+    }
+
+    #[test]
+    fn decode_speeds_come_from_the_engine_clocks_not_from_bursty_token_arrivals() {
+        let mut app = app_with_rounds();
+        app.spec_stats = Some(engine_totals());
+        // Token events that arrived in one burst: a near-zero wall-clock time.
+        app.speeds.plain.add(10, 0.001);
+        app.speeds.spec.add(10, 0.002);
+        let items = summary(&app);
+        // 2 plain steps in 20 ms: 100 tok/s; 30 tokens in 200 ms: 150 tok/s.
+        assert!(
+            items.iter().any(|i| i.0 == "plain 100 · spec 150 tok/s"),
+            "{items:#?}"
+        );
     }
 
     #[test]
