@@ -119,6 +119,12 @@ pub struct KernelTable {
     pub isa: Isa,
     vec_dot: [VecDotFn; GgmlType::ALL.len()],
     quantize: [QuantizeFn; GgmlType::ALL.len()],
+    gemm_f32: VecDotFn,
+    gemm_f16: VecDotFn,
+    repacked: [Option<VecDotFn>; GgmlType::ALL.len()],
+    tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
+    repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
+    ggml_batch: bool,
 }
 
 fn type_index(ty: GgmlType) -> usize {
@@ -200,6 +206,40 @@ fn tier_vec_dot(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
+fn tier_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+    match (isa, ty) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2 | Isa::Avx512, GgmlType::F32) => crate::x86::avx2::gemm_f32_fn(),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx2 | Isa::Avx512, GgmlType::F16) => crate::x86::avx2::gemm_f16_fn(),
+        _ => tier_vec_dot(isa, ty),
+    }
+}
+
+fn tier_repacked(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::repacked_dot_fn(ty),
+        _ => None,
+    }
+}
+
+fn tier_repacked_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::repacked_gemm_dot_fn(ty),
+        _ => None,
+    }
+}
+
+fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::tiled_dot_fn(ty),
+        _ => None,
+    }
+}
+
 fn tier_quantize(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Scalar => None,
@@ -226,7 +266,88 @@ impl KernelTable {
                 .map(|t| tier_vec_dot(isa, t).unwrap_or_else(|| scalar_vec_dot(t))),
             quantize: GgmlType::ALL
                 .map(|t| tier_quantize(isa, t).unwrap_or_else(|| scalar_quantize(t))),
+            gemm_f32: tier_gemm(isa, GgmlType::F32)
+                .unwrap_or_else(|| scalar_vec_dot(GgmlType::F32)),
+            gemm_f16: tier_gemm(isa, GgmlType::F16)
+                .unwrap_or_else(|| scalar_vec_dot(GgmlType::F16)),
+            repacked: GgmlType::ALL.map(|t| tier_repacked(isa, t)),
+            tiled: GgmlType::ALL.map(|t| tier_tiled(isa, t)),
+            repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
+            ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
         }
+    }
+
+    /// The F32 × F32 dot of one output of a batched product (≥ 2 activation
+    /// rows, `n % 16 == 0`, output rows a multiple of 4): on x86 the order of
+    /// llamafile's tinyBLAS that ggml uses there (one 16-lane FMA
+    /// accumulator, `_mm512_reduce_add_ps`); elsewhere the tier's F32 dot.
+    #[inline]
+    pub fn gemm_f32(&self) -> VecDotFn {
+        self.gemm_f32
+    }
+
+    /// The dot for weights of type `ty` in rows of `n_out` where ggml's x86
+    /// build repacks them (CPU_REPACK: Q4_K with `n_out % 8 == 0`), whose
+    /// kernels sum in their own order; the plain `vec_dot` elsewhere.
+    #[inline]
+    pub fn weight_dot(&self, ty: GgmlType, n_out: usize) -> VecDotFn {
+        match self.repacked[type_index(ty)] {
+            Some(f) if n_out.is_multiple_of(8) => f,
+            _ => self.vec_dot(ty),
+        }
+    }
+
+    /// Whether batched products (≥ 2 activation rows) sum in the orders
+    /// llama.cpp's x86 build uses for batches (`CLOVER_BATCH_ORDER=ggml`,
+    /// read when the table is built): llamafile's tinyBLAS for F32 / F16,
+    /// the repacked gemm, the tiled K-quant matmul, tinyBLAS's `V·softmax`.
+    /// Off (the default), every row of a batch is computed exactly as a
+    /// single token would be, so a verify pass reproduces plain decoding bit
+    /// for bit (DESIGN §4.1); single tokens follow llama.cpp either way.
+    #[inline]
+    pub fn ggml_batch(&self) -> bool {
+        self.ggml_batch
+    }
+
+    /// The dot for one output of a product of `rows` activation rows (for a
+    /// routed expert: the rows routed to it) with weights of type `ty` in
+    /// rows of `n_out`, in the order llama.cpp's x86 build uses there:
+    /// repacked weights their kernel's ([`KernelTable::weight_dot`]); K-quants
+    /// on ≥ 8 rows the tiled matmul's; `vec_dot` otherwise.
+    #[inline]
+    pub fn batch_dot(&self, ty: GgmlType, n_out: usize, rows: usize) -> VecDotFn {
+        if !self.ggml_batch {
+            return self.weight_dot(ty, n_out);
+        }
+        if let Some(f) = self.repacked[type_index(ty)] {
+            if n_out.is_multiple_of(8) {
+                return f;
+            }
+        }
+        match self.tiled[type_index(ty)] {
+            Some(f) if rows >= 8 => f,
+            _ => self.vec_dot(ty),
+        }
+    }
+
+    /// For a plain (not per-expert) product of `rows` activation rows: where
+    /// ggml repacks the weights, the dot of its gemm kernel, which takes the
+    /// first `rows − rows % 4` rows (the rest take [`KernelTable::batch_dot`]).
+    #[inline]
+    pub fn repacked_gemm_dot(&self, ty: GgmlType, n_out: usize) -> Option<VecDotFn> {
+        if !self.ggml_batch {
+            return None;
+        }
+        match self.repacked_gemm[type_index(ty)] {
+            Some(f) if n_out.is_multiple_of(8) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// As [`KernelTable::gemm_f32`] for F16 weights (activations in F16).
+    #[inline]
+    pub fn gemm_f16(&self) -> VecDotFn {
+        self.gemm_f16
     }
 
     #[inline]

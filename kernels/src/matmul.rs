@@ -26,6 +26,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
+use crate::isa::VecDotFn;
 use crate::{GgmlType, KernelTable};
 
 /// Fewest output rows one rayon task computes: below this, scheduling costs
@@ -235,7 +236,7 @@ fn check_pair(w: &QMatrix, x_ty: GgmlType, x_n: usize) {
 pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
     assert_eq!(x.len(), rb, "activation row has the wrong byte length");
-    let dot = kt.vec_dot(w.ty);
+    let dot = kt.weight_dot(w.ty, w.n_out);
     let n = w.n_in;
     let out = &mut out[..w.n_out];
     let per = rows_per_task(w.n_out);
@@ -273,6 +274,39 @@ pub fn matmul_tile_len(rows: usize) -> usize {
 /// `x.rows x w.n_out` row-major. `tile` is scratch of at least
 /// `matmul_tile_len(x.rows)` floats when `x.rows > 1` (unused otherwise).
 pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
+    // ggml hands a batch of F32 / F16 weights to llamafile's tinyBLAS when
+    // its shape allows, else to the vec_dot loop.
+    let tinyblas = kt.ggml_batch() && w.n_in.is_multiple_of(16) && w.n_out.is_multiple_of(4);
+    let dot = match w.ty {
+        GgmlType::F32 if tinyblas => kt.gemm_f32(),
+        GgmlType::F16 if tinyblas => kt.gemm_f16(),
+        _ => kt.batch_dot(w.ty, w.n_out, x.rows),
+    };
+    // Repacked weights: ggml's gemm kernel takes the rows four at a time,
+    // its gemv the last `rows % 4`.
+    let split = x.rows - x.rows % 4;
+    match kt.repacked_gemm_dot(w.ty, w.n_out) {
+        Some(gemm) if split > 0 => matmul_with(kt, w, x, out, tile, (gemm, split, dot)),
+        _ => matmul_with(kt, w, x, out, tile, (dot, x.rows, dot)),
+    }
+}
+
+/// [`matmul`] with every output from `vec_dot` (ggml's `MUL_MAT_ID`, which
+/// never takes the tinyBLAS path): one expert's rows on the tokens routed
+/// to it.
+pub fn matmul_vec_dot(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
+    let dot = kt.batch_dot(w.ty, w.n_out, x.rows);
+    matmul_with(kt, w, x, out, tile, (dot, x.rows, dot));
+}
+
+fn matmul_with(
+    kt: &KernelTable,
+    w: &QMatrix,
+    x: &QActs,
+    out: &mut [f32],
+    tile: &mut [f32],
+    (dot, split, dot_tail): (VecDotFn, usize, VecDotFn),
+) {
     check_pair(w, x.ty, x.n);
     let rows = x.rows;
     if rows == 0 {
@@ -289,7 +323,6 @@ pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &
         matmul_tile_len(rows),
         tile.len()
     );
-    let dot = kt.vec_dot(w.ty);
     let n = w.n_in;
     let per_task = rows_per_task(w.n_out);
     let mut o0 = 0;
@@ -308,7 +341,8 @@ pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &
                     let wr = w.row(first + i);
                     let yo = &mut ys[i * rows + t0..i * rows + t1];
                     for (y, t) in yo.iter_mut().zip(t0..t1) {
-                        *y = dot(n, wr, x.row(t));
+                        let f = if t < split { dot } else { dot_tail };
+                        *y = f(n, wr, x.row(t));
                     }
                 }
             }
@@ -345,13 +379,22 @@ pub fn expert_gather(
     }
     check_pair(&e.expert(expert_of[0]), x.ty, x.n);
     let (n, n_out) = (e.n_in, e.n_out);
-    let dot = kt.vec_dot(e.ty);
+    // ggml picks the kernel per expert from the rows routed to it.
+    let mut routed = std::collections::HashMap::<usize, usize>::new();
+    for &x in expert_of {
+        *routed.entry(x).or_default() += 1;
+    }
+    let dots: Vec<VecDotFn> = expert_of
+        .iter()
+        .map(|x| kt.batch_dot(e.ty, n_out, routed[x]))
+        .collect();
     let per = rows_per_task(n_out * expert_of.len()).min(n_out);
     let chunks_per_row = n_out.div_ceil(per);
     let out = &mut out[..expert_of.len() * n_out];
     let run = |r: usize, c: usize, ys: &mut [f32]| {
         let m = e.expert(expert_of[r]);
         let a = x.row(r);
+        let dot = dots[r];
         for (i, y) in ys.iter_mut().enumerate() {
             *y = dot(n, m.row(c * per + i), a);
         }

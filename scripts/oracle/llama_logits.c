@@ -6,12 +6,17 @@
 //   llama_logits logits MODEL TOKENS.u32 OUT.f32 THREADS   all-position logits of one batch
 //   llama_logits greedy MODEL TOKENS.u32 N OUT.u32 THREADS  N greedy tokens after the prompt
 //   llama_logits tokenize MODEL TEXTFILE OUT.u32            llama.cpp's tokens (parse_special)
+//   llama_logits dump MODEL TOKENS.u32 OUTDIR THREADS      every named f32 graph tensor of one
+//                                                          batch as OUTDIR/NAME.f32 (+ OUTDIR/index.txt:
+//                                                          name ne0 ne1 ne2 ne3), for layer-by-layer diffs
 //
 // Context: f32 K/V cache, flash attention off (DESIGN §2.6), CPU only.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "ggml-backend.h"
 #include "llama.h"
 
 static void *read_all(const char *path, size_t *len) {
@@ -38,6 +43,33 @@ static void quiet(enum ggml_log_level level, const char *text, void *ud) {
     if (level >= GGML_LOG_LEVEL_ERROR) fputs(text, stderr);
 }
 
+static const char *dump_dir;
+
+// Eval callback of `dump`: asks for every tensor, writes the contiguous f32 ones.
+static bool dump_cb(struct ggml_tensor *t, bool ask, void *ud) {
+    (void) ud;
+    if (ask) return true;
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || t->name[0] == 0) return true;
+    // A name computed twice (e.g. `Kcur-3`: the product, then after rope)
+    // keeps the first as NAME.f32 and numbers the later ones NAME#2.f32, ...
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.f32", dump_dir, t->name);
+    for (int k = 2; access(path, F_OK) == 0; k++) {
+        snprintf(path, sizeof path, "%s/%s#%d.f32", dump_dir, t->name, k);
+    }
+    size_t n = ggml_nbytes(t);
+    void *buf = malloc(n);
+    ggml_backend_tensor_get(t, buf, 0, n);
+    write_all(path, buf, n);
+    free(buf);
+    snprintf(path, sizeof path, "%s/index.txt", dump_dir);
+    FILE *f = fopen(path, "a");
+    fprintf(f, "%s %lld %lld %lld %lld %s\n", t->name, (long long) t->ne[0], (long long) t->ne[1],
+            (long long) t->ne[2], (long long) t->ne[3], ggml_op_desc(t));
+    fclose(f);
+    return true;
+}
+
 static struct llama_context *make_ctx(struct llama_model *model, int n_ctx, int threads) {
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_ctx;
@@ -49,6 +81,10 @@ static struct llama_context *make_ctx(struct llama_model *model, int n_ctx, int 
     cp.type_v = GGML_TYPE_F32;
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
+    if (dump_dir) {
+        cp.cb_eval = dump_cb;
+        cp.cb_eval_user_data = NULL;
+    }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) { fprintf(stderr, "cannot create context\n"); exit(1); }
     return ctx;
@@ -97,7 +133,13 @@ int main(int argc, char **argv) {
     size_t len;
     llama_token *prompt = read_all(argv[3], &len);
     int n = (int) (len / sizeof(llama_token));
-    if (strcmp(mode, "logits") == 0) {
+    if (strcmp(mode, "dump") == 0) {
+        dump_dir = argv[4];
+        int threads = argc > 5 ? atoi(argv[5]) : 2;
+        struct llama_context *ctx = make_ctx(model, n + 8, threads);
+        decode(ctx, prompt, n, 0, 1);
+        llama_free(ctx);
+    } else if (strcmp(mode, "logits") == 0) {
         int threads = argc > 5 ? atoi(argv[5]) : 2;
         struct llama_context *ctx = make_ctx(model, n + 8, threads);
         decode(ctx, prompt, n, 0, 1);

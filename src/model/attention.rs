@@ -14,15 +14,23 @@
 //! converted into it, as ggml converts the activation). V rows are
 //! dequantised and accumulated in f32; with an f16/bf16 V cache the softmax
 //! weights are first rounded to that type, as ggml's non-flash-attention
-//! `V·softmax` product converts them.
+//! `V·softmax` product converts them. That product sums over ggml's padded
+//! K/V view (`n_kv = max(256, pad₂₅₆(positions))`; the masked cells add
+//! exact zeros) in ggml's lane order: per output, fused products in 16
+//! lanes by position — one accumulator set for a batch (llamafile's
+//! tinyBLAS), four (`ggml_vec_dot_f32`, blocks of 64) for a single token —
+//! reduced as `_mm512_reduce_add_ps` (see `v_weighted_sum`).
 
 use kernels::{scalar, GgmlType, KernelTable};
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
+use super::dump;
 use super::kv::KvCache;
 use super::linear::MatScratch;
-use super::ops::{rmsnorm_inplace, sigmoid, softmax_inplace, RopeCache};
+use super::ops::{
+    mad_f32, reduce_add_16, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
+};
 use super::weights::AttentionWeights;
 
 /// Scratch of an attention layer for up to `max_batch` tokens.
@@ -35,9 +43,10 @@ pub struct AttentionScratch {
     v: Vec<f32>,
     /// `[T][n_head·d]` gated attention output.
     o: Vec<f32>,
-    /// Per head: `n_ctx` scores, `d` floats of V, q in the K dot type.
+    /// Per head: `n_ctx` scores, q in the K dot type.
     scores: Vec<f32>,
-    vrow: Vec<f32>,
+    /// Per head: `d × 64` lane accumulators of `V·softmax`.
+    vacc: Vec<f32>,
     q_act: Vec<u64>,
     q_act_words: usize,
     rope: RopeCache,
@@ -55,7 +64,7 @@ impl AttentionScratch {
             v: vec![0.0; t * cfg.n_head_kv * d],
             o: vec![0.0; t * nh * d],
             scores: vec![0.0; nh * n_ctx],
-            vrow: vec![0.0; nh * d],
+            vacc: vec![0.0; nh * d * V_LANES],
             q_act: vec![0; nh * q_act_words],
             q_act_words,
             rope: RopeCache::new(cfg.n_rot, cfg.rope_base),
@@ -89,6 +98,9 @@ pub fn forward(
     lin.project(kt, &w.k, u, &mut sc.k[..t * nkv * d]);
     lin.project(kt, &w.v, u, &mut sc.v[..t * nkv * d]);
 
+    dump::here("Qcur_full", &sc.qg[..t * nh * 2 * d]);
+    dump::here("Kcur", &sc.k[..t * nkv * d]);
+    dump::here("Vcur", &sc.v[..t * nkv * d]);
     // 2. Per-head norms and rope; append K/V.
     for ti in 0..t {
         let p = pos0 + ti;
@@ -107,6 +119,14 @@ pub fn forward(
         kv.write(kt, layer, p, krow, &sc.v[ti * nkv * d..(ti + 1) * nkv * d]);
     }
 
+    if dump::on() {
+        let q: Vec<f32> = sc.qg[..t * nh * 2 * d]
+            .chunks_exact(2 * d)
+            .flat_map(|h| h[..d].to_vec())
+            .collect();
+        dump::here("Qcur", &q);
+        dump::here("Kcur#2", &sc.k[..t * nkv * d]);
+    }
     // 3. Causal attention, query heads in parallel, token by token.
     let group = nh / nkv;
     let scale = 1.0 / (d as f32).sqrt();
@@ -118,16 +138,18 @@ pub fn forward(
     let kv = &*kv;
     let n_ctx = sc.n_ctx;
     let qaw = sc.q_act_words;
+    // tinyBLAS's lane order for a batch only in the ggml batch mode.
+    let batch_order = t > 1 && kt.ggml_batch();
     for ti in 0..t {
         let p = pos0 + ti;
         let qrow = &sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
         let orow = &mut sc.o[ti * nh * d..(ti + 1) * nh * d];
         orow.par_chunks_mut(d)
             .zip(sc.scores.par_chunks_mut(n_ctx))
-            .zip(sc.vrow.par_chunks_mut(d))
+            .zip(sc.vacc.par_chunks_mut(d * V_LANES))
             .zip(sc.q_act.par_chunks_mut(qaw))
             .enumerate()
-            .for_each(|(h, (((o, scores), vrow), q_act))| {
+            .for_each(|(h, (((o, scores), vacc), q_act))| {
                 let g = h / group;
                 let q = &qrow[h * 2 * d..h * 2 * d + d];
                 let gate = &qrow[h * 2 * d + d..(h + 1) * 2 * d];
@@ -137,32 +159,64 @@ pub fn forward(
                 for (s, sc) in scores.iter_mut().enumerate() {
                     *sc = dot(d, kv.k_head(layer, s, g), qa) * scale;
                 }
-                softmax_inplace(scores);
+                softmax_padded_inplace(scores);
                 round_to_v_type(ty_v, scores);
-                o.fill(0.0);
-                for (s, &ps) in scores.iter().enumerate() {
+                v_weighted_sum(scores, o, vacc, batch_order, |s, row| {
                     let vh = kv.v_head(layer, s, g);
                     if ty_v == GgmlType::F32 {
-                        let vf: &[f32] = bytemuck::cast_slice(vh);
-                        for (oj, &vj) in o.iter_mut().zip(vf) {
-                            *oj += ps * vj;
-                        }
+                        row.copy_from_slice(bytemuck::cast_slice(vh));
                     } else {
-                        scalar::dequantize_row(ty_v, vh, vrow);
-                        for (oj, &vj) in o.iter_mut().zip(vrow.iter()) {
-                            *oj += ps * vj;
-                        }
+                        scalar::dequantize_row(ty_v, vh, row);
                     }
-                }
+                });
                 for (oj, &gj) in o.iter_mut().zip(gate) {
                     *oj *= sigmoid(gj);
                 }
             });
     }
 
+    dump::here("attn_gated", &sc.o[..t * nh * d]);
     // 4. Output projection.
     lin.new_input();
     lin.project(kt, &w.o, &sc.o[..t * nh * d], &mut out[..t * cfg.n_embd]);
+}
+
+/// Lane accumulators per output of `v_weighted_sum`: 4 × 16.
+const V_LANES: usize = 4 * GGML_LANES;
+
+/// `o[j] = Σ_s p[s]·v_s[j]` in ggml's order (module doc): `p` the visible
+/// weights (positions `0..p.len()`), `v_row(s, buf)` writes V at position s;
+/// `batch` selects tinyBLAS's single 16-lane set, else `ggml_vec_dot_f32`'s
+/// four sets over blocks of 64 folded `(a0+a2) + (a1+a3)`. `acc` holds
+/// `o.len() × 64` floats.
+fn v_weighted_sum(
+    p: &[f32],
+    o: &mut [f32],
+    acc: &mut [f32],
+    batch: bool,
+    mut v_row: impl FnMut(usize, &mut [f32]),
+) {
+    let d = o.len();
+    let acc = &mut acc[..d * V_LANES];
+    acc.fill(0.0);
+    let span = if batch { GGML_LANES } else { V_LANES };
+    // `acc` is `[lane][d]`; `o` doubles as the row buffer until the end.
+    for (s, &ps) in p.iter().enumerate() {
+        v_row(s, o);
+        let lane = s % span;
+        mad_f32(&mut acc[lane * d..(lane + 1) * d], o, ps);
+    }
+    for (j, oj) in o.iter_mut().enumerate() {
+        let a = |l: usize| acc[l * d + j];
+        let lanes: [f32; GGML_LANES] = if batch {
+            std::array::from_fn(a)
+        } else {
+            std::array::from_fn(|l| {
+                (a(l) + a(2 * GGML_LANES + l)) + (a(GGML_LANES + l) + a(3 * GGML_LANES + l))
+            })
+        };
+        *oj = reduce_add_16(&lanes);
+    }
 }
 
 /// Rounds softmax weights to the V cache's float type (no-op for f32/q8_0).

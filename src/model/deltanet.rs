@@ -20,8 +20,9 @@ use rayon::prelude::*;
 
 use super::chunked::{self, ChunkScratch, HeadInputs};
 use super::config::ModelConfig;
+use super::dump;
 use super::linear::MatScratch;
-use super::ops::{l2norm_inplace, rmsnorm, sigmoid, silu, softplus};
+use super::ops::{dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus};
 use super::state::DeltaNetState;
 use super::verify::GdnStash;
 use super::weights::DeltaNetWeights;
@@ -81,6 +82,7 @@ pub fn conv_silu(
 ) {
     let t_n = mixed.len() / ch;
     let hist = k - 1;
+    let fused_from = k - k % 8;
     for t in 0..t_n {
         let o = &mut out[t * ch..(t + 1) * ch];
         for (c, oc) in o.iter_mut().enumerate() {
@@ -92,10 +94,18 @@ pub fn conv_silu(
                 } else {
                     mixed[(s - hist) * ch + c]
                 };
-                sum += x * w[c * k + j];
+                // ggml_ssm_conv as GCC compiles it: the taps past the
+                // last whole 8 are fused multiply-adds (all of them for K ≤ 8),
+                // earlier ones rounded products added in order.
+                if j < fused_from {
+                    sum += x * w[c * k + j];
+                } else {
+                    sum = x.mul_add(w[c * k + j], sum);
+                }
             }
-            *oc = silu(sum);
+            *oc = sum;
         }
+        silu_row(o);
     }
     push_window(window, mixed, ch);
 }
@@ -134,44 +144,24 @@ pub fn delta_step(
         // Rows are independent: decay, predict, correct, read out.
         let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
         axpy(row, k, delta);
-        out[j] = dot8(row, q) * scale;
+        out[j] = dot_f32(row, q) * scale;
     }
 }
 
-/// `row ← e^g · row`, returning `row · k` (the prediction m_j).
+/// `row ← e^g · row`, returning `row · k` (the prediction m_j), in ggml's
+/// order (`ggml_vec_scale_f32`, then `ggml_vec_dot_f32`).
 #[inline(always)]
 fn decay_and_predict(row: &mut [f32], k: &[f32], decay: f32) -> f32 {
     for si in row.iter_mut() {
         *si *= decay;
     }
-    dot8(row, k)
+    dot_f32(row, k)
 }
 
-/// `row += a · k`.
+/// `row += a · k`, fused as ggml's `ggml_vec_mad_f32`.
 #[inline(always)]
 fn axpy(row: &mut [f32], k: &[f32], a: f32) {
-    for (si, &ki) in row.iter_mut().zip(k) {
-        *si += ki * a;
-    }
-}
-
-/// Dot product with 8 partial sums (vectorisable; a fixed order, so every
-/// caller gets bit-identical results for the same inputs).
-#[inline(always)]
-fn dot8(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ar, br) = (ac.remainder(), bc.remainder());
-    for (x, y) in ac.zip(bc) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut tail = 0.0f32;
-    for (x, y) in ar.iter().zip(br) {
-        tail += x * y;
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    mad_f32(row, k, a);
 }
 
 /// The state update of `delta_step` without the read-out: bit-identical
@@ -213,6 +203,12 @@ pub fn forward(
     lin.project(kt, &w.gate, u, &mut sc.z[..t * inner]);
     lin.project(kt, &w.beta, u, &mut sc.beta[..t * hv]);
     lin.project(kt, &w.alpha, u, &mut sc.gate[..t * hv]);
+    if dump::on() {
+        dump::here("linear_attn_qkv_mixed", &sc.mixed[..t * ch]);
+        dump::here("z", &sc.z[..t * inner]);
+        dump::here("beta", &sc.beta[..t * hv]);
+        dump::here("alpha", &sc.gate[..t * hv]);
+    }
 
     // 2. Gates.
     for (bt, gt) in sc.beta[..t * hv]
@@ -235,6 +231,7 @@ pub fn forward(
         &mut sc.conv[..t * ch],
     );
 
+    dump::here("conv_output_silu", &sc.conv[..t * ch]);
     // 4. L2-normalise q and k heads.
     for row in sc.conv[..t * ch].chunks_exact_mut(ch) {
         for head in row[..2 * hk * d].chunks_exact_mut(d) {
@@ -290,7 +287,13 @@ pub fn forward(
             });
     }
 
-    // 6. Gated RMSNorm, then the output projection.
+    dump::here("attn_output", &sc.o_heads[..hv * t * d]);
+    dump::here("gate", &sc.gate[..t * hv]);
+    // 6. Gated RMSNorm, then the output projection. ggml takes silu(z) per
+    //    row of d_v (`ggml_vec_silu_f32`), then multiplies.
+    for zr in sc.z[..t * inner].chunks_exact_mut(d) {
+        silu_row(zr);
+    }
     for ti in 0..t {
         for h in 0..hv {
             let o_h = &sc.o_heads[(h * t + ti) * d..(h * t + ti + 1) * d];
@@ -298,10 +301,11 @@ pub fn forward(
             rmsnorm(o_h, &w.norm, cfg.rms_eps, dst);
             let z = &sc.z[ti * inner + h * d..ti * inner + (h + 1) * d];
             for (x, &zi) in dst.iter_mut().zip(z) {
-                *x *= silu(zi);
+                *x *= zi;
             }
         }
     }
+    dump::here("final_output", &sc.o[..t * inner]);
     lin.new_input();
     lin.project(kt, &w.out, &sc.o[..t * inner], &mut out[..t * cfg.n_embd]);
 }

@@ -25,7 +25,9 @@ use super::config::ModelConfig;
 use super::forward::{add_into, norm_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
-use super::ops::{l2norm_inplace, rmsnorm, rmsnorm_inplace, sigmoid, silu, softmax_inplace};
+use super::ops::{
+    l2norm_inplace, rmsnorm, rmsnorm_inplace, sigmoid, silu, silu_row, softmax_inplace,
+};
 use super::ops::{softplus, RopeCache};
 use super::state::{DeltaNetState, LayerSlot, State};
 use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights, MixerWeights};
@@ -81,11 +83,13 @@ pub fn conv_two_sided(
 ) {
     let t_n = mixed.len() / ch;
     let hist = k - 1;
+    let fused_from = k - k % 8;
     for i in 0..t_n {
         let o = &mut out[i * ch..(i + 1) * ch];
         for (c, oc) in o.iter_mut().enumerate() {
-            // Left taps in the same order as the AR conv, so zero right taps
-            // give a bit-identical result.
+            // Left taps in the same order and fusion as the AR conv
+            // (`deltanet::conv_silu`), so zero right taps give a
+            // bit-identical result.
             let mut sum = 0.0f32;
             for j in 0..k {
                 let s = i + j;
@@ -94,15 +98,20 @@ pub fn conv_two_sided(
                 } else {
                     mixed[(s - hist) * ch + c]
                 };
-                sum += x * w[c * k + j];
+                if j < fused_from {
+                    sum += x * w[c * k + j];
+                } else {
+                    sum = x.mul_add(w[c * k + j], sum);
+                }
             }
             for j in 0..kr {
                 let s = i + 1 + j;
                 let x = if s < t_n { mixed[s * ch + c] } else { 0.0 };
                 sum += x * wr[c * kr + j];
             }
-            *oc = silu(sum);
+            *oc = sum;
         }
+        silu_row(o);
     }
 }
 

@@ -17,6 +17,7 @@ use kernels::KernelTable;
 use super::attention::{self, AttentionScratch};
 use super::config::ModelConfig;
 use super::deltanet::{self, DeltaNetScratch};
+use super::dump;
 use super::linear::MatScratch;
 use super::moe::{self, MoeScratch};
 use super::ops::rmsnorm;
@@ -316,6 +317,7 @@ impl<'a> Model<'a> {
         let t = tokens.len();
         self.embed(tokens, &mut state.scratch.x[..t * self.config.n_embd]);
         for il in 0..self.config.n_layer {
+            dump::set_layer(il);
             self.mixer_block(kt, state, il, pos0, t, verify);
             self.moe_block(kt, state, il, t);
         }
@@ -353,6 +355,7 @@ impl<'a> Model<'a> {
             cfg.rms_eps,
             &mut s.xn[..t * e],
         );
+        dump::put("attn_norm", il as isize, &s.xn[..t * e]);
         match (&lw.mixer, state.slots[il]) {
             (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
                 let real = &mut state.recurrent[r];
@@ -392,7 +395,9 @@ impl<'a> Model<'a> {
             ),
             _ => unreachable!("layer slots are built from the same layer kinds"),
         }
+        dump::put("mixer_out", il as isize, &s.y[..t * e]);
         add_into(&mut s.x[..t * e], &s.y[..t * e]);
+        dump::put("attn_residual", il as isize, &s.x[..t * e]);
         if let Some(t0) = t0 {
             state.stats.mixer_ns[il] += t0.elapsed().as_nanos() as u64;
         }
@@ -406,6 +411,7 @@ impl<'a> Model<'a> {
         let t0 = state.stats.timing.then(Instant::now);
         let s = &mut state.scratch;
         norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
+        dump::put("attn_post_norm", il as isize, &s.xn[..t * e]);
         moe::forward(
             kt,
             cfg,
@@ -416,7 +422,9 @@ impl<'a> Model<'a> {
             &mut s.lin,
             &mut s.y,
         );
+        dump::put("ffn_out", il as isize, &s.y[..t * e]);
         add_into(&mut s.x[..t * e], &s.y[..t * e]);
+        dump::put("l_out", il as isize, &s.x[..t * e]);
         state.stats.record(il, &s.moe.sel[..t * cfg.n_expert_used]);
         if let Some(t0) = t0 {
             state.stats.moe_ns[il] += t0.elapsed().as_nanos() as u64;
@@ -453,6 +461,8 @@ impl<'a> Model<'a> {
             &s.head_in[..r * e],
             &mut s.head_out[..r * v],
         );
+        dump::put("result_norm", -1, &s.head_in[..r * e]);
+        dump::put("result_output", -1, &s.head_out[..r * v]);
         for (i, &(out_row, _)) in s.head_rows.iter().enumerate() {
             s.logits[out_row * v..(out_row + 1) * v]
                 .copy_from_slice(&s.head_out[i * v..(i + 1) * v]);

@@ -231,6 +231,21 @@ pub fn matmul(kt: &KernelTable, w: &Matrix, x: &Activations, out: &mut [f32], ti
     km::matmul(kt, &w.q(), &x.q(), out, tile);
 }
 
+/// [`matmul`] of one routed expert (ggml's `MUL_MAT_ID`: always `vec_dot`).
+pub fn matmul_expert(
+    kt: &KernelTable,
+    w: &Matrix,
+    x: &Activations,
+    out: &mut [f32],
+    tile: &mut Vec<f32>,
+) {
+    let need = km::matmul_tile_len(x.rows);
+    if x.rows > 1 && tile.len() < need {
+        tile.resize(need, 0.0);
+    }
+    km::matmul_vec_dot(kt, &w.q(), &x.q(), out, tile);
+}
+
 /// Converts `x` (`rows x w.n_in`) through `cache` and multiplies.
 pub fn project(
     kt: &KernelTable,

@@ -19,6 +19,7 @@ pub mod chunked;
 pub mod config;
 pub mod deltanet;
 pub mod diffusion;
+pub mod dump;
 pub mod forward;
 pub mod kv;
 pub mod linear;

@@ -15,8 +15,9 @@
 use kernels::{GgmlType, KernelTable};
 
 use super::config::ModelConfig;
-use super::linear::{matmul, Activations, MatScratch, Matrix};
-use super::ops::{sigmoid, silu, softmax_inplace};
+use super::dump;
+use super::linear::{matmul, matmul_expert, Activations, MatScratch, Matrix};
+use super::ops::{sigmoid, softmax_inplace, swiglu_row};
 use super::weights::{Experts, FfnWeights, GateUp};
 
 /// Smallest normalising sum, 2^-14 = 6.1035e-5 (ggml clamps to the smallest
@@ -43,7 +44,8 @@ pub fn top_k(p: &[f32], sel: &mut [usize]) {
 pub fn route(logits: &mut [f32], sel: &mut [usize], weights: &mut [f32]) {
     softmax_inplace(logits);
     top_k(logits, sel);
-    let sum: f32 = sel.iter().map(|&e| logits[e]).sum();
+    // ggml_sum_rows: accumulated in f64 (ggml_float), rounded once.
+    let sum = sel.iter().map(|&e| logits[e] as f64).sum::<f64>() as f32;
     let sum = sum.max(MIN_WEIGHT_SUM);
     for (w, &e) in weights.iter_mut().zip(sel.iter()) {
         *w = logits[e] / sum;
@@ -144,6 +146,7 @@ pub fn forward(
     // 1. Route.
     lin.new_input();
     lin.project(kt, &w.router, u, &mut sc.router[..t * ne]);
+    dump::here("ffn_moe_logits", &sc.router[..t * ne]);
     for ti in 0..t {
         route(
             &mut sc.router[ti * ne..(ti + 1) * ne],
@@ -152,6 +155,12 @@ pub fn forward(
         );
     }
 
+    if dump::on() {
+        dump::here("ffn_moe_probs", &sc.router[..t * ne]);
+        dump::here("ffn_moe_weights_norm", &sc.weights[..t * k]);
+        let sel: Vec<f32> = sc.sel[..t * k].iter().map(|&x| x as f32).collect();
+        dump::here("ffn_moe_topk", &sel);
+    }
     // 2. Group (token, slot) pairs by expert.
     sc.offsets.fill(0);
     for &x in &sc.sel[..t * k] {
@@ -207,6 +216,11 @@ pub fn forward(
         &mut lin.tile,
     );
 
+    if dump::on() {
+        dump::here("ffn_moe_down", &sc.slots[..t * k * e]);
+        dump::here("ffn_shexp", &sc.sh_out[..t * e]);
+        dump::here("shared_expert_gate", &sc.sh_gate[..t]);
+    }
     // 5. Weighted sum in slot order, plus the gated shared expert.
     for ti in 0..t {
         let o = &mut out[ti * e..(ti + 1) * e];
@@ -272,7 +286,7 @@ fn experts_grouped(
         let down = w.down.expert(x);
         sc.h_act
             .quantize(kt, down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
-        matmul(kt, &down, &sc.h_act, &mut sc.dn[..n * e], &mut lin.tile);
+        matmul_expert(kt, &down, &sc.h_act, &mut sc.dn[..n * e], &mut lin.tile);
         for (r, &(ti, slot)) in sc.routed[a..b].iter().enumerate() {
             sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
                 .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
@@ -353,12 +367,10 @@ fn rows_product(
     kernels::matmul::expert_gather(kt, &m.q(), expert_of, &acts.q(), out);
 }
 
-/// `h = silu(g) ⊙ up`.
+/// `h = silu(g) ⊙ up` (one ggml row: `ggml_vec_swiglu_f32`).
 #[inline]
 fn swiglu(g: &[f32], up: &[f32], h: &mut [f32]) {
-    for ((hi, &gi), &ui) in h.iter_mut().zip(g).zip(up) {
-        *hi = silu(gi) * ui;
-    }
+    swiglu_row(g, up, h);
 }
 
 enum ProductDst {
@@ -385,5 +397,5 @@ fn expert_product(
         ProductDst::Gu => &mut sc.gu[..n * m.n_out],
         ProductDst::Up => &mut sc.up[..n * m.n_out],
     };
-    matmul(kt, m, &sc.gathered, out, &mut lin.tile);
+    matmul_expert(kt, m, &sc.gathered, out, &mut lin.tile);
 }

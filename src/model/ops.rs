@@ -5,10 +5,17 @@
 //! - l2norm (the GDN form): `x / √(Σx² + eps)`, computed as ggml does:
 //!   `rms_norm(x, eps/n) · (1/√n)`.
 //! - silu `x/(1+e^−x)`, sigmoid `1/(1+e^−x)`, softplus `x > 20 ? x : ln(1+eˣ)`.
-//! - softmax: `e^(x−max) / Σ`, Σ in f64, multiplied by `1/Σ`.
+//!   ggml's row ops (`ggml_vec_silu_f32`, `ggml_vec_swiglu_f32`,
+//!   `ggml_vec_soft_max_f32`) take e^x from a polynomial ([`v_expf`]) on
+//!   whole blocks of 16 (its AVX-512 width, which llama.cpp's x86 builds use
+//!   on AVX-512 hosts) and libm `expf` on the rest: [`silu_row`],
+//!   [`swiglu_row`] and [`softmax_inplace`] do the same, element for element.
+//! - softmax: `e^(x−max) / Σ`, Σ in f64 (per 16-block as
+//!   `_mm512_reduce_add_ps`), multiplied by `1/Σ`.
 //! - rope (NeoX, partial): for pair i < n_rot/2, `θ_i = p · base^(−2i/n_rot)`
 //!   with the angle built in f32 as ggml does (`θ ← θ · base^(−2/n_rot)` per
-//!   pair), rotating `(x_i, x_{i+n_rot/2})`; dims ≥ n_rot are untouched.
+//!   pair), rotating `(x_i, x_{i+n_rot/2})` with ggml's fused
+//!   multiply-adds; dims ≥ n_rot are untouched.
 
 /// `out = rmsnorm(x) ⊙ w`.
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -47,6 +54,98 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
 
+/// ggml's vector width on AVX-512: rows are split into whole blocks of 16
+/// (polynomial exp) and a libm tail.
+pub const GGML_LANES: usize = 16;
+
+/// `ggml_v_expf` (AVX-512 form; ARM optimized-routines polynomial, max error
+/// 1.45 ulp + 0.5), lane by lane with the same fused multiply-adds.
+#[inline]
+pub fn v_expf(x: f32) -> f32 {
+    let f = f32::from_bits;
+    let r = f(0x4b40_0000); // 0x1.8p23
+    let z = x.mul_add(f(0x3fb8_aa3b), r); // log2(e)
+    let n = z - r;
+    // x − n·ln2, ln2 in two parts (fnmadd twice).
+    let b = (-n).mul_add(f(0x35bf_be8e), (-n).mul_add(f(0x3f31_7200), x));
+    if n.abs() > 192.0 {
+        return if n <= 0.0 { 0.0 } else { f32::INFINITY };
+    }
+    let u = b * b;
+    let hi = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17));
+    let mid = hi.mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)));
+    let j = mid.mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
+    // vscalefps: j·2ⁿ rounded once (the f64 product is exact).
+    (j as f64 * 2f64.powi(n as i32)) as f32
+}
+
+/// `ggml_v_silu`: `x / (1 + v_expf(0 − x))`.
+#[inline]
+pub fn v_silu(x: f32) -> f32 {
+    x / (1.0 + v_expf(0.0 - x))
+}
+
+/// In place silu of one ggml row (`ggml_vec_silu_f32`).
+pub fn silu_row(x: &mut [f32]) {
+    let bulk = x.len() - x.len() % GGML_LANES;
+    let (head, tail) = x.split_at_mut(bulk);
+    head.iter_mut().for_each(|v| *v = v_silu(*v));
+    tail.iter_mut().for_each(|v| *v = silu(*v));
+}
+
+/// `h = silu(g) ⊙ up` of one ggml row (`ggml_vec_swiglu_f32`).
+pub fn swiglu_row(g: &[f32], up: &[f32], h: &mut [f32]) {
+    let bulk = h.len() - h.len() % GGML_LANES;
+    for (i, ((hi, &gi), &ui)) in h.iter_mut().zip(g).zip(up).enumerate() {
+        *hi = if i < bulk { v_silu(gi) } else { silu(gi) } * ui;
+    }
+}
+
+/// `Σ a·b` in ggml's `ggml_vec_dot_f32` order: the active kernel tier's F32
+/// dot (the AVX2 tier sums as llama.cpp's AVX-512 build does).
+#[inline]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    (kernels::isa::active().vec_dot(kernels::GgmlType::F32))(
+        n,
+        bytemuck::cast_slice(&a[..n]),
+        bytemuck::cast_slice(&b[..n]),
+    )
+}
+
+/// `y += x · v`, fused per element as ggml's `ggml_vec_mad_f32` (vector FMA
+/// lanes; GCC contracts the scalar leftovers too).
+#[inline]
+pub fn mad_f32(y: &mut [f32], x: &[f32], v: f32) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        if *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
+            // SAFETY: FMA was detected on this host just above.
+            unsafe { mad_f32_fma(y, x, v) };
+            return;
+        }
+    }
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = xi.mul_add(v, *yi);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn mad_f32_fma(y: &mut [f32], x: &[f32], v: f32) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = xi.mul_add(v, *yi);
+    }
+}
+
+/// GCC's `_mm512_reduce_add_ps`: halves folded 256, 128, then pairs.
+pub fn reduce_add_16(a: &[f32; GGML_LANES]) -> f32 {
+    let t8: [f32; 8] = std::array::from_fn(|i| a[i + 8] + a[i]);
+    let t4: [f32; 4] = std::array::from_fn(|i| t8[i + 4] + t8[i]);
+    (t4[0] + t4[2]) + (t4[1] + t4[3])
+}
+
 #[inline]
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
@@ -61,11 +160,33 @@ pub fn softplus(x: f32) -> f32 {
     }
 }
 
-/// In place softmax.
+/// In place softmax of a whole row, as `ggml_vec_soft_max_f32` (see the
+/// module doc) then the scale by `1/Σ`.
 pub fn softmax_inplace(x: &mut [f32]) {
+    let bulk = x.len() - x.len() % GGML_LANES;
+    softmax_split(x, bulk);
+}
+
+/// Softmax of the visible prefix of a row that ggml pads with masked cells
+/// (attention: the K/V view is padded to 256 cells, so every visible score
+/// is in the vector part and the masked ones add exact zeros).
+pub fn softmax_padded_inplace(x: &mut [f32]) {
+    softmax_split(x, x.len());
+}
+
+fn softmax_split(x: &mut [f32], bulk: usize) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0f64;
-    for v in x.iter_mut() {
+    let (head, tail) = x.split_at_mut(bulk);
+    for c in head.chunks_mut(GGML_LANES) {
+        let mut lanes = [0f32; GGML_LANES];
+        for (l, v) in lanes.iter_mut().zip(c.iter_mut()) {
+            *v = v_expf(*v - max);
+            *l = *v;
+        }
+        sum += reduce_add_16(&lanes) as f64;
+    }
+    for v in tail.iter_mut() {
         *v = (*v - max).exp();
         sum += *v as f64;
     }
@@ -108,8 +229,10 @@ impl RopeCache {
         let (lo, hi) = x.split_at_mut(half);
         for i in 0..half {
             let (x0, x1) = (lo[i], hi[i]);
-            lo[i] = x0 * self.cos[i] - x1 * self.sin[i];
-            hi[i] = x0 * self.sin[i] + x1 * self.cos[i];
+            // ggml's rotate_pairs as GCC contracts it: x0·c − x1·s as
+            // fma(x0, c, −(x1·s)), x0·s + x1·c as fma(x0, s, x1·c).
+            lo[i] = x0.mul_add(self.cos[i], -(x1 * self.sin[i]));
+            hi[i] = x0.mul_add(self.sin[i], x1 * self.cos[i]);
         }
     }
 }

@@ -39,6 +39,39 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
+/// The dot in the order of ggml's CPU_REPACK kernels for `ty`, where
+/// llama.cpp's x86 build repacks that type (Q4_K → `q4_K_8x8`, whose
+/// gemv/gemm keep one exact i32 per super-block and column).
+pub fn repacked_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
+    match ty {
+        GgmlType::Q4_K => Some(vec_dot_q4_k_repacked),
+        _ => None,
+    }
+}
+
+/// As [`repacked_dot_fn`] for the rows a repacked product takes four at a
+/// time (its gemm kernel).
+pub fn repacked_gemm_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
+    match ty {
+        GgmlType::Q4_K => Some(vec_dot_q4_k_repacked_gemm),
+        _ => None,
+    }
+}
+
+/// The dot in the order of ggml's tiled K-quant matmul (`ggml-cpu/tiled`),
+/// which llama.cpp's x86 build takes for these types on batches of ≥ 8
+/// activation rows (per expert for `MUL_MAT_ID`) unless the weights are
+/// repacked: per super-block `r = isum·d − dmin·imin`, `acc += r·d_a`.
+pub fn tiled_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
+    match ty {
+        GgmlType::Q3_K => Some(vec_dot_q3_k_tiled),
+        GgmlType::Q4_K => Some(vec_dot_q4_k_tiled),
+        GgmlType::Q5_K => Some(vec_dot_q5_k_tiled),
+        GgmlType::Q6_K => Some(vec_dot_q6_k_tiled),
+        _ => None,
+    }
+}
+
 pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
     match act_ty {
         GgmlType::Q8_K => Some(quantize_q8_k),
@@ -79,6 +112,12 @@ macro_rules! safe_entry {
 safe_entry!(vec_dot_q2_k, BlockQ2K, q2_k);
 safe_entry!(vec_dot_q3_k, BlockQ3K, q3_k);
 safe_entry!(vec_dot_q4_k, BlockQ4K, q4_k);
+safe_entry!(vec_dot_q4_k_repacked, BlockQ4K, q4_k_repacked);
+safe_entry!(vec_dot_q4_k_repacked_gemm, BlockQ4K, q4_k_repacked_gemm);
+safe_entry!(vec_dot_q3_k_tiled, BlockQ3K, q3_k_tiled);
+safe_entry!(vec_dot_q4_k_tiled, BlockQ4K, q4_k_tiled);
+safe_entry!(vec_dot_q5_k_tiled, BlockQ5K, q5_k_tiled);
+safe_entry!(vec_dot_q6_k_tiled, BlockQ6K, q6_k_tiled);
 safe_entry!(vec_dot_q5_k, BlockQ5K, q5_k);
 safe_entry!(vec_dot_q6_k, BlockQ6K, q6_k);
 safe_entry!(vec_dot_iq4_xs, BlockIq4Xs, iq4_xs);
@@ -217,115 +256,259 @@ pub(crate) fn mins_dot_bsums(mins: __m128i, bsums: &[i16; 16]) -> __m128i {
     _mm_madd_epi16(mins, q8s)
 }
 
+/// One Q4_K super-block's integer parts: the eight i32 lanes of
+/// `Σ sc·(level·a)` (ggml's AVX2 lane layout) and the four of `Σ m·bsum`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q4_k_block(xb: &BlockQ4K, yb: &BlockQ8K) -> (__m256i, __m128i) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let (sc, mins) = k4_scales_mins(&xb.scales);
+    let prod = mins_dot_bsums(mins, &yb.bsums);
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..4 {
+        let q4 = load_u8(at(&xb.qs, 32 * j));
+        let q4l = _mm256_and_si256(q4, m4);
+        let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        let pl = _mm256_maddubs_epi16(q4l, load_i8(at(&yb.qs, 64 * j)));
+        let ph = _mm256_maddubs_epi16(q4h, load_i8(at(&yb.qs, 64 * j + 32)));
+        sumi = madd_acc(sumi, bcast_i16(sc, 2 * j), pl);
+        sumi = madd_acc(sumi, bcast_i16(sc, 2 * j + 1), ph);
+    }
+    (sumi, prod)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0xF);
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
         let dmin = -yb.d * f16_to_f32(xb.dmin);
+        let (sumi, prod) = q4_k_block(xb, yb);
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    hsum_ps(acc) + _mm_cvtss_f32(m)
+}
+
+/// Q4_K · Q8_K in the order of ggml's tiled K-quant matmul (`tiled/`,
+/// AVX512-VNNI microkernel), which llama.cpp uses for batches of ≥ 8 rows:
+/// see [`tiled_step`].
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_tiled(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let mut acc = 0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let (sumi, prod) = q4_k_block(xb, yb);
+        let min = Some((f16_to_f32(xb.dmin), hsum_i32_4(prod)));
+        acc = tiled_step(acc, hsum_i32_8(sumi), f16_to_f32(xb.d), min, yb.d);
+    }
+    acc
+}
+
+/// One super-block of ggml's tiled microkernel: `r = isum·d` (then
+/// `r = fma(−dmin, imin, r)` for types with mins), `acc = fma(r, d_a, acc)`
+/// (GCC contracts the kernel's `add(acc, mul(r, d_a))`; checked against
+/// llama.cpp's output).
+#[inline(always)]
+fn tiled_step(acc: f32, isum: i32, d: f32, min: Option<(f32, i32)>, d_a: f32) -> f32 {
+    let mut r = isum as f32 * d;
+    if let Some((dmin, imin)) = min {
+        r = (-dmin).mul_add(imin as f32, r);
+    }
+    r.mul_add(d_a, acc)
+}
+
+/// Q4_K · Q8_K in the order of ggml's `ggml_gemv_q4_K_8x8_q8_K` /
+/// `ggml_gemm_q4_K_8x8_q8_K` (x86): per super-block the exact i32
+/// `Σ_j sc_j·(q·a)_j` and `Σ_j m_j·bsum_j`, each converted once and fused
+/// into its own f32 accumulator with `d·d_a` and `dmin·d_a`; the result is
+/// `acc − acc_min`.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_repacked(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for (xb, yb) in x.iter().zip(y) {
+        let (sumi, prod) = q4_k_block(xb, yb);
+        let (isum, imin) = (hsum_i32_8(sumi), hsum_i32_4(prod));
+        acc = (isum as f32).mul_add(f16_to_f32(xb.d) * yb.d, acc);
+        acc_min = (imin as f32).mul_add(f16_to_f32(xb.dmin) * yb.d, acc_min);
+    }
+    acc - acc_min
+}
+
+/// Q4_K · Q8_K in the order of ggml's `ggml_gemm_q4_K_8x8_q8_K` (x86), the
+/// repacked kernel for activation rows taken four at a time: as
+/// [`q4_k_repacked`] but the fused accumulation runs per pair of
+/// sub-blocks (64 elements), four steps per super-block.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_repacked_gemm(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let m4 = _mm256_set1_epi8(0xF);
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for (xb, yb) in x.iter().zip(y) {
         let (sc, mins) = k4_scales_mins(&xb.scales);
         let prod = mins_dot_bsums(mins, &yb.bsums);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
+        let mut imin = [0i32; 4];
+        // SAFETY: `imin` is 16 writable bytes; `storeu` has no alignment requirement.
+        unsafe { _mm_storeu_si128(imin.as_mut_ptr().cast(), prod) };
+        let (dd, dm) = (f16_to_f32(xb.d) * yb.d, f16_to_f32(xb.dmin) * yb.d);
+        for (j, &im) in imin.iter().enumerate() {
             let q4 = load_u8(at(&xb.qs, 32 * j));
             let q4l = _mm256_and_si256(q4, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             let pl = _mm256_maddubs_epi16(q4l, load_i8(at(&yb.qs, 64 * j)));
             let ph = _mm256_maddubs_epi16(q4h, load_i8(at(&yb.qs, 64 * j + 32)));
-            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j), pl);
-            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j + 1), ph);
+            let s = madd_acc(_mm256_setzero_si256(), bcast_i16(sc, 2 * j), pl);
+            let s = madd_acc(s, bcast_i16(sc, 2 * j + 1), ph);
+            acc = (hsum_i32_8(s) as f32).mul_add(dd, acc);
+            acc_min = (im as f32).mul_add(dm, acc_min);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    hsum_ps(acc) + _mm_cvtss_f32(m)
+    acc - acc_min
+}
+
+/// Σ of eight i32 lanes (exact in i32 for these block sums).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_i32_8(v: __m256i) -> i32 {
+    hsum_i32_4(_mm_add_epi32(
+        _mm256_castsi256_si128(v),
+        _mm256_extracti128_si256(v, 1),
+    ))
+}
+
+/// Σ of four i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_i32_4(v: __m128i) -> i32 {
+    let v = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    let v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 1));
+    _mm_cvtsi128_si32(v)
 }
 
 // ---------------------------------------------------------------- Q5_K
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+/// One Q5_K super-block's integer parts (as [`q4_k_block`]).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q5_k_block(xb: &BlockQ5K, yb: &BlockQ8K) -> (__m256i, __m128i) {
     let m4 = _mm256_set1_epi8(0xF);
     let sixteen = _mm256_set1_epi8(16);
+    let (sc, mins) = k4_scales_mins(&xb.scales);
+    let prod = mins_dot_bsums(mins, &yb.bsums);
+    let hbits = load_u8(&xb.qh);
+    let high = |bit: i32| {
+        let m = _mm256_set1_epi8(1 << bit);
+        _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, m), m), sixteen)
+    };
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..4 {
+        let q5 = load_u8(at(&xb.qs, 32 * j));
+        let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), high(2 * j as i32));
+        let q5h = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi16(q5, 4), m4),
+            high(2 * j as i32 + 1),
+        );
+        let pl = _mm256_maddubs_epi16(q5l, load_i8(at(&yb.qs, 64 * j)));
+        let ph = _mm256_maddubs_epi16(q5h, load_i8(at(&yb.qs, 64 * j + 32)));
+        sumi = madd_acc(sumi, bcast_i16(sc, 2 * j), pl);
+        sumi = madd_acc(sumi, bcast_i16(sc, 2 * j + 1), ph);
+    }
+    (sumi, prod)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let mut summs = 0f32;
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
         let dmin = -yb.d * f16_to_f32(xb.dmin);
-        let (sc, mins) = k4_scales_mins(&xb.scales);
-        let prod = mins_dot_bsums(mins, &yb.bsums);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let hbits = load_u8(&xb.qh);
-        let high = |bit: i32| {
-            let m = _mm256_set1_epi8(1 << bit);
-            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, m), m), sixteen)
-        };
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            let q5 = load_u8(at(&xb.qs, 32 * j));
-            let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), high(2 * j as i32));
-            let q5h = _mm256_or_si256(
-                _mm256_and_si256(_mm256_srli_epi16(q5, 4), m4),
-                high(2 * j as i32 + 1),
-            );
-            let pl = _mm256_maddubs_epi16(q5l, load_i8(at(&yb.qs, 64 * j)));
-            let ph = _mm256_maddubs_epi16(q5h, load_i8(at(&yb.qs, 64 * j + 32)));
-            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j), pl);
-            sumi = madd_acc(sumi, bcast_i16(sc, 2 * j + 1), ph);
-        }
+        let (sumi, prod) = q5_k_block(xb, yb);
+        // ggml's AVX2 Q5_K: the mins' i32 sum, then `summs += dmin * Σ`
+        // (contracted to an FMA by GCC).
+        summs = dmin.mul_add(hsum_i32_4(prod) as f32, summs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    hsum_ps(acc) + _mm_cvtss_f32(m)
+    hsum_ps(acc) + summs
+}
+
+/// Q5_K in ggml's tiled order (see [`q4_k_tiled`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5_k_tiled(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    let mut acc = 0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let (sumi, prod) = q5_k_block(xb, yb);
+        let min = Some((f16_to_f32(xb.dmin), hsum_i32_4(prod)));
+        acc = tiled_step(acc, hsum_i32_8(sumi), f16_to_f32(xb.d), min, yb.d);
+    }
+    acc
 }
 
 // ---------------------------------------------------------------- Q6_K
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+/// One Q6_K super-block's i32 lanes of `Σ sc·((level − 32)·a)`, the −32
+/// taken as ggml's AVX2 kernel takes it, lane for lane: 32·(bsum·scale
+/// pairs) subtracted from the lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q6_k_block(xb: &BlockQ6K, yb: &BlockQ8K) -> __m256i {
     let m4 = _mm256_set1_epi8(0xF);
     let m2 = _mm256_set1_epi8(3);
-    let m32s = _mm256_set1_epi8(32);
+    let sc = load_scales16(&xb.scales);
+    let mut sumi = _mm256_setzero_si256();
+    for h in 0..2 {
+        let ql0 = load_u8(at(&xb.ql, 64 * h));
+        let ql1 = load_u8(at(&xb.ql, 64 * h + 32));
+        let qh = load_u8(at(&xb.qh, 32 * h));
+        let hi = |s: i32| {
+            let v = match s {
+                0 => qh,
+                2 => _mm256_srli_epi16(qh, 2),
+                4 => _mm256_srli_epi16(qh, 4),
+                _ => _mm256_srli_epi16(qh, 6),
+            };
+            _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
+        };
+        let q = [
+            _mm256_or_si256(_mm256_and_si256(ql0, m4), hi(0)),
+            _mm256_or_si256(_mm256_and_si256(ql1, m4), hi(2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), hi(4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), hi(6)),
+        ];
+        for (k, qk) in q.into_iter().enumerate() {
+            let q8 = load_i8(at(&yb.qs, 128 * h + 32 * k));
+            let p = _mm256_maddubs_epi16(qk, q8);
+            sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, true), p);
+        }
+    }
+    let sclsub = _mm256_slli_epi32(
+        _mm256_madd_epi16(load_bsums(&yb.bsums), _mm256_cvtepi8_epi16(sc)),
+        5,
+    );
+    _mm256_sub_epi32(sumi, sclsub)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
-        let sc = load_scales16(&xb.scales);
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..2 {
-            let ql0 = load_u8(at(&xb.ql, 64 * h));
-            let ql1 = load_u8(at(&xb.ql, 64 * h + 32));
-            let qh = load_u8(at(&xb.qh, 32 * h));
-            let hi = |s: i32| {
-                let v = match s {
-                    0 => qh,
-                    2 => _mm256_srli_epi16(qh, 2),
-                    4 => _mm256_srli_epi16(qh, 4),
-                    _ => _mm256_srli_epi16(qh, 6),
-                };
-                _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
-            };
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(ql0, m4), hi(0)),
-                _mm256_or_si256(_mm256_and_si256(ql1, m4), hi(2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), hi(4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), hi(6)),
-            ];
-            for (k, qk) in q.into_iter().enumerate() {
-                let q8 = load_i8(at(&yb.qs, 128 * h + 32 * k));
-                // (q − 32)·a as q·a − 32·a: both operands of maddubs unsigned-safe.
-                let p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
-                sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, true), p);
-            }
-        }
+        let sumi = q6_k_block(xb, yb);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// Q6_K in ggml's tiled order (see [`q4_k_tiled`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_tiled(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    let mut acc = 0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let isum = hsum_i32_8(q6_k_block(xb, yb));
+        acc = tiled_step(acc, isum, f16_to_f32(xb.d), None, yb.d);
+    }
+    acc
 }
 
 // ---------------------------------------------------------------- Q2_K
@@ -380,38 +563,56 @@ fn q3_k_scales(s: &[u8; 12]) -> __m128i {
     _mm_sub_epi8(v, _mm_set1_epi8(32))
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+/// One Q3_K super-block's i32 lanes of `Σ sc·(level·a)`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn q3_k_block(xb: &BlockQ3K, yb: &BlockQ8K) -> __m256i {
     let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
+    let sc = q3_k_scales(&xb.scales);
+    let hbits = load_u8(&xb.hmask);
+    let mut sumi = _mm256_setzero_si256();
+    for h in 0..2 {
+        let q3 = load_u8(at(&xb.qs, 32 * h));
+        let lows = [
+            _mm256_and_si256(q3, m3),
+            _mm256_and_si256(_mm256_srli_epi16(q3, 2), m3),
+            _mm256_and_si256(_mm256_srli_epi16(q3, 4), m3),
+            _mm256_and_si256(_mm256_srli_epi16(q3, 6), m3),
+        ];
+        for (k, low) in lows.into_iter().enumerate() {
+            let bit = _mm256_set1_epi8(1 << (4 * h + k));
+            // 4 where the high bit is clear: level = low − 4·(1 − h).
+            let sub =
+                _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit), four);
+            let q8 = load_i8(at(&yb.qs, 128 * h + 32 * k));
+            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(low, q8), _mm256_maddubs_epi16(sub, q8));
+            sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, true), p);
+        }
+    }
+    sumi
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
-        let sc = q3_k_scales(&xb.scales);
-        let hbits = load_u8(&xb.hmask);
-        let mut sumi = _mm256_setzero_si256();
-        for h in 0..2 {
-            let q3 = load_u8(at(&xb.qs, 32 * h));
-            let lows = [
-                _mm256_and_si256(q3, m3),
-                _mm256_and_si256(_mm256_srli_epi16(q3, 2), m3),
-                _mm256_and_si256(_mm256_srli_epi16(q3, 4), m3),
-                _mm256_and_si256(_mm256_srli_epi16(q3, 6), m3),
-            ];
-            for (k, low) in lows.into_iter().enumerate() {
-                let bit = _mm256_set1_epi8(1 << (4 * h + k));
-                // 4 where the high bit is clear: level = low − 4·(1 − h).
-                let sub =
-                    _mm256_andnot_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hbits, bit), bit), four);
-                let q8 = load_i8(at(&yb.qs, 128 * h + 32 * k));
-                let p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(low, q8), _mm256_maddubs_epi16(sub, q8));
-                sumi = madd_acc(sumi, scale_pair(sc, 8 * h + 2 * k, true), p);
-            }
-        }
+        let sumi = q3_k_block(xb, yb);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// Q3_K in ggml's tiled order (see [`q4_k_tiled`]).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k_tiled(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+    let mut acc = 0f32;
+    for (xb, yb) in x.iter().zip(y) {
+        let isum = hsum_i32_8(q3_k_block(xb, yb));
+        acc = tiled_step(acc, isum, f16_to_f32(xb.d), None, yb.d);
+    }
+    acc
 }
 
 // ---------------------------------------------------------------- IQ4_XS

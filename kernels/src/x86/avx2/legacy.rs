@@ -322,9 +322,12 @@ unsafe fn lane(v: __m128, k: i32) -> __m256 {
     unsafe { _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(k)) }
 }
 
-/// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0. Four blocks
-/// per iteration: their four scale products come from one conversion and one
-/// multiply (the same f32 products as the scalar code).
+/// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0, in ggml's
+/// x86 order (`ggml_vec_dot_q8_0_q8_0` and the Q4_0 / Q5_0 twins, AVX2 path,
+/// also llamafile's tinyBLAS_Q0_AVX per output): one f32 accumulator, block
+/// by block `acc = fma(dx·dy, lanes, acc)`, then one horizontal sum. Four
+/// blocks per iteration share one scale conversion and one multiply (the
+/// same f32 products as the scalar code).
 ///
 /// # Safety
 /// The caller must have AVX2, FMA and F16C enabled.
@@ -333,41 +336,100 @@ unsafe fn dot_sym<B: SymBlock>(x: &[B], y: &[BlockQ8_0]) -> f32 {
     // SAFETY: every block access is through slices; intrinsics need only the
     // features the caller enables.
     unsafe {
+        let mut acc = _mm256_setzero_ps();
+        let mut xs = x.chunks_exact(4);
+        let mut ys = y.chunks_exact(4);
+        for (xq, yq) in (&mut xs).zip(&mut ys) {
+            let d = scale_products(xq, yq);
+            for k in 0..4 {
+                let p = dot_ss(xq[k].levels(), yq[k].levels());
+                acc = _mm256_fmadd_ps(lane(d, k as i32), p, acc);
+            }
+        }
+        for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
+            let d = _mm256_set1_ps(bx.scale() * by.scale());
+            acc = _mm256_fmadd_ps(d, dot_ss(bx.levels(), by.levels()), acc);
+        }
+        hsum_ps(acc)
+    }
+}
+
+/// The four `dx·dy` products of four block pairs.
+///
+/// # Safety
+/// The caller must have AVX2 and F16C enabled.
+#[inline(always)]
+unsafe fn scale_products<B: SymBlock>(xq: &[B], yq: &[BlockQ8_0]) -> __m128 {
+    // SAFETY: register-only intrinsics; the caller enables the features.
+    unsafe {
+        let f = halves8(
+            [
+                xq[0].d_bits(),
+                xq[1].d_bits(),
+                xq[2].d_bits(),
+                xq[3].d_bits(),
+            ],
+            [
+                yq[0].d_bits(),
+                yq[1].d_bits(),
+                yq[2].d_bits(),
+                yq[3].d_bits(),
+            ],
+        );
+        _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1))
+    }
+}
+
+/// [`dot_sym`] in the order of ggml's x86 `ggml_vec_dot_iq4_nl_q8_0`: block
+/// pairs into two accumulators (even, odd), their sum reduced once, then an
+/// odd last block added in scalar `sumf = fma(dx·dy, Σ, sumf)` (GCC contracts
+/// ggml's `sumf += d * sumi`).
+///
+/// # Safety
+/// The caller must have AVX2, FMA and F16C enabled.
+#[inline(always)]
+unsafe fn dot_sym_pairs<B: SymBlock>(x: &[B], y: &[BlockQ8_0]) -> f32 {
+    // SAFETY: every block access is through slices; intrinsics need only the
+    // features the caller enables.
+    unsafe {
         let mut acc = [_mm256_setzero_ps(); 2];
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            let f = halves8(
-                [
-                    xq[0].d_bits(),
-                    xq[1].d_bits(),
-                    xq[2].d_bits(),
-                    xq[3].d_bits(),
-                ],
-                [
-                    yq[0].d_bits(),
-                    yq[1].d_bits(),
-                    yq[2].d_bits(),
-                    yq[3].d_bits(),
-                ],
-            );
-            let d = _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
+            let d = scale_products(xq, yq);
             for k in 0..4 {
                 let p = dot_ss(xq[k].levels(), yq[k].levels());
                 acc[k & 1] = _mm256_fmadd_ps(lane(d, k as i32), p, acc[k & 1]);
             }
         }
-        for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
-            let d = _mm256_set1_ps(bx.scale() * by.scale());
-            acc[0] = _mm256_fmadd_ps(d, dot_ss(bx.levels(), by.levels()), acc[0]);
+        let (xr, yr) = (xs.remainder(), ys.remainder());
+        let pairs = xr.len() / 2 * 2;
+        for k in 0..pairs {
+            let d = _mm256_set1_ps(xr[k].scale() * yr[k].scale());
+            let p = dot_ss(xr[k].levels(), yr[k].levels());
+            acc[k & 1] = _mm256_fmadd_ps(d, p, acc[k & 1]);
         }
-        hsum_ps(_mm256_add_ps(acc[0], acc[1]))
+        let mut sum = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+        for (bx, by) in xr[pairs..].iter().zip(&yr[pairs..]) {
+            let lanes = _mm256_cvtps_epi32(dot_ss(bx.levels(), by.levels()));
+            let l = _mm_add_epi32(
+                _mm256_castsi256_si128(lanes),
+                _mm256_extracti128_si256(lanes, 1),
+            );
+            let l = _mm_add_epi32(l, _mm_unpackhi_epi64(l, l));
+            let l = _mm_add_epi32(l, _mm_shuffle_epi32(l, 1));
+            let sumi = _mm_cvtsi128_si32(l) as f32;
+            sum = (by.scale() * bx.scale()).mul_add(sumi, sum);
+        }
+        sum
     }
 }
 
-/// Σ_blocks dx·dy·(x·y) + mx·sy for min-offset weights against Q8_1, four
-/// blocks per iteration as [`dot_sym`]; the `m·s` terms go to a vector
-/// accumulator.
+/// Σ_blocks dx·dy·(x·y) + mx·sy for min-offset weights against Q8_1, in
+/// ggml's x86 order (`ggml_vec_dot_q4_1_q8_1` / `q5_1`, AVX2 path): one f32
+/// accumulator `acc = fma(dx·dy, lanes, acc)` block by block, the `m·s` terms
+/// summed in scalar block order (`summs = fma(m, s, summs)`: GCC contracts
+/// ggml's `summs += m * s`), result `hsum(acc) + summs`.
 ///
 /// # Safety
 /// The caller must have AVX2, FMA and F16C enabled.
@@ -376,49 +438,15 @@ unsafe fn dot_asym<B: AsymBlock>(x: &[B], y: &[BlockQ8_1]) -> f32 {
     // SAFETY: every block access is through slices; intrinsics need only the
     // features the caller enables.
     unsafe {
-        let mut acc = [_mm256_setzero_ps(); 2];
-        let mut mins = _mm_setzero_ps();
-        let mut xs = x.chunks_exact(4);
-        let mut ys = y.chunks_exact(4);
-        for (xq, yq) in (&mut xs).zip(&mut ys) {
-            let xb: [[u16; 2]; 4] = [
-                xq[0].dm_bits(),
-                xq[1].dm_bits(),
-                xq[2].dm_bits(),
-                xq[3].dm_bits(),
-            ];
-            let fx = halves8(
-                [xb[0][0], xb[1][0], xb[2][0], xb[3][0]],
-                [xb[0][1], xb[1][1], xb[2][1], xb[3][1]],
-            );
-            let yb = |k: usize| [yq[k].d.to_bits(), yq[k].s.to_bits()];
-            let yb = [yb(0), yb(1), yb(2), yb(3)];
-            let fy = halves8(
-                [yb[0][0], yb[1][0], yb[2][0], yb[3][0]],
-                [yb[0][1], yb[1][1], yb[2][1], yb[3][1]],
-            );
-            let d = _mm_mul_ps(_mm256_castps256_ps128(fx), _mm256_castps256_ps128(fy));
-            mins = _mm_fmadd_ps(
-                _mm256_extractf128_ps(fx, 1),
-                _mm256_extractf128_ps(fy, 1),
-                mins,
-            );
-            for k in 0..4 {
-                let ly = _mm256_loadu_si256(yq[k].qs.as_ptr().cast());
-                let p = dot_us(xq[k].levels(), ly);
-                acc[k & 1] = _mm256_fmadd_ps(lane(d, k as i32), p, acc[k & 1]);
-            }
-        }
-        let mut tail = 0f32;
-        for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = 0f32;
+        for (bx, by) in x.iter().zip(y) {
             let d = _mm256_set1_ps(bx.scale() * f16_to_f32(by.d));
             let ly = _mm256_loadu_si256(by.qs.as_ptr().cast());
-            acc[0] = _mm256_fmadd_ps(d, dot_us(bx.levels(), ly), acc[0]);
-            tail += bx.min() * f16_to_f32(by.s);
+            acc = _mm256_fmadd_ps(d, dot_us(bx.levels(), ly), acc);
+            summs = bx.min().mul_add(f16_to_f32(by.s), summs);
         }
-        let m = _mm_add_ps(mins, _mm_movehl_ps(mins, mins));
-        let m = _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-        hsum_ps(_mm256_add_ps(acc[0], acc[1])) + m + tail
+        hsum_ps(acc) + summs
     }
 }
 
@@ -471,7 +499,7 @@ block_dot!(
 block_dot!(
     vec_dot_iq4_nl,
     iq4_nl_avx2,
-    dot_sym,
+    dot_sym_pairs,
     BlockIq4Nl,
     18,
     BlockQ8_0,
@@ -534,23 +562,151 @@ unsafe fn dot_by8(
     }
 }
 
+/// Σ a·b in the order of ggml's `ggml_vec_dot_f32` as llama.cpp's x86
+/// builds compile it on AVX-512 hosts (the oracle's order; `GGML_F32_STEP`
+/// 64, 16 lanes): four 16-lane accumulators (here two 8-lane halves each)
+/// take fused products over blocks of 64, are folded `(s0+s2) + (s1+s3)` and
+/// reduced as `_mm512_reduce_add_ps`; the `n % 64` leftovers are added in
+/// order as GCC compiled ggml's `sumf += x[i]*y[i]`: rounded products
+/// (16-wide, then 8-wide) then fused multiply-adds for the last `n % 8`.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f32_avx2(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
     // SAFETY: reads the 8 floats at i..i+8, bounds-checked by the slice index.
     let load = |s: &[f32], i: usize| unsafe { _mm256_loadu_ps(s[i..i + 8].as_ptr()) };
-    // SAFETY: this function has AVX2 and FMA enabled; loads are bounds-checked.
-    unsafe { dot_by8(a.len(), |i| load(a, i), |i| load(b, i), |j| a[j] * b[j]) }
+    let np = n - n % 64;
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut i = 0;
+    while i < np {
+        for (r, ar) in acc.iter_mut().enumerate() {
+            for (h, a8) in ar.iter_mut().enumerate() {
+                let o = i + 16 * r + 8 * h;
+                *a8 = _mm256_fmadd_ps(load(a, o), load(b, o), *a8);
+            }
+        }
+        i += 64;
+    }
+    let fold = |h: usize| {
+        _mm256_add_ps(
+            _mm256_add_ps(acc[0][h], acc[2][h]),
+            _mm256_add_ps(acc[1][h], acc[3][h]),
+        )
+    };
+    // SAFETY: register-only intrinsics; AVX is enabled here.
+    let mut sum = unsafe { hsum_ps(_mm256_add_ps(fold(1), fold(0))) };
+    let fused_from = n - (n - np) % 8;
+    for j in np..fused_from {
+        sum += a[j] * b[j];
+    }
+    for j in fused_from..n {
+        sum = a[j].mul_add(b[j], sum);
+    }
+    sum
 }
 
+/// One output of llamafile's F32 tinyBLAS as llama.cpp's x86 builds compile
+/// it on AVX-512 hosts: 16 lanes (here two 8-lane halves), lane `l` taking
+/// fused `a_i·b_i` for `i ≡ l (mod 16)` in order, then
+/// `_mm512_reduce_add_ps`. `n % 16 == 0` (ggml's condition for this path);
+/// a ragged tail, never passed by `matmul`, is added in order.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f32_gemm_avx2(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    // SAFETY: reads the 8 floats at i..i+8, bounds-checked by the slice index.
+    let load = |s: &[f32], i: usize| unsafe { _mm256_loadu_ps(s[i..i + 8].as_ptr()) };
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let whole = n - n % 16;
+    for i in (0..whole).step_by(16) {
+        lo = _mm256_fmadd_ps(load(a, i), load(b, i), lo);
+        hi = _mm256_fmadd_ps(load(a, i + 8), load(b, i + 8), hi);
+    }
+    // SAFETY: register-only intrinsics; AVX is enabled here.
+    let mut sum = unsafe { hsum_ps(_mm256_add_ps(hi, lo)) };
+    for j in whole..n {
+        sum += a[j] * b[j];
+    }
+    sum
+}
+
+fn gemm_dot_f32(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let (a, b): (&[f32], &[f32]) = (as_blocks(&w[..n * 4]), as_blocks(&act[..n * 4]));
+    // SAFETY: handed out by `gemm_f32_fn` only when `Isa::Avx2.available()`.
+    unsafe { f32_gemm_avx2(a, b) }
+}
+
+/// The batched-product F32 dot (see `f32_gemm_avx2`), when the host has AVX2.
+pub fn gemm_f32_fn() -> Option<VecDotFn> {
+    Isa::Avx2.available().then_some(gemm_dot_f32 as VecDotFn)
+}
+
+/// Σ a·b of f16 rows in the order of ggml's `ggml_vec_dot_f16` on AVX-512
+/// hosts (as [`f32_avx2`] on the exactly converted values, but the
+/// `n % 64` leftovers are rounded products added in f64, `ggml_float`).
 #[target_feature(enable = "avx2,fma,f16c")]
 fn f16_avx2(a: &[f16], b: &[f16]) -> f32 {
+    let n = a.len().min(b.len());
     // SAFETY: reads the 8 halves at i..i+8, bounds-checked by the slice index.
     let load = |s: &[f16], i: usize| unsafe {
         _mm256_cvtph_ps(_mm_loadu_si128(s[i..i + 8].as_ptr().cast()))
     };
-    let tail = |j: usize| a[j].to_f32() * b[j].to_f32();
-    // SAFETY: this function has AVX2, FMA and F16C enabled; loads are bounds-checked.
-    unsafe { dot_by8(a.len(), |i| load(a, i), |i| load(b, i), tail) }
+    let np = n - n % 64;
+    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+    let mut i = 0;
+    while i < np {
+        for (r, ar) in acc.iter_mut().enumerate() {
+            for (h, a8) in ar.iter_mut().enumerate() {
+                let o = i + 16 * r + 8 * h;
+                *a8 = _mm256_fmadd_ps(load(a, o), load(b, o), *a8);
+            }
+        }
+        i += 64;
+    }
+    let fold = |h: usize| {
+        _mm256_add_ps(
+            _mm256_add_ps(acc[0][h], acc[2][h]),
+            _mm256_add_ps(acc[1][h], acc[3][h]),
+        )
+    };
+    // SAFETY: register-only intrinsics; AVX is enabled here.
+    let mut sum = unsafe { hsum_ps(_mm256_add_ps(fold(1), fold(0))) } as f64;
+    for j in np..n {
+        sum += (a[j].to_f32() * b[j].to_f32()) as f64;
+    }
+    sum as f32
+}
+
+/// One output of llamafile's F16 tinyBLAS (AVX-512 build): as
+/// [`f32_gemm_avx2`] on the converted values.
+#[target_feature(enable = "avx2,fma,f16c")]
+fn f16_gemm_avx2(a: &[f16], b: &[f16]) -> f32 {
+    let n = a.len().min(b.len());
+    // SAFETY: reads the 8 halves at i..i+8, bounds-checked by the slice index.
+    let load = |s: &[f16], i: usize| unsafe {
+        _mm256_cvtph_ps(_mm_loadu_si128(s[i..i + 8].as_ptr().cast()))
+    };
+    let (mut lo, mut hi) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let whole = n - n % 16;
+    for i in (0..whole).step_by(16) {
+        lo = _mm256_fmadd_ps(load(a, i), load(b, i), lo);
+        hi = _mm256_fmadd_ps(load(a, i + 8), load(b, i + 8), hi);
+    }
+    // SAFETY: register-only intrinsics; AVX is enabled here.
+    let mut sum = unsafe { hsum_ps(_mm256_add_ps(hi, lo)) };
+    for j in whole..n {
+        sum += a[j].to_f32() * b[j].to_f32();
+    }
+    sum
+}
+
+fn gemm_dot_f16(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let (a, b): (&[f16], &[f16]) = (as_blocks(&w[..n * 2]), as_blocks(&act[..n * 2]));
+    // SAFETY: handed out by `gemm_f16_fn` only when `Isa::Avx2.available()`.
+    unsafe { f16_gemm_avx2(a, b) }
+}
+
+/// The batched-product F16 dot (see `f16_gemm_avx2`), when the host has AVX2.
+pub fn gemm_f16_fn() -> Option<VecDotFn> {
+    Isa::Avx2.available().then_some(gemm_dot_f16 as VecDotFn)
 }
 
 /// bf16 → f32 of 8 values: the bits shifted into the high half.
