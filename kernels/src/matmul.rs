@@ -105,6 +105,12 @@ impl<'a> QMatrix<'a> {
         &self.data[o * self.row_bytes..(o + 1) * self.row_bytes]
     }
 
+    /// Bytes of the `count` weight rows starting at row `o`.
+    #[inline]
+    pub fn rows(&self, o: usize, count: usize) -> &'a [u8] {
+        &self.data[o * self.row_bytes..(o + count) * self.row_bytes]
+    }
+
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
     }
@@ -151,6 +157,12 @@ impl<'a> QActs<'a> {
     #[inline]
     pub fn row(&self, t: usize) -> &'a [u8] {
         &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+
+    /// Bytes of the `count` activation rows starting at row `t`.
+    #[inline]
+    pub fn rows(&self, t: usize, count: usize) -> &'a [u8] {
+        &self.data[t * self.row_bytes..(t + count) * self.row_bytes]
     }
 }
 
@@ -264,6 +276,45 @@ pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     }
 }
 
+/// `out[i * out_stride + t] = W[o + i] · x[t0 + t]` for `i < w_rows`,
+/// `t < act_rows`: the tier's multi-row kernel when it has one for `w.ty`,
+/// else one `vec_dot` per pair. Both give the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_block(
+    kt: &KernelTable,
+    w: &QMatrix,
+    o: usize,
+    w_rows: usize,
+    x: &QActs,
+    t0: usize,
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let n = w.n_in;
+    match kt.gemm(w.ty) {
+        Some(g) => g(
+            n,
+            w.rows(o, w_rows),
+            w_rows,
+            x.rows(t0, act_rows),
+            act_rows,
+            out,
+            out_stride,
+        ),
+        None => {
+            let dot = kt.vec_dot(w.ty);
+            for i in 0..w_rows {
+                let wr = w.row(o + i);
+                let yo = &mut out[i * out_stride..i * out_stride + act_rows];
+                for (t, y) in yo.iter_mut().enumerate() {
+                    *y = dot(n, wr, x.row(t0 + t));
+                }
+            }
+        }
+    }
+}
+
 /// Floats of scratch [`matmul`] needs for `rows` activation rows.
 pub fn matmul_tile_len(rows: usize) -> usize {
     ROW_BLOCK * rows
@@ -289,8 +340,6 @@ pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &
         matmul_tile_len(rows),
         tile.len()
     );
-    let dot = kt.vec_dot(w.ty);
-    let n = w.n_in;
     let per_task = rows_per_task(w.n_out);
     let mut o0 = 0;
     while o0 < w.n_out {
@@ -304,13 +353,7 @@ pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &
             let n_rows = ys.len() / rows;
             for t0 in (0..rows).step_by(ACT_TILE) {
                 let t1 = (t0 + ACT_TILE).min(rows);
-                for i in 0..n_rows {
-                    let wr = w.row(first + i);
-                    let yo = &mut ys[i * rows + t0..i * rows + t1];
-                    for (y, t) in yo.iter_mut().zip(t0..t1) {
-                        *y = dot(n, wr, x.row(t));
-                    }
-                }
+                dot_block(kt, w, first, n_rows, x, t0, t1 - t0, &mut ys[t0..], rows);
             }
         };
         if nb <= per {
@@ -373,3 +416,7 @@ pub fn expert_gather(
 #[cfg(test)]
 #[path = "matmul_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "gemm_tests.rs"]
+mod gemm_tests;
