@@ -15,10 +15,16 @@
 //! - [`matmul`]: many activation rows. Each task owns a chunk of weight rows
 //!   and, per tile of [`ACT_TILE`] activation rows, reads each of its weight
 //!   rows once (from memory on the first tile, from cache after) and dots it
-//!   with every activation row of the tile. Results land in a caller-provided
-//!   `[o][t]` tile that is then transposed into `y[t][o]`.
+//!   with every activation row of the tile ([`dot_block`]: the tier's
+//!   multi-row `GemmFn` when it has one for the type, which equals the
+//!   per-pair `vec_dot` bit for bit, else one `vec_dot` per pair). Results
+//!   land in a caller-provided `[o][t]` tile that is then transposed into
+//!   `y[t][o]`. A row of a batch therefore gets exactly what [`matvec`] gives
+//!   it alone (speculative verify == single-token decode).
 //! - [`expert_gather`]: row `r` of the activations is multiplied by its own
-//!   expert's matrix (`expert_of[r]`), all rows in one parallel region.
+//!   expert's matrix (`expert_of[r]`), all rows in one parallel region (one
+//!   `vec_dot` per pair: the model uses it only when experts are hardly
+//!   shared; shared experts go through [`matmul`]).
 //!
 //! No allocation happens inside the products: scratch comes from the caller.
 
