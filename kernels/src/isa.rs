@@ -10,6 +10,19 @@ use crate::{scalar, GgmlType};
 /// Dot product of `n` weights (raw bytes of the weight type) with `n`
 /// activations in the weight type's `vec_dot_type()` layout.
 pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
+/// Many dot products at once: `w_rows` contiguous weight rows (`w`) against
+/// `act_rows` contiguous activation rows (`act`), all of `n` elements, into
+/// `out[i * out_stride + t] = vec_dot(n, w_i, act_t)`. A tier's kernel equals
+/// that tier's `VecDotFn` bit for bit on every output.
+pub type GemmFn = fn(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+);
 /// Quantises an f32 activation row into an activation type (Q8_0, Q8_1, Q8_K,
 /// F16, BF16, F32); `dst` is exactly `row_bytes(src.len())` long.
 pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
@@ -118,6 +131,7 @@ impl fmt::Display for Isa {
 pub struct KernelTable {
     pub isa: Isa,
     vec_dot: [VecDotFn; GgmlType::ALL.len()],
+    gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     quantize: [QuantizeFn; GgmlType::ALL.len()],
     gemm_f32: VecDotFn,
     gemm_f16: VecDotFn,
@@ -240,6 +254,18 @@ fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
+/// Tier-specific multi-row kernels (`None`: callers loop over `vec_dot`).
+fn tier_gemm_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::x86::avx512::gemm::gemm_fn(ty),
+        _ => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
 fn tier_quantize(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Scalar => None,
@@ -264,6 +290,7 @@ impl KernelTable {
             isa,
             vec_dot: GgmlType::ALL
                 .map(|t| tier_vec_dot(isa, t).unwrap_or_else(|| scalar_vec_dot(t))),
+            gemm: GgmlType::ALL.map(|t| tier_gemm_rows(isa, t)),
             quantize: GgmlType::ALL
                 .map(|t| tier_quantize(isa, t).unwrap_or_else(|| scalar_quantize(t))),
             gemm_f32: tier_gemm(isa, GgmlType::F32)
@@ -353,6 +380,25 @@ impl KernelTable {
     #[inline]
     pub fn vec_dot(&self, ty: GgmlType) -> VecDotFn {
         self.vec_dot[type_index(ty)]
+    }
+
+    /// The multi-row kernel for a batch whose every output is the plain
+    /// `vec_dot` of this tier ([`KernelTable::batch_dot`] is `vec_dot`): not
+    /// in llama.cpp batch order, not on weights ggml repacks. `None` elsewhere,
+    /// so a batch row always equals the single-token row bit for bit.
+    pub fn gemm_for_batch(&self, ty: GgmlType, n_out: usize) -> Option<GemmFn> {
+        let repacked = self.repacked[type_index(ty)].is_some() && n_out.is_multiple_of(8);
+        if self.ggml_batch || repacked {
+            return None;
+        }
+        self.gemm(ty)
+    }
+
+    /// The tier's multi-row kernel for weight type `ty`, when it has one
+    /// (bit-identical to looping over [`KernelTable::vec_dot`]).
+    #[inline]
+    pub fn gemm(&self, ty: GgmlType) -> Option<GemmFn> {
+        self.gemm[type_index(ty)]
     }
 
     /// The quantiser into activation type `act_ty` (a `vec_dot_type()`).

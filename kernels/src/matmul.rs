@@ -15,10 +15,16 @@
 //! - [`matmul`]: many activation rows. Each task owns a chunk of weight rows
 //!   and, per tile of [`ACT_TILE`] activation rows, reads each of its weight
 //!   rows once (from memory on the first tile, from cache after) and dots it
-//!   with every activation row of the tile. Results land in a caller-provided
-//!   `[o][t]` tile that is then transposed into `y[t][o]`.
+//!   with every activation row of the tile ([`dot_block`]: the tier's
+//!   multi-row `GemmFn` when it has one for the type, which equals the
+//!   per-pair `vec_dot` bit for bit, else one `vec_dot` per pair). Results
+//!   land in a caller-provided `[o][t]` tile that is then transposed into
+//!   `y[t][o]`. A row of a batch therefore gets exactly what [`matvec`] gives
+//!   it alone (speculative verify == single-token decode).
 //! - [`expert_gather`]: row `r` of the activations is multiplied by its own
-//!   expert's matrix (`expert_of[r]`), all rows in one parallel region.
+//!   expert's matrix (`expert_of[r]`), all rows in one parallel region (one
+//!   `vec_dot` per pair: the model uses it only when experts are hardly
+//!   shared; shared experts go through [`matmul`]).
 //!
 //! No allocation happens inside the products: scratch comes from the caller.
 
@@ -106,6 +112,12 @@ impl<'a> QMatrix<'a> {
         &self.data[o * self.row_bytes..(o + 1) * self.row_bytes]
     }
 
+    /// Bytes of the `count` weight rows starting at row `o`.
+    #[inline]
+    pub fn rows(&self, o: usize, count: usize) -> &'a [u8] {
+        &self.data[o * self.row_bytes..(o + count) * self.row_bytes]
+    }
+
     pub fn row_bytes(&self) -> usize {
         self.row_bytes
     }
@@ -152,6 +164,12 @@ impl<'a> QActs<'a> {
     #[inline]
     pub fn row(&self, t: usize) -> &'a [u8] {
         &self.data[t * self.row_bytes..(t + 1) * self.row_bytes]
+    }
+
+    /// Bytes of the `count` activation rows starting at row `t`.
+    #[inline]
+    pub fn rows(&self, t: usize, count: usize) -> &'a [u8] {
+        &self.data[t * self.row_bytes..(t + count) * self.row_bytes]
     }
 }
 
@@ -265,6 +283,45 @@ pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     }
 }
 
+/// `out[i * out_stride + t] = W[o + i] · x[t0 + t]` for `i < w_rows`,
+/// `t < act_rows`: the tier's multi-row kernel when it has one for `w.ty`,
+/// else one `vec_dot` per pair. Both give the same bits.
+#[allow(clippy::too_many_arguments)]
+pub fn dot_block(
+    kt: &KernelTable,
+    w: &QMatrix,
+    o: usize,
+    w_rows: usize,
+    x: &QActs,
+    t0: usize,
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let n = w.n_in;
+    match kt.gemm(w.ty) {
+        Some(g) => g(
+            n,
+            w.rows(o, w_rows),
+            w_rows,
+            x.rows(t0, act_rows),
+            act_rows,
+            out,
+            out_stride,
+        ),
+        None => {
+            let dot = kt.vec_dot(w.ty);
+            for i in 0..w_rows {
+                let wr = w.row(o + i);
+                let yo = &mut out[i * out_stride..i * out_stride + act_rows];
+                for (t, y) in yo.iter_mut().enumerate() {
+                    *y = dot(n, wr, x.row(t0 + t));
+                }
+            }
+        }
+    }
+}
+
 /// Floats of scratch [`matmul`] needs for `rows` activation rows.
 pub fn matmul_tile_len(rows: usize) -> usize {
     ROW_BLOCK * rows
@@ -324,6 +381,11 @@ fn matmul_with(
         tile.len()
     );
     let n = w.n_in;
+    let rows_kernel = if split == rows {
+        kt.gemm_for_batch(w.ty, w.n_out)
+    } else {
+        None
+    };
     let per_task = rows_per_task(w.n_out);
     let mut o0 = 0;
     while o0 < w.n_out {
@@ -337,12 +399,21 @@ fn matmul_with(
             let n_rows = ys.len() / rows;
             for t0 in (0..rows).step_by(ACT_TILE) {
                 let t1 = (t0 + ACT_TILE).min(rows);
-                for i in 0..n_rows {
-                    let wr = w.row(first + i);
-                    let yo = &mut ys[i * rows + t0..i * rows + t1];
-                    for (y, t) in yo.iter_mut().zip(t0..t1) {
-                        let f = if t < split { dot } else { dot_tail };
-                        *y = f(n, wr, x.row(t));
+                match rows_kernel {
+                    // Same per-output arithmetic as `dot` (see `gemm_for_batch`).
+                    Some(g) => {
+                        let (wr, xr) = (w.rows(first, n_rows), x.rows(t0, t1 - t0));
+                        g(n, wr, n_rows, xr, t1 - t0, &mut ys[t0..], rows);
+                    }
+                    None => {
+                        for i in 0..n_rows {
+                            let wr = w.row(first + i);
+                            let yo = &mut ys[i * rows + t0..i * rows + t1];
+                            for (y, t) in yo.iter_mut().zip(t0..t1) {
+                                let f = if t < split { dot } else { dot_tail };
+                                *y = f(n, wr, x.row(t));
+                            }
+                        }
                     }
                 }
             }
@@ -416,3 +487,7 @@ pub fn expert_gather(
 #[cfg(test)]
 #[path = "matmul_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "gemm_tests.rs"]
+mod gemm_tests;

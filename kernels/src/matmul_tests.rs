@@ -5,10 +5,10 @@ use super::*;
 use crate::{scalar, Isa};
 
 /// splitmix64, uniform in [-1, 1).
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> f32 {
+    pub(super) fn next(&mut self) -> f32 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -19,21 +19,21 @@ impl Rng {
 }
 
 /// 4-byte aligned bytes (block structs hold f16/f32 fields).
-struct Buf(Vec<u32>, usize);
+pub(super) struct Buf(Vec<u32>, usize);
 
 impl Buf {
-    fn new(len: usize) -> Buf {
+    pub(super) fn new(len: usize) -> Buf {
         Buf(vec![0; len.div_ceil(4)], len)
     }
-    fn bytes(&self) -> &[u8] {
+    pub(super) fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.0)[..self.1]
     }
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
         &mut bytemuck::cast_slice_mut(&mut self.0)[..self.1]
     }
 }
 
-const TYPES: [GgmlType; 13] = [
+pub(super) const TYPES: [GgmlType; 13] = [
     GgmlType::Q8_0,
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -50,7 +50,7 @@ const TYPES: [GgmlType; 13] = [
 ];
 
 /// `rows` quantized rows of `n` random elements of `ty`, and their f32 values.
-fn quantized(ty: GgmlType, n: usize, rows: usize, rng: &mut Rng) -> (Buf, Vec<f32>) {
+pub(super) fn quantized(ty: GgmlType, n: usize, rows: usize, rng: &mut Rng) -> (Buf, Vec<f32>) {
     let rb = ty.row_bytes(n as u64).unwrap() as usize;
     let mut buf = Buf::new(rb * rows);
     let mut deq = vec![0.0f32; n * rows];
@@ -92,7 +92,13 @@ fn check(ty: GgmlType, got: &[f32], w: &[f32], x: &[f32], n: usize, n_out: usize
 }
 
 /// Activations `rows x n` converted into `ty.vec_dot_type()`, and their values.
-fn acts(kt: &KernelTable, ty: GgmlType, n: usize, rows: usize, rng: &mut Rng) -> (Buf, Vec<f32>) {
+pub(super) fn acts(
+    kt: &KernelTable,
+    ty: GgmlType,
+    n: usize,
+    rows: usize,
+    rng: &mut Rng,
+) -> (Buf, Vec<f32>) {
     let at = ty.vec_dot_type();
     let x: Vec<f32> = (0..n * rows).map(|_| rng.next()).collect();
     let mut buf = Buf::new(at.row_bytes(n as u64).unwrap() as usize * rows);
@@ -109,7 +115,7 @@ fn acts(kt: &KernelTable, ty: GgmlType, n: usize, rows: usize, rng: &mut Rng) ->
     (buf, deq)
 }
 
-fn pool(threads: usize) -> rayon::ThreadPool {
+pub(super) fn pool(threads: usize) -> rayon::ThreadPool {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()

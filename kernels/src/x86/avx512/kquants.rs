@@ -131,7 +131,7 @@ fn hsum128(v: __m128) -> f32 {
 /// 32-bit mask arithmetic done on all four words at once.
 #[inline]
 #[target_feature(enable = "avx512f,avx512vl,avx2")]
-fn k4_unpack(s: __m128i) -> __m128i {
+pub(crate) fn k4_unpack(s: __m128i) -> __m128i {
     // Low parts: sc0..3 = s[0..4] & 63, sc4..7 = s[8..12] & 15,
     // m0..3 = s[4..8] & 63, m4..7 = s[8..12] >> 4.
     let lo = _mm_shuffle_epi8(
@@ -178,7 +178,7 @@ fn k4_mins(acc_m: __m256, dmin: __m256, v16: __m256i, bsums: &[i16; 16]) -> __m2
 /// bytes (and four bytes of what follows, ignored).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn k4_scale_bytes<B: bytemuck::Pod>(b: &B) -> __m128i {
+pub(crate) fn k4_scale_bytes<B: bytemuck::Pod>(b: &B) -> __m128i {
     let bytes: &[u8] = bytemuck::bytes_of(b);
     load_u8_128(bytes[4..20].try_into().unwrap())
 }

@@ -99,7 +99,7 @@ pub fn quantize_fn(_act_ty: GgmlType) -> Option<QuantizeFn> {
 /// # Safety
 /// The caller must have AVX-512F enabled.
 #[inline(always)]
-unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
+pub(crate) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }
@@ -120,7 +120,7 @@ unsafe fn halves(a: f32, b: f32) -> __m512 {
 /// # Safety
 /// The caller must have AVX-512F enabled.
 #[inline(always)]
-unsafe fn spread4(d: __m128) -> (__m512, __m512) {
+pub(crate) unsafe fn spread4(d: __m128) -> (__m512, __m512) {
     // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
     unsafe {
         let z = _mm512_castps128_ps512(d);
@@ -168,7 +168,7 @@ unsafe fn dot_ss<const VNNI: bool>(x: __m512i, y: __m512i) -> __m512 {
 /// # Safety
 /// As [`dot_sym`].
 #[inline(always)]
-unsafe fn pair_sym<B: SymBlock, const VNNI: bool>(
+pub(crate) unsafe fn pair_sym<B: SymBlock, const VNNI: bool>(
     x: [&B; 2],
     y: [&BlockQ8_0; 2],
     second: f32,

@@ -5,6 +5,7 @@
 use crate::isa::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
+pub mod gemm;
 pub mod kquants;
 pub mod legacy;
 pub mod lowbit;

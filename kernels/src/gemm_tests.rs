@@ -1,0 +1,111 @@
+//! The multi-row kernels (`KernelTable::gemm`, through [`dot_block`] and
+//! [`matmul`]) against the one-row `vec_dot` of the same tier: every output
+//! must be the same bits, at shapes that are not multiples of the kernel's
+//! column group, and at lengths that hit every remainder path.
+
+use super::tests::{acts, pool, quantized, Rng, TYPES};
+use super::*;
+use crate::Isa;
+
+/// Lengths in blocks of `ty`: 1, 2, 3, 5, 7, 9 and 17 blocks (the
+/// 32-element kernels step four blocks at a time, then a pair, then one).
+fn lengths(ty: GgmlType) -> Vec<usize> {
+    [1, 2, 3, 5, 7, 9, 17].map(|b| b * ty.block_size()).to_vec()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|y| y.to_bits()).collect()
+}
+
+#[test]
+fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            let dot = kt.vec_dot(ty);
+            for n in lengths(ty) {
+                let mut rng = Rng(n as u64 * 31 + ty.id() as u64);
+                let w_rows = 5;
+                let (wb, _) = quantized(ty, n, w_rows, &mut rng);
+                let m = QMatrix::new(ty, n, w_rows, wb.bytes()).unwrap();
+                let max_t = 9;
+                let (xb, _) = acts(&kt, ty, n, max_t, &mut rng);
+                let x = QActs::new(ty.vec_dot_type(), n, max_t, xb.bytes()).unwrap();
+                for (o, rows_w) in [(0, 1), (1, 2), (0, 5), (2, 3)] {
+                    for (t0, cols) in [(0, 1), (1, 2), (0, 3), (2, 4), (0, 5), (1, 7), (0, 9)] {
+                        let stride = cols + 3;
+                        let mut out = vec![f32::NAN; rows_w * stride];
+                        dot_block(&kt, &m, o, rows_w, &x, t0, cols, &mut out, stride);
+                        for i in 0..rows_w {
+                            for t in 0..stride {
+                                let got = out[i * stride + t];
+                                if t >= cols {
+                                    assert!(got.is_nan(), "{isa} {ty} wrote past its columns");
+                                    continue;
+                                }
+                                let want = dot(n, m.row(o + i), x.row(t0 + t));
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{isa} {ty} n={n} {rows_w}x{cols} at ({o},{t0}): \
+                                     out ({i},{t}) {got} vs vec_dot {want}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_avx512_tier_has_multi_row_kernels_for_q4_k_and_q8_0() {
+    if !(Isa::Avx512.available() && std::is_x86_feature_detected!("avx512vnni")) {
+        eprintln!("*** SKIPPING: no AVX512-VNNI, the gemm kernels are not exercised ***");
+        return;
+    }
+    let kt = KernelTable::new(Isa::Avx512);
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::IQ4_NL,
+    ] {
+        assert!(kt.gemm(ty).is_some(), "{ty}");
+    }
+    assert!(KernelTable::new(Isa::Scalar).gemm(GgmlType::Q4_K).is_none());
+}
+
+#[test]
+fn matmul_equals_single_row_decode_bit_for_bit_for_every_type_and_tier() {
+    // What the speculative verify batch relies on: a batch of rows gives
+    // each row exactly what one-token decode (matvec) gives it.
+    let n_out = 37;
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            let n = 2 * ty.block_size().max(256) + ty.block_size();
+            let mut rng = Rng(500 + ty.id() as u64);
+            let (wb, _) = quantized(ty, n, n_out, &mut rng);
+            let m = QMatrix::new(ty, n, n_out, wb.bytes()).unwrap();
+            for rows in [2usize, 3, ACT_TILE + 5] {
+                let (xb, _) = acts(&kt, ty, n, rows, &mut rng);
+                let x = QActs::new(ty.vec_dot_type(), n, rows, xb.bytes()).unwrap();
+                let mut out = vec![f32::NAN; rows * n_out];
+                let mut tile = vec![0.0; matmul_tile_len(rows)];
+                pool(2).install(|| matmul(&kt, &m, &x, &mut out, &mut tile));
+                let mut one = vec![f32::NAN; n_out];
+                for t in 0..rows {
+                    matvec_serial(&kt, &m, x.row(t), &mut one);
+                    assert_eq!(
+                        bits(&out[t * n_out..(t + 1) * n_out]),
+                        bits(&one),
+                        "{isa} {ty} rows={rows} row {t}"
+                    );
+                }
+            }
+        }
+    }
+}
