@@ -69,6 +69,7 @@ def main():
     p.add_argument("-n", type=int, default=128)
     p.add_argument("-t", type=int, default=2)
     p.add_argument("--ctx", type=int, default=512, help="perplexity window")
+    p.add_argument("--no-ppl", action="store_true", help="skip the perplexity run")
     a = p.parse_args()
     data = Path(a.data)
     prompts = json.loads((data / "heldout_prompts.json").read_text())[: a.prompts]
@@ -83,15 +84,18 @@ def main():
         identical += same
         fixed.append(f)
         adaptive.append(ad)
-    ppl = subprocess.run([a.clover, "perplexity", "-m", a.model, "-f", str(data / "heldout.txt"),
-                          "-c", str(a.ctx), "-t", str(a.t)], check=True, capture_output=True,
-                         text=True).stdout
-    m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", ppl)
+    ppl_report = None
+    if not a.no_ppl:
+        ppl = subprocess.run([a.clover, "perplexity", "-m", a.model, "-f",
+                              str(data / "heldout.txt"), "-c", str(a.ctx), "-t", str(a.t)],
+                             check=True, capture_output=True, text=True).stdout
+        m = re.search(r"Final estimate: PPL = ([0-9.]+) \+/- ([0-9.]+)", ppl)
+        ppl_report = {"ctx": a.ctx, "ppl": float(m.group(1)), "err": float(m.group(2))}
     report = {
         "prompts": len(prompts),
         "n_predict": a.n,
         "outputs_identical_to_plain_greedy": f"{identical}/{len(prompts)}",
-        "heldout_perplexity": {"ctx": a.ctx, "ppl": float(m.group(1)), "err": float(m.group(2))},
+        "heldout_perplexity": ppl_report,
         "draft_self_fixed_15": spec_summary(fixed),
         "draft_self_adaptive": spec_summary(adaptive),
         "sample_output": {"prompt": prompts[0], "text": fixed[0]["text"]},

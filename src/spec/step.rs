@@ -47,6 +47,10 @@ impl<D: Drafter + Send> Step for SpecStep<D> {
                 spec.iterate(model, state, sampler, drafter, history, remaining, out)
             })
             .map_err(|e| EngineError::Options(format!("speculative step: {e}")))?;
+        // The loop counters `generate` keeps (emitted tokens, loop time), so the
+        // report's tokens per forward and speed-up are filled in here too.
+        spec.stats.tokens_emitted += out.len() as u64;
+        spec.stats.total_ns += t0.elapsed().as_nanos() as u64;
         let anchor = *history.last().ok_or(EngineError::EmptyPrompt)?;
         let mut committed = vec![anchor];
         committed.extend_from_slice(&out[..out.len() - 1]);
