@@ -175,7 +175,9 @@ fn bad_flags_and_files_fail_with_one_line() {
     let cases: [&[&str]; 5] = [
         &["bench", "-m", "/nonexistent/model.gguf", "-r", "1"],
         &["bench", "--bogus"],
-        &["bench"],
+        // Without -m, bench runs the built-in default model (as llama-bench
+        // has a default model path); -m without a value is an error.
+        &["bench", "-m"],
         &["bench", "-m", "x.gguf", "-p", "abc"],
         &["bench", "-m", "x.gguf", "-o", "csv"],
     ];
@@ -219,4 +221,57 @@ fn membw_mode_needs_no_model() {
     ]));
     assert!(out.starts_with("membw: read "), "{out}");
     assert!(out.contains("GB/s"), "{out}");
+}
+
+#[test]
+fn spec_type_runs_greedy_and_draft_self_tg_rows_with_the_same_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("clover.gguf");
+    let out = clover(&[
+        "synth",
+        "--arch",
+        "clover_moe",
+        "--preset",
+        "tiny",
+        "-o",
+        p.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let out = clover(&[
+        "bench",
+        "-m",
+        p.to_str().unwrap(),
+        "-p",
+        "0",
+        "-n",
+        "12",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "--spec-type",
+        "none,draft-self",
+        "--spec-fixed",
+        "--spec-draft-n-max",
+        "4",
+        "--gen-prompt",
+        "The quick brown fox",
+    ]);
+    let table = stdout(&out);
+    let names: Vec<String> = rows(&table).into_iter().map(|(t, _)| t).collect();
+    assert_eq!(names, ["tg12 greedy", "tg12 draft-self"], "{table}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec: acceptance by position"), "{err}");
+    assert!(
+        err.contains("tg12 draft-self: speed-up over greedy"),
+        "{err}"
+    );
+    assert!(err.contains("tokens identical"), "{err}");
+}
+
+#[test]
+fn spec_type_draft_self_on_a_qwen35moe_file_fails_with_one_line() {
+    let out = bench(&["-p", "0", "-n", "4", "--spec-type", "draft-self"]);
+    let line = assert_one_line_failure(&out);
+    assert!(line.contains("draft-self"), "{line}");
 }

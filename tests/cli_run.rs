@@ -371,17 +371,18 @@ fn chat_without_a_model_writes_and_uses_the_default_model_in_the_cache_dir() {
     let first = chat_lines(&args, &envs, "hello\n");
     let err = String::from_utf8_lossy(&first.stderr);
     assert!(first.status.success(), "{err}");
+    let bytes = clover::engine::default_model::MODEL_BYTES;
     let file = cache
         .path()
         .join("clover")
-        .join("synthetic-clover_moe-small-q8_0-seed35.gguf");
+        .join(clover::engine::default_model::file_name(bytes));
     assert!(file.is_file(), "{err}");
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), bytes.len() as u64);
     assert!(err.contains("wrote the default model"), "{err}");
     assert!(
-        err.contains("default model: random-weight synthetic clover_moe (small); pass -m FILE"),
+        err.contains("default model: clover-tiny-kjv, a 6M-parameter clover_moe trained on the King James Bible; pass -m FILE"),
         "{err}"
     );
-    assert!(err.contains("for a real model; generated at "), "{err}");
     let entries = std::fs::read_dir(cache.path().join("clover"))
         .unwrap()
         .count();
@@ -393,4 +394,32 @@ fn chat_without_a_model_writes_and_uses_the_default_model_in_the_cache_dir() {
     assert!(!err2.contains("wrote the default model"), "{err2}");
     assert_eq!(first.stdout, second.stdout);
     assert!(!first.stdout.is_empty());
+}
+
+#[test]
+fn run_without_a_model_uses_the_default_model() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args([
+            "run",
+            "-p",
+            "In the beginning",
+            "-n",
+            "6",
+            "--temp",
+            "0",
+            "-t",
+            "1",
+            "--json",
+        ])
+        .env("XDG_CACHE_HOME", cache.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = summary(&out);
+    assert_eq!(ids(&s["generated_tokens"]).len(), 6, "{s}");
 }

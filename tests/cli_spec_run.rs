@@ -152,3 +152,62 @@ fn draft_self_prints_every_statistic_of_the_issue_with_consistent_values() {
     let (accepted, relaxed) = (d[1], d[3]);
     assert!(relaxed > 0.0 && relaxed <= accepted, "{err}");
 }
+
+#[test]
+fn json_summary_carries_consistent_speculation_counters() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.gguf");
+    write(Arch::CloverMoe, &path);
+    let out = run(
+        &path,
+        &["--spec-type", "draft-self", "--spec-fixed", "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(stdout.trim_end().lines().last().unwrap()).unwrap();
+    let s = &j["spec"];
+    let v = |k: &str| -> Vec<u64> {
+        s[k].as_array()
+            .unwrap_or_else(|| panic!("{k}: {s}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let (prop, acc, hist) = (
+        v("proposed_by_pos"),
+        v("accepted_by_pos"),
+        v("accepted_len_hist"),
+    );
+    assert_eq!(
+        s["drafts_accepted"].as_u64().unwrap(),
+        acc.iter().sum::<u64>()
+    );
+    assert_eq!(
+        s["drafts_proposed"].as_u64().unwrap(),
+        prop.iter().sum::<u64>()
+    );
+    // Every verify pass is one iteration of the histogram.
+    assert_eq!(
+        s["verify_passes"].as_u64().unwrap(),
+        hist.iter().sum::<u64>()
+    );
+    let weighted: u64 = hist.iter().enumerate().map(|(k, n)| k as u64 * n).sum();
+    assert_eq!(weighted, s["drafts_accepted"].as_u64().unwrap());
+    // The loop emitted every generated token after the first (which comes
+    // from the prompt pass); its last step may have produced a few extra.
+    let emitted = s["tokens_emitted"].as_u64().unwrap();
+    let generated = j["n_generated_tokens"].as_u64().unwrap();
+    assert!(emitted + 1 >= generated && emitted > 0, "{s}");
+    assert!(s["total_ms"].as_f64().unwrap() > 0.0, "{s}");
+    // A plain run has no speculation counters.
+    let plain = run(&path, &["--json"]);
+    let stdout = String::from_utf8(plain.stdout).unwrap();
+    let j: serde_json::Value =
+        serde_json::from_str(stdout.trim_end().lines().last().unwrap()).unwrap();
+    assert!(j["spec"].is_null(), "{j}");
+}

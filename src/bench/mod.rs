@@ -9,6 +9,7 @@
 //!
 //! Timings run on a rayon pool of `n_threads` threads.
 
+pub mod gen;
 pub mod membw;
 pub mod report;
 pub mod traffic;
@@ -19,7 +20,7 @@ use kernels::GgmlType;
 
 use crate::model::{ForwardError, LogitsFor, Model, State, StateError, StateOptions};
 
-pub use report::{ModelInfo, TestResult, TestSpec};
+pub use report::{Decode, ModelInfo, TestResult, TestSpec};
 pub use traffic::Traffic;
 
 /// Random token ids in `0..n_vocab` from a fixed seed (splitmix64).
@@ -51,6 +52,8 @@ pub enum BenchError {
     State(#[from] StateError),
     #[error(transparent)]
     Forward(#[from] ForwardError),
+    #[error(transparent)]
+    Spec(#[from] crate::spec::SpecError),
 }
 
 /// A test's samples plus, for tg, the traffic of its last repetition.

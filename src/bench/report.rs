@@ -29,6 +29,20 @@ pub struct TestSpec {
     pub n_threads: usize,
     pub n_batch: usize,
     pub n_ubatch: usize,
+    /// How a tg test decodes (`Random`: llama-bench's random token ids).
+    pub decode: Decode,
+}
+
+/// How a tg test picks its tokens.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Decode {
+    /// Random token ids, one forward each (llama-bench's tg).
+    #[default]
+    Random,
+    /// Plain greedy decoding of a text prompt (`--spec-type none`).
+    Greedy,
+    /// Self-speculative greedy decoding (`--spec-type draft-self`).
+    DraftSelf,
 }
 
 impl TestSpec {
@@ -41,6 +55,11 @@ impl TestSpec {
         };
         if self.n_depth > 0 {
             s.push_str(&format!(" @ d{}", self.n_depth));
+        }
+        match self.decode {
+            Decode::Random => {}
+            Decode::Greedy => s.push_str(" greedy"),
+            Decode::DraftSelf => s.push_str(" draft-self"),
         }
         s
     }
@@ -267,6 +286,7 @@ mod tests {
             n_threads: 2,
             n_batch: 2048,
             n_ubatch: 512,
+            decode: Decode::Random,
         }
     }
 
@@ -277,6 +297,11 @@ mod tests {
         assert_eq!(spec(512, 0, 4096).name(), "pp512 @ d4096");
         assert_eq!(spec(0, 128, 512).name(), "tg128 @ d512");
         assert_eq!(spec(16, 4, 0).name(), "pp16+tg4");
+        let g = TestSpec {
+            decode: Decode::DraftSelf,
+            ..spec(0, 128, 0)
+        };
+        assert_eq!(g.name(), "tg128 draft-self");
     }
 
     #[test]

@@ -10,8 +10,10 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use kernels::GgmlType;
 
-use crate::bench::report::{self, ModelInfo, RunInfo, TestSpec};
+use crate::bench::gen::{run_gen_test, GenMode};
+use crate::bench::report::{self, Decode, ModelInfo, RunInfo, TestSpec};
 use crate::bench::{membw, run_test, Traffic};
+use crate::engine::LoadedModel;
 use crate::gguf::GgufFile;
 use crate::model::Model;
 
@@ -21,10 +23,19 @@ pub enum OutputFormat {
     Json,
 }
 
+/// `--spec-type` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchSpec {
+    /// Plain greedy decoding
+    None,
+    /// Self-speculative greedy decoding (clover_moe files)
+    DraftSelf,
+}
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The GGUF model file
-    #[arg(short = 'm', long = "model", required_unless_present = "membw")]
+    /// The GGUF model file (default: the built-in default model)
+    #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     /// Prompt lengths (comma list; 0 skips pp)
     #[arg(
@@ -80,6 +91,26 @@ pub struct BenchArgs {
     /// With --membw: buffer size in MiB
     #[arg(long = "membw-mib", default_value_t = 1024)]
     pub membw_mib: usize,
+    /// tg tests decode real text greedily, once per listed mode (comma list of
+    /// none, draft-self), instead of feeding random token ids
+    #[arg(long = "spec-type", value_enum, value_delimiter = ',')]
+    pub spec_type: Vec<BenchSpec>,
+    /// With --spec-type: the text prompt the tg tests continue
+    #[arg(long = "gen-prompt", default_value = "In the beginning")]
+    pub gen_prompt: String,
+    /// With --spec-type: most drafts per pass
+    #[arg(long = "spec-draft-n-max", default_value_t = 15)]
+    pub draft_n_max: usize,
+    /// With --spec-type: always draft n-max (no adaptive draft length)
+    #[arg(long = "spec-fixed")]
+    pub spec_fixed: bool,
+}
+
+/// A plain greedy tg result: (threads, n_gen, depth), t/s, the tokens.
+struct GreedyRun {
+    key: (usize, usize, usize),
+    ts: f64,
+    tokens: Vec<u32>,
 }
 
 fn cache_type(flag: &str, s: &str) -> anyhow::Result<GgmlType> {
@@ -123,26 +154,64 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 n_threads: t,
                 n_batch: args.n_batch,
                 n_ubatch: args.n_ubatch,
+                decode: Decode::Random,
             };
             tests.extend(args.n_prompt.iter().filter(|&&p| p > 0).map(|&p| TestSpec {
                 n_prompt: p,
                 ..base
             }));
-            tests.extend(
-                args.n_gen
+            let decodes: Vec<Decode> = if args.spec_type.is_empty() {
+                vec![Decode::Random]
+            } else {
+                args.spec_type
                     .iter()
-                    .filter(|&&n| n > 0)
-                    .map(|&n| TestSpec { n_gen: n, ..base }),
-            );
+                    .map(|s| match s {
+                        BenchSpec::None => Decode::Greedy,
+                        BenchSpec::DraftSelf => Decode::DraftSelf,
+                    })
+                    .collect()
+            };
+            for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+                for &decode in &decodes {
+                    tests.push(TestSpec {
+                        n_gen: n,
+                        decode,
+                        ..base
+                    });
+                }
+            }
         }
     }
     if tests.is_empty() {
         bail!("nothing to run: every -p and -n is 0");
     }
-    let path = args
-        .model
-        .as_deref()
-        .expect("clap requires -m without --membw");
+    if args.draft_n_max == 0 {
+        bail!("--spec-draft-n-max must be at least 1");
+    }
+    let default_path;
+    let path = match args.model.as_deref() {
+        Some(p) => p,
+        None => {
+            default_path = crate::engine::default_model::ensure(false)
+                .context("default model")?
+                .path;
+            default_path.as_path()
+        }
+    };
+    // The text prompt of the greedy tg tests, tokenized by the model's tokenizer.
+    let gen_prompt = if args.spec_type.is_empty() {
+        Vec::new()
+    } else {
+        let lm = LoadedModel::open(path).with_context(|| format!("{}", path.display()))?;
+        if args.spec_type.contains(&BenchSpec::DraftSelf) && !lm.model.has_diffusion() {
+            bail!("--spec-type draft-self needs a clover_moe file with the diffusion tensors");
+        }
+        let p = lm.tokenize(&args.gen_prompt)?;
+        if p.is_empty() {
+            bail!("--gen-prompt is empty");
+        }
+        p
+    };
 
     let t_open = Instant::now();
     let file = GgufFile::open(path).with_context(|| format!("{}", path.display()))?;
@@ -168,14 +237,58 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let mut records = Vec::new();
     let mut first_token_done = false;
+    // Greedy tg results, for the speed-up line of the matching draft-self test.
+    let mut greedy: Vec<GreedyRun> = Vec::new();
     for spec in tests {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(spec.n_threads)
             .build()
             .context("thread pool")?;
-        let m = pool
-            .install(|| run_test(&model, spec, args.reps, type_k, type_v, args.seed))
-            .with_context(|| spec.name())?;
+        let m = if spec.decode == Decode::Random {
+            pool.install(|| run_test(&model, spec, args.reps, type_k, type_v, args.seed))
+                .with_context(|| spec.name())?
+        } else {
+            let mode = GenMode {
+                draft_self: spec.decode == Decode::DraftSelf,
+                adaptive: !args.spec_fixed,
+                n_max: args.draft_n_max,
+            };
+            let g = pool
+                .install(|| {
+                    run_gen_test(&model, spec, args.reps, type_k, type_v, &gen_prompt, mode)
+                })
+                .with_context(|| spec.name())?;
+            let key = (spec.n_threads, spec.n_gen, spec.n_depth);
+            let ts = g.measured.result.avg_ts();
+            if spec.decode == Decode::Greedy {
+                greedy.push(GreedyRun {
+                    key,
+                    ts,
+                    tokens: g.tokens.clone(),
+                });
+            } else {
+                eprint!(
+                    "{} (over {} runs):\n{}",
+                    spec.name(),
+                    args.reps,
+                    g.stats.report()
+                );
+                if let Some(base) = greedy.iter().find(|r| r.key == key) {
+                    eprintln!(
+                        "{}: speed-up over greedy {:.3}x ({ts:.2} / {:.2} t/s), tokens {}",
+                        spec.name(),
+                        ts / base.ts,
+                        base.ts,
+                        if base.tokens == g.tokens {
+                            "identical"
+                        } else {
+                            "DIFFER"
+                        }
+                    );
+                }
+            }
+            g.measured
+        };
         if !first_token_done {
             first_token_done = true;
             let what = if spec.n_prompt > 0 {

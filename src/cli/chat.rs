@@ -26,8 +26,8 @@ pub enum SpecType {
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
-    /// The GGUF model file (default: a random-weight synthetic model, written to
-    /// the cache directory on first use)
+    /// The GGUF model file (default: the built-in clover-tiny-kjv, written to the
+    /// cache directory on first use)
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
     #[command(flatten)]
@@ -42,9 +42,10 @@ pub struct ChatArgs {
         allow_negative_numbers = true
     )]
     pub n_predict: i64,
-    /// Decoding mode to start with; F2 toggles it live
-    #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
-    pub spec_type: SpecType,
+    /// Decoding mode to start with (default: draft-self for the built-in model,
+    /// none with -m); F2 toggles it live
+    #[arg(long = "spec-type", value_enum)]
+    pub spec_type: Option<SpecType>,
     /// Run the built-in demo engine (no model needed)
     #[arg(long, conflicts_with = "model")]
     pub demo: bool,
@@ -62,7 +63,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let n_predict = n_predict(args.n_predict)?;
     let mut opts = ChatOptions {
         system: args.system.clone(),
-        spec: args.spec_type == SpecType::DraftSelf,
+        spec: match args.spec_type {
+            Some(s) => s == SpecType::DraftSelf,
+            None => args.model.is_none() && !args.demo,
+        },
         notice: None,
     };
     if args.demo {
@@ -91,7 +95,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
 
 /// The default model, written on first use (and rewritten once if the cached file
 /// does not load).
-fn load_default() -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
+pub(crate) fn load_default() -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
     let announce = |d: &default_model::DefaultModel| {
         if d.created {
             eprintln!(

@@ -9,6 +9,7 @@ pub mod chat;
 pub mod common;
 pub mod diffuse;
 pub mod inspect;
+pub mod perplexity;
 pub mod run;
 pub mod synth;
 
@@ -37,6 +38,8 @@ pub enum Command {
     Diffuse(diffuse::DiffuseArgs),
     /// Measure prompt processing and generation speed, llama-bench style
     Bench(bench::BenchArgs),
+    /// Perplexity of a text file, llama-perplexity style (second half of each window)
+    Perplexity(perplexity::PerplexityArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
@@ -69,6 +72,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Diffuse(args) => diffuse::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -16,15 +16,15 @@ use crate::engine::{
     generate, EngineError, GenEvent, GenOptions, Generation, LoadedModel, PlainStep, Session,
 };
 use crate::sample::Sampler;
-use crate::spec::{DiffusionDrafter, SpecConfig, SpecStep};
+use crate::spec::{DiffusionDrafter, SpecConfig, SpecStats, SpecStep};
 
 use super::common::{n_predict, ContextArgs, SamplingArgs};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The GGUF model file
+    /// The GGUF model file (default: the built-in default model, clover-tiny-kjv)
     #[arg(short = 'm', long = "model")]
-    pub model: PathBuf,
+    pub model: Option<PathBuf>,
     /// The prompt
     #[arg(short = 'p', long = "prompt", conflicts_with = "file")]
     pub prompt: Option<String>,
@@ -106,8 +106,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if text.is_empty() {
         return Err(EngineError::EmptyPrompt.into());
     }
-    let model = LoadedModel::open(&args.model)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let model = match &args.model {
+        Some(path) => {
+            LoadedModel::open(path).with_context(|| format!("loading {}", path.display()))?
+        }
+        None => super::chat::load_default()?.0,
+    };
     let (prompt_text, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &args.system {
@@ -197,7 +201,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         writeln!(out)?;
     }
     if args.json {
-        writeln!(out, "{}", summary(&session, &sampler, &gen))?;
+        let stats = spec_step.as_ref().map(|s| &s.spec.stats);
+        writeln!(out, "{}", summary(&session, &sampler, &gen, stats))?;
     }
     out.flush()?;
     eprint!("{}", gen.timings.llama_perf());
@@ -207,11 +212,32 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The `--json` summary.
-fn summary(session: &Session, sampler: &Sampler, gen: &Generation) -> serde_json::Value {
+/// The `--json` summary (with the speculation counters when drafting).
+fn summary(
+    session: &Session,
+    sampler: &Sampler,
+    gen: &Generation,
+    spec: Option<&SpecStats>,
+) -> serde_json::Value {
     let m = session.model();
     let t = &gen.timings;
+    let spec = spec.map(|s| {
+        json!({
+            "drafts_proposed": s.drafts_proposed,
+            "drafts_accepted": s.drafts_accepted,
+            "accepted_relaxed": s.accepted_relaxed,
+            "proposed_by_pos": s.proposed_by_pos,
+            "accepted_by_pos": s.accepted_by_pos,
+            "accepted_len_hist": s.accepted_len_hist,
+            "draft_passes": s.draft_passes,
+            "verify_passes": s.verify_passes,
+            "plain_passes": s.plain_passes,
+            "tokens_emitted": s.tokens_emitted,
+            "total_ms": s.total_ns as f64 / 1e6,
+        })
+    });
     json!({
+        "spec": spec,
         "model": m.path.display().to_string(),
         "arch": m.model.config.arch.name(),
         "n_ctx": session.n_ctx(),

@@ -1,30 +1,33 @@
-//! The model `clover chat` uses without `-m`: a random-weight synthetic
-//! `clover_moe` file (`small` preset, recipe Q8_0, fixed seed), written once into
-//! the user cache directory (`$XDG_CACHE_HOME/clover`, else `~/.cache/clover`).
+//! The model `clover chat`, `clover run` and `clover perplexity` use without
+//! `-m`: **clover-tiny-kjv**, a 6 M-parameter `clover_moe` trained in this
+//! repository on the King James Bible (`training/`, README "The default
+//! model"), stored at `models/clover-tiny-kjv.gguf`.
 //!
-//! It is written to a temporary file in the same directory and renamed into place,
-//! so an interrupted run never leaves a broken file under the final name.
-//!
-//! `CLOVER_DEFAULT_MODEL_PRESET` (hidden, for tests) picks another preset.
+//! The file is compiled into the binary (`include_bytes!`), so a copied
+//! binary needs nothing else. Weights are memory-mapped, so on first use the
+//! bytes are written once into the user cache directory
+//! (`$XDG_CACHE_HOME/clover`, else `~/.cache/clover`) under a name that carries
+//! a hash of the contents (a rebuilt binary with a retrained model never
+//! reuses a stale file). The write goes to a temporary file in the same
+//! directory and is renamed into place, so an interrupted run never leaves a
+//! broken file under the final name.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::synth::{self, Arch, Preset, Recipe, SynthOptions};
-
 use super::EngineError;
 
-/// Seed of the default model's weights.
-pub const DEFAULT_SEED: u64 = 35;
-/// Overrides the preset (test speed only).
-pub const PRESET_ENV: &str = "CLOVER_DEFAULT_MODEL_PRESET";
+/// The shipped model file, as compiled into the binary.
+pub static MODEL_BYTES: &[u8] = include_bytes!("../../models/clover-tiny-kjv.gguf");
+
+/// The model's name (its `general.name`).
+pub const MODEL_NAME: &str = "clover-tiny-kjv";
 
 /// Where the default model lives and whether this call wrote it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DefaultModel {
     pub path: PathBuf,
-    pub preset: Preset,
     /// Written by this call (`false`: it was already there).
     pub created: bool,
     /// Seconds spent writing it (0 when it was already there).
@@ -36,19 +39,15 @@ impl DefaultModel {
     /// narrow status line cuts the path).
     pub fn note(&self) -> String {
         format!(
-            "default model: random-weight synthetic clover_moe ({}); pass -m FILE for a \
-             real model; generated at {}",
-            self.preset,
+            "default model: {MODEL_NAME}, a 6M-parameter clover_moe trained on the King James \
+             Bible; pass -m FILE for another model; cached at {}",
             self.path.display()
         )
     }
 
     /// The short name for the status line.
     pub fn display_name(&self) -> String {
-        format!(
-            "default: synthetic clover_moe {} (random weights)",
-            self.preset
-        )
+        format!("default: {MODEL_NAME} (trained on the KJV Bible)")
     }
 }
 
@@ -67,19 +66,24 @@ pub fn cache_dir() -> Option<PathBuf> {
     Some(base.join("clover"))
 }
 
-/// The preset in use (`small` unless the test variable says otherwise).
-pub fn preset() -> Result<Preset, EngineError> {
-    match std::env::var(PRESET_ENV) {
-        Ok(s) if !s.is_empty() => s
-            .parse()
-            .map_err(|e: String| EngineError::Options(format!("{PRESET_ENV}: {e}"))),
-        _ => Ok(Preset::Small),
+/// FNV-1a over the bytes, eight at a time (a name tag, not a checksum).
+pub fn content_hash(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let words = bytes.chunks_exact(8);
+    let tail = words.remainder();
+    for w in words {
+        let x = u64::from_le_bytes(w.try_into().expect("eight bytes"));
+        h = (h ^ x).wrapping_mul(0x0000_0100_0000_01b3);
     }
+    for &b in tail {
+        h = (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^ bytes.len() as u64
 }
 
-/// The default model's file name for a preset.
-pub fn file_name(preset: Preset) -> String {
-    format!("synthetic-clover_moe-{preset}-q8_0-seed{DEFAULT_SEED}.gguf")
+/// The cached file's name for these contents.
+pub fn file_name(bytes: &[u8]) -> String {
+    format!("{MODEL_NAME}-{:016x}.gguf", content_hash(bytes))
 }
 
 /// Returns the default model, writing it first when it is missing (or when
@@ -92,16 +96,17 @@ pub fn ensure(rewrite: bool) -> Result<DefaultModel, EngineError> {
                 .into(),
         )
     })?;
-    ensure_in(&dir, preset()?, rewrite)
+    ensure_in(&dir, MODEL_BYTES, rewrite)
 }
 
-/// [`ensure`] in an explicit directory.
-pub fn ensure_in(dir: &Path, preset: Preset, rewrite: bool) -> Result<DefaultModel, EngineError> {
-    let path = dir.join(file_name(preset));
-    if path.is_file() && !rewrite {
+/// [`ensure`] in an explicit directory, for explicit contents.
+pub fn ensure_in(dir: &Path, bytes: &[u8], rewrite: bool) -> Result<DefaultModel, EngineError> {
+    let name = file_name(bytes);
+    let path = dir.join(&name);
+    let complete = fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64);
+    if complete && !rewrite {
         return Ok(DefaultModel {
             path,
-            preset,
             created: false,
             write_s: 0.0,
         });
@@ -110,18 +115,11 @@ pub fn ensure_in(dir: &Path, preset: Preset, rewrite: bool) -> Result<DefaultMod
         EngineError::Options(format!("{what} {}: {e}", p.display()))
     };
     fs::create_dir_all(dir).map_err(|e| io("creating", dir, e))?;
-    let plan = synth::plan(SynthOptions {
-        arch: Arch::CloverMoe,
-        preset,
-        recipe: Recipe::Q8_0,
-        seed: DEFAULT_SEED,
-    })
-    .map_err(|e| EngineError::Options(format!("default model: {e}")))?;
-    let tmp = dir.join(format!(".{}.{}.tmp", file_name(preset), std::process::id()));
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let t0 = Instant::now();
-    if let Err(e) = plan.write(&tmp, None) {
+    if let Err(e) = fs::write(&tmp, bytes) {
         let _ = fs::remove_file(&tmp);
-        return Err(EngineError::Options(format!("default model: {e}")));
+        return Err(io("writing the default model to", &tmp, e));
     }
     if let Err(e) = fs::rename(&tmp, &path) {
         let _ = fs::remove_file(&tmp);
@@ -129,7 +127,6 @@ pub fn ensure_in(dir: &Path, preset: Preset, rewrite: bool) -> Result<DefaultMod
     }
     Ok(DefaultModel {
         path,
-        preset,
         created: true,
         write_s: t0.elapsed().as_secs_f64(),
     })

@@ -19,7 +19,7 @@
 //! * [`generate`]: the generation loop, and the [`Step`] trait a speculative driver
 //!   implements to replace plain token-by-token decoding ([`PlainStep`]).
 //! * [`chat`]: [`ChatSession`], the `tui::ChatEngine` over a session.
-//! * [`default_model`]: the synthetic model `clover chat` uses without `-m`.
+//! * [`default_model`]: the trained model (clover-tiny-kjv) used without `-m`.
 
 pub mod chat;
 pub mod default_model;

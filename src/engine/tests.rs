@@ -601,24 +601,46 @@ fn a_stopped_chat_reply_sends_no_done() {
 fn the_default_model_is_written_once_atomically_and_loads() {
     let dir = tempfile::tempdir().unwrap();
     let sub = dir.path().join("clover");
-    let d = default_model::ensure_in(&sub, Preset::Tiny, false).unwrap();
+    let bytes = default_model::MODEL_BYTES;
+    let d = default_model::ensure_in(&sub, bytes, false).unwrap();
     assert!(d.created);
-    assert_eq!(d.path, sub.join(default_model::file_name(Preset::Tiny)));
+    assert_eq!(d.path, sub.join(default_model::file_name(bytes)));
     let names: Vec<String> = std::fs::read_dir(&sub)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names, [default_model::file_name(Preset::Tiny)]);
+    assert_eq!(names, [default_model::file_name(bytes)]);
+    assert_eq!(std::fs::read(&d.path).unwrap(), bytes);
     let m = LoadedModel::open(&d.path).unwrap();
     assert_eq!(m.model.config.arch.name(), "clover_moe");
-    // Vectors and rows too short for Q8_0 blocks stay F16 / F32 in a tiny file.
-    assert!(m.quant_mix().starts_with("Q8_0 "), "{}", m.quant_mix());
-    let again = default_model::ensure_in(&sub, Preset::Tiny, false).unwrap();
+    assert_eq!(m.name, default_model::MODEL_NAME);
+    assert!(m.model.has_diffusion());
+    let again = default_model::ensure_in(&sub, bytes, false).unwrap();
     assert!(!again.created);
-    assert!(d
-        .note()
-        .contains("random-weight synthetic clover_moe (tiny)"));
+    assert!(d.note().contains("trained on the King James Bible"));
     assert!(d.note().contains("pass -m FILE"));
+}
+
+#[test]
+fn a_truncated_cached_default_model_is_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = b"GGUF and some bytes".as_slice();
+    let d = default_model::ensure_in(dir.path(), bytes, false).unwrap();
+    std::fs::write(&d.path, &bytes[..4]).unwrap();
+    let again = default_model::ensure_in(dir.path(), bytes, false).unwrap();
+    assert!(again.created);
+    assert_eq!(std::fs::read(&again.path).unwrap(), bytes);
+}
+
+#[test]
+fn different_model_contents_get_different_cache_names() {
+    let a = default_model::file_name(b"model one");
+    let b = default_model::file_name(b"model two");
+    assert_ne!(a, b);
+    assert!(
+        a.starts_with("clover-tiny-kjv-") && a.ends_with(".gguf"),
+        "{a}"
+    );
 }
 
 #[path = "chat_spec_tests.rs"]

@@ -1,0 +1,136 @@
+//! Greedy-generation tests for `clover bench --spec-type`: what self-speculation
+//! buys in wall-clock time, measured the same way for both decoders.
+//!
+//! - **tgN greedy**: plain greedy decoding of N tokens after a text prompt
+//!   (`spec::generate` with speculation off: one forward per token).
+//! - **tgN draft-self**: the same N tokens through the self-speculative loop
+//!   (diffusion draft → batched verify → commit, DESIGN §4.2), exact greedy
+//!   acceptance, so the tokens are identical to the plain run's.
+//!
+//! Random token ids (llama-bench's tg) would make every draft wrong, so these
+//! tests decode real text. The prompt is processed before the clock starts;
+//! the clock covers the decode loop only (`SpecStats::total_ns`), and the loop
+//! is asked for N + 1 tokens so that it emits exactly N after the first (which
+//! comes from the prompt pass). End-of-generation tokens do not stop the run.
+
+use kernels::GgmlType;
+
+use crate::model::{Model, StateOptions};
+use crate::sample::{Sampler, SamplerParams};
+use crate::spec::{generate, DiffusionDrafter, SpecConfig, SpecStats};
+
+use super::report::{TestResult, TestSpec};
+use super::{BenchError, Measured};
+
+/// How a generation test decodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenMode {
+    /// Self-speculation on (`draft-self`) or plain greedy.
+    pub draft_self: bool,
+    /// Adaptive draft length (else always `n_max`).
+    pub adaptive: bool,
+    /// Most drafts per pass.
+    pub n_max: usize,
+}
+
+/// The measured repetitions, and the speculation statistics summed over them.
+#[derive(Debug)]
+pub struct GenMeasured {
+    pub measured: Measured,
+    pub stats: SpecStats,
+    /// The tokens of the last repetition (equal across repetitions and modes).
+    pub tokens: Vec<u32>,
+}
+
+fn add_stats(sum: &mut SpecStats, s: &SpecStats) {
+    let add = |a: &mut Vec<u64>, b: &[u64]| {
+        if a.len() < b.len() {
+            a.resize(b.len(), 0);
+        }
+        for (x, y) in a.iter_mut().zip(b) {
+            *x += y;
+        }
+    };
+    sum.drafts_proposed += s.drafts_proposed;
+    sum.drafts_accepted += s.drafts_accepted;
+    sum.accepted_relaxed += s.accepted_relaxed;
+    add(&mut sum.proposed_by_pos, &s.proposed_by_pos);
+    add(&mut sum.accepted_by_pos, &s.accepted_by_pos);
+    add(&mut sum.accepted_len_hist, &s.accepted_len_hist);
+    sum.draft_passes += s.draft_passes;
+    sum.verify_passes += s.verify_passes;
+    sum.plain_passes += s.plain_passes;
+    sum.tokens_emitted += s.tokens_emitted;
+    sum.draft_ns += s.draft_ns;
+    sum.verify_ns += s.verify_ns;
+    sum.rollback_ns += s.rollback_ns;
+    sum.plain_ns += s.plain_ns;
+    sum.total_ns += s.total_ns;
+}
+
+/// Runs one generation test `reps` times after one untimed warm-up (call
+/// inside the pool of `spec.n_threads`).
+#[allow(clippy::too_many_arguments)]
+pub fn run_gen_test(
+    model: &Model,
+    spec: TestSpec,
+    reps: usize,
+    type_k: GgmlType,
+    type_v: GgmlType,
+    prompt: &[u32],
+    mode: GenMode,
+) -> Result<GenMeasured, BenchError> {
+    let n_gen = spec.n_gen;
+    let mut state = model.new_state(StateOptions {
+        n_ctx: prompt.len() + n_gen + mode.n_max + 2,
+        max_batch: spec.n_ubatch.min(spec.n_batch).max(mode.n_max + 1),
+        type_k,
+        type_v,
+    })?;
+    let cfg = SpecConfig {
+        enabled: mode.draft_self,
+        n_max: mode.n_max,
+        adaptive: mode.adaptive,
+        n_predict: n_gen + 1,
+        stop: Vec::new(),
+        ..SpecConfig::default()
+    };
+    let run = |state: &mut crate::model::State| {
+        state.reset();
+        let mut sampler = Sampler::new(SamplerParams::greedy());
+        let mut drafter = DiffusionDrafter;
+        generate(
+            model,
+            state,
+            prompt,
+            &cfg,
+            &mut sampler,
+            &mut drafter,
+            &mut |_| true,
+        )
+    };
+    let t0 = std::time::Instant::now();
+    run(&mut state)?;
+    let first_forward_ns = t0.elapsed().as_nanos() as u64;
+    let mut samples = Vec::with_capacity(reps);
+    let mut stats = SpecStats::new(mode.n_max);
+    let mut tokens = Vec::new();
+    for _ in 0..reps {
+        let g = run(&mut state)?;
+        samples.push(g.stats.total_ns.max(1));
+        add_stats(&mut stats, &g.stats);
+        tokens = g.tokens;
+    }
+    Ok(GenMeasured {
+        measured: Measured {
+            result: TestResult {
+                spec,
+                samples_ns: samples,
+            },
+            traffic: None,
+            first_forward_ns,
+        },
+        stats,
+        tokens,
+    })
+}

@@ -1,0 +1,200 @@
+//! `clover perplexity`: llama-perplexity's measurement of a text file.
+//!
+//! The text is tokenized once (special-token texts are not parsed) and cut into
+//! non-overlapping windows of `-c` tokens. Each window runs from an empty state;
+//! only its second half is scored — the predictions of tokens `c/2 + 1 … c − 1`,
+//! each made with at least `c/2` tokens of context — as llama-perplexity does.
+//!
+//! ```text
+//! nll_i = −log softmax(logits_{j})[token_{j+1}]      j = c/2 … c − 2
+//! PPL   = exp(mean nll)    ± exp(mean nll) · sqrt(var(nll) / (N − 1))
+//! ```
+//! Prints the running estimate after each window (`[1]24.1234,[2]…`) and
+//! `Final estimate: PPL = X +/- Y`.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::engine::LoadedModel;
+use crate::model::{LogitsFor, StateOptions};
+
+#[derive(Args, Debug)]
+pub struct PerplexityArgs {
+    /// The model file (default: the built-in default model)
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// The text to score
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Window size in tokens (the second half of each window is scored)
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    pub ctx_size: usize,
+    /// Score at most this many windows (-1: all)
+    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
+    pub chunks: i64,
+    /// Threads (default: all cores)
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+}
+
+/// Running sums of the scored negative log-likelihoods.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NllSums {
+    pub n: usize,
+    pub sum: f64,
+    pub sum_sq: f64,
+}
+
+impl NllSums {
+    pub fn add(&mut self, nll: f64) {
+        self.n += 1;
+        self.sum += nll;
+        self.sum_sq += nll * nll;
+    }
+
+    pub fn ppl(&self) -> f64 {
+        (self.sum / self.n.max(1) as f64).exp()
+    }
+
+    /// llama-perplexity's standard error of the PPL estimate.
+    pub fn ppl_error(&self) -> f64 {
+        if self.n < 2 {
+            return 0.0;
+        }
+        let n = self.n as f64;
+        let mean = self.sum / n;
+        let var = (self.sum_sq / n - mean * mean).max(0.0);
+        self.ppl() * (var / (n - 1.0)).sqrt()
+    }
+}
+
+/// `−log softmax(logits)[target]`, in f64.
+pub fn nll(logits: &[f32], target: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+    let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
+    max + sum.ln() - logits[target as usize] as f64
+}
+
+/// Scores one window's logits (`[c][n_vocab]`) against its tokens.
+pub fn score_window(logits: &[f32], n_vocab: usize, tokens: &[u32], sums: &mut NllSums) {
+    let c = tokens.len();
+    for j in c / 2..c - 1 {
+        sums.add(nll(&logits[j * n_vocab..(j + 1) * n_vocab], tokens[j + 1]));
+    }
+}
+
+pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
+    if args.ctx_size < 4 {
+        bail!("--ctx-size {} is too small (at least 4)", args.ctx_size);
+    }
+    if args.threads == Some(0) {
+        bail!("--threads must be at least 1");
+    }
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let m = match &args.model {
+        Some(path) => {
+            LoadedModel::open(path).with_context(|| format!("loading {}", path.display()))?
+        }
+        None => super::chat::load_default()?.0,
+    };
+    let tokens = m.tokenizer.encode(&text, false)?;
+    let c = args.ctx_size;
+    let mut n_windows = tokens.len() / c;
+    if args.chunks >= 0 {
+        n_windows = n_windows.min(args.chunks as usize);
+    }
+    if n_windows == 0 {
+        bail!(
+            "{} has {} tokens, fewer than one window of {c}",
+            args.file.display(),
+            tokens.len()
+        );
+    }
+    eprintln!(
+        "perplexity: {} tokens, {n_windows} windows of {c}, scoring the second half of each",
+        tokens.len()
+    );
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.unwrap_or(0))
+        .build()
+        .context("thread pool")?;
+    let model = &m.model;
+    let n_vocab = model.n_vocab();
+    let mut state = model.new_state(StateOptions {
+        max_batch: c.min(512),
+        ..StateOptions::new(c)
+    })?;
+    let mut sums = NllSums::default();
+    let t0 = Instant::now();
+    let mut out = std::io::stdout().lock();
+    for w in 0..n_windows {
+        let win = &tokens[w * c..(w + 1) * c];
+        state.reset();
+        let logits = pool.install(|| model.forward(&mut state, win, 0, LogitsFor::All))?;
+        score_window(logits, n_vocab, win, &mut sums);
+        write!(out, "[{}]{:.4},", w + 1, sums.ppl())?;
+        out.flush()?;
+    }
+    writeln!(out)?;
+    writeln!(
+        out,
+        "Final estimate: PPL = {:.4} +/- {:.5}",
+        sums.ppl(),
+        sums.ppl_error()
+    )?;
+    eprintln!(
+        "perplexity: {} tokens scored in {:.2} s",
+        sums.n,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nll_of_uniform_logits_is_log_vocab() {
+        let l = vec![0.5f32; 8];
+        assert!((nll(&l, 3) - 8f64.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn nll_matches_a_hand_computed_softmax() {
+        let l = [1.0f32, 2.0, 3.0];
+        let p = 2f64.exp() / (1f64.exp() + 2f64.exp() + 3f64.exp());
+        assert!((nll(&l, 1) + p.ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn only_the_second_half_of_a_window_is_scored() {
+        // 6 tokens, vocab 2: positions 3 and 4 predict tokens 4 and 5.
+        let mut logits = vec![0.0f32; 12];
+        logits[3 * 2 + 1] = 100.0; // position 3 is sure of token 1
+        let tokens = [0, 0, 0, 0, 1, 0];
+        let mut s = NllSums::default();
+        score_window(&logits, 2, &tokens, &mut s);
+        assert_eq!(s.n, 2);
+        // Position 3: nll ≈ 0; position 4: uniform, ln 2.
+        assert!((s.sum - 2f64.ln()).abs() < 1e-9, "{}", s.sum);
+    }
+
+    #[test]
+    fn ppl_error_is_zero_for_constant_nll_and_grows_with_spread() {
+        let mut a = NllSums::default();
+        let mut b = NllSums::default();
+        for i in 0..10 {
+            a.add(2.0);
+            b.add(if i % 2 == 0 { 1.0 } else { 3.0 });
+        }
+        assert!((a.ppl() - 2f64.exp()).abs() < 1e-9);
+        assert_eq!(a.ppl_error(), 0.0);
+        assert!(b.ppl_error() > 0.1);
+    }
+}
