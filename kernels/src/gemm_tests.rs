@@ -59,6 +59,7 @@ fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn the_avx512_tier_has_multi_row_kernels_for_q4_k_and_q8_0() {
     if !(Isa::Avx512.available() && std::is_x86_feature_detected!("avx512vnni")) {

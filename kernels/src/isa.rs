@@ -234,7 +234,10 @@ fn tier_repacked(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::repacked_dot_fn(ty),
-        _ => None,
+        _ => {
+            let _ = ty;
+            None
+        }
     }
 }
 
@@ -242,7 +245,10 @@ fn tier_repacked_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::repacked_gemm_dot_fn(ty),
-        _ => None,
+        _ => {
+            let _ = ty;
+            None
+        }
     }
 }
 
@@ -250,7 +256,10 @@ fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::tiled_dot_fn(ty),
-        _ => None,
+        _ => {
+            let _ = ty;
+            None
+        }
     }
 }
 
