@@ -177,6 +177,23 @@ fn read_exit(path: &Path) -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
+/// The `EXIT:<status>` line the shell wrote to `path`, waiting up to `secs`;
+/// fails with `what` and the screen when it does not come.
+fn wait_exit(tmux: &Tmux, path: &Path, secs: u64, what: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(e) = read_exit(path) {
+            return e;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}; screen:\n{}",
+            tmux.screen()
+        );
+        sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
     if !tmux_available() {
@@ -259,18 +276,7 @@ fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
     assert!(!later.contains("● generating"), "{later}");
 
     tmux.keys(&["C-c"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let exit = loop {
-        if let Some(e) = read_exit(&exit_file) {
-            break e;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "clover did not exit after Ctrl-C; screen:\n{}",
-            tmux.screen()
-        );
-        sleep(Duration::from_millis(100));
-    };
+    let exit = wait_exit(&tmux, &exit_file, 20, "clover did not exit after Ctrl-C");
     assert_eq!(exit, "EXIT:0");
 
     // The terminal is back to the shell: alternate screen left, no UI on screen.
@@ -302,18 +308,7 @@ fn a_panic_in_the_ui_restores_the_terminal_before_reporting() {
         exit_file.display()
     ));
     tmux.keys(&["Enter"]);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let exit = loop {
-        if let Some(e) = read_exit(&exit_file) {
-            break e;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no exit; screen:\n{}",
-            tmux.screen()
-        );
-        sleep(Duration::from_millis(100));
-    };
+    let exit = wait_exit(&tmux, &exit_file, 60, "no exit");
     assert_eq!(exit, "EXIT:101", "a panic exits with Rust's panic status");
     let shell = tmux.wait_until("the panic report", 10, |s| {
         s.contains("panicking after the first draw")
@@ -390,18 +385,7 @@ fn chat_with_a_real_model_streams_updates_the_stats_and_quits_on_ctrl_c() {
     });
     check_spec_panel(&accept_panel(&spec));
     tmux.keys(&["C-c"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let exit = loop {
-        if let Some(e) = read_exit(&exit_file) {
-            break e;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "clover did not exit after Ctrl-C; screen:\n{}",
-            tmux.screen()
-        );
-        sleep(Duration::from_millis(100));
-    };
+    let exit = wait_exit(&tmux, &exit_file, 20, "clover did not exit after Ctrl-C");
     assert_eq!(exit, "EXIT:0");
     let shell = tmux.wait_until("the shell screen", 10, |s| {
         s.contains("EXIT") || s.contains("chat -m")

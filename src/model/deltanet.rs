@@ -70,6 +70,40 @@ impl DeltaNetScratch {
     }
 }
 
+/// The causal conv sum of channel `c` for row `t` of `mixed`, over
+/// concat(`window`, `mixed`): ggml_ssm_conv as GCC compiles it — the taps past
+/// the last whole 8 are fused multiply-adds (all of them for K ≤ 8), earlier
+/// ones rounded products added in order. The diffusion conv starts from it, so
+/// zero right taps give the AR conv bit for bit.
+#[inline(always)]
+pub(super) fn left_taps(
+    w: &[f32],
+    k: usize,
+    window: &[f32],
+    mixed: &[f32],
+    ch: usize,
+    t: usize,
+    c: usize,
+) -> f32 {
+    let hist = k - 1;
+    let fused_from = k - k % 8;
+    let mut sum = 0.0f32;
+    for j in 0..k {
+        let s = t + j; // index into concat(window, mixed)
+        let x = if s < hist {
+            window[s * ch + c]
+        } else {
+            mixed[(s - hist) * ch + c]
+        };
+        if j < fused_from {
+            sum += x * w[c * k + j];
+        } else {
+            sum = x.mul_add(w[c * k + j], sum);
+        }
+    }
+    sum
+}
+
 /// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
 /// (`j = K−1` multiplies the current token), then silu; advances `window`.
 pub fn conv_silu(
@@ -81,29 +115,10 @@ pub fn conv_silu(
     out: &mut [f32],
 ) {
     let t_n = mixed.len() / ch;
-    let hist = k - 1;
-    let fused_from = k - k % 8;
     for t in 0..t_n {
         let o = &mut out[t * ch..(t + 1) * ch];
         for (c, oc) in o.iter_mut().enumerate() {
-            let mut sum = 0.0f32;
-            for j in 0..k {
-                let s = t + j; // index into concat(window, mixed)
-                let x = if s < hist {
-                    window[s * ch + c]
-                } else {
-                    mixed[(s - hist) * ch + c]
-                };
-                // ggml_ssm_conv as GCC compiles it: the taps past the
-                // last whole 8 are fused multiply-adds (all of them for K ≤ 8),
-                // earlier ones rounded products added in order.
-                if j < fused_from {
-                    sum += x * w[c * k + j];
-                } else {
-                    sum = x.mul_add(w[c * k + j], sum);
-                }
-            }
-            *oc = sum;
+            *oc = left_taps(w, k, window, mixed, ch, t, c);
         }
         silu_row(o);
     }

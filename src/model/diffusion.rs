@@ -82,28 +82,11 @@ pub fn conv_two_sided(
     out: &mut [f32],
 ) {
     let t_n = mixed.len() / ch;
-    let hist = k - 1;
-    let fused_from = k - k % 8;
     for i in 0..t_n {
         let o = &mut out[i * ch..(i + 1) * ch];
         for (c, oc) in o.iter_mut().enumerate() {
-            // Left taps in the same order and fusion as the AR conv
-            // (`deltanet::conv_silu`), so zero right taps give a
-            // bit-identical result.
-            let mut sum = 0.0f32;
-            for j in 0..k {
-                let s = i + j;
-                let x = if s < hist {
-                    window[s * ch + c]
-                } else {
-                    mixed[(s - hist) * ch + c]
-                };
-                if j < fused_from {
-                    sum += x * w[c * k + j];
-                } else {
-                    sum = x.mul_add(w[c * k + j], sum);
-                }
-            }
+            // The AR conv's left taps, so zero right taps give it bit for bit.
+            let mut sum = super::deltanet::left_taps(w, k, window, mixed, ch, i, c);
             for j in 0..kr {
                 let s = i + 1 + j;
                 let x = if s < t_n { mixed[s * ch + c] } else { 0.0 };
@@ -391,21 +374,7 @@ impl Model<'_> {
                 max_batch: state.max_batch,
             });
         }
-        if pos0 != state.n_past() {
-            return Err(ForwardError::Position {
-                expected: state.n_past(),
-                got: pos0,
-            });
-        }
-        if pos0 + t > state.kv.n_ctx() {
-            return Err(ForwardError::ContextFull {
-                need: pos0 + t,
-                n_ctx: state.kv.n_ctx(),
-            });
-        }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= v) {
-            return Err(ForwardError::Token { id, n_vocab: v });
-        }
+        self.check_batch_at(state, tokens, pos0)?;
         let rows: Vec<(usize, usize)> = match logits_for {
             LogitsFor::Last => vec![(0, t - 1)],
             LogitsFor::All => (0..t).map(|i| (i, i)).collect(),

@@ -235,19 +235,15 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    fn forward_impl<'s>(
+    /// A batch of `tokens` may run at `pos0`: right after the cached
+    /// positions, within the context, every id in the vocabulary.
+    pub(super) fn check_batch_at(
         &self,
-        state: &'s mut State,
+        state: &State,
         tokens: &[u32],
         pos0: usize,
-        logits_for: LogitsFor,
-        verify: bool,
-    ) -> Result<&'s [f32], ForwardError> {
-        let n = tokens.len();
-        let v = self.n_vocab();
-        if n == 0 {
-            return Err(ForwardError::Empty);
-        }
+    ) -> Result<(), ForwardError> {
+        let (n, v) = (tokens.len(), self.n_vocab());
         if pos0 != state.n_past() {
             return Err(ForwardError::Position {
                 expected: state.n_past(),
@@ -263,6 +259,23 @@ impl<'a> Model<'a> {
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= v) {
             return Err(ForwardError::Token { id, n_vocab: v });
         }
+        Ok(())
+    }
+
+    fn forward_impl<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+        verify: bool,
+    ) -> Result<&'s [f32], ForwardError> {
+        let n = tokens.len();
+        let v = self.n_vocab();
+        if n == 0 {
+            return Err(ForwardError::Empty);
+        }
+        self.check_batch_at(state, tokens, pos0)?;
         if let LogitsFor::Indices(idx) = logits_for {
             if let Some(&i) = idx.iter().find(|&&i| i >= n) {
                 return Err(ForwardError::Index {
