@@ -18,14 +18,20 @@
 //! two independent accumulators; the unaligned head word by word), and
 //! `stream1/Nt` word by word (eight u64 accumulators, baseline target: the
 //! plain read). The summary divides by the faster of the two, per thread
-//! count, for wall and CPU time separately. On the Zen 4 this was tuned on
-//! (CPU time, loaded machine) `stream` reads ~31 GB/s on one thread and
-//! ~62 GB/s on two, `stream1` 23–30 and 53–59; also measured there and found
-//! slower or no faster: unaligned 256-bit and 512-bit loads (the weights
-//! buffer is a `Vec<u64>`, not line-aligned), 512-bit non-temporal loads,
-//! eight sub-streams side by side per task (~27 / ~54), software prefetch
-//! 0.5–8 KiB ahead, and a C reader (`gcc -O3 -march=native`: plain sum ~28,
-//! aligned 256-bit loads ~30, non-temporal ~31 on one thread).
+//! count, for wall and CPU time separately. On a machine shared with other
+//! jobs read the CPU-time columns (each timing's slowest pool thread's own
+//! run time): wall clock there counts preemption and swings by ±50 %.
+//!
+//! Measured on the Zen 4 this was tuned on (2 vCPUs, loaded, CPU time,
+//! 1 GiB): `stream` 24–32 GB/s on one thread and 40–63 on two (the range is
+//! the other jobs' share of the memory system), `stream1` 23–30 and 40–59,
+//! and in every run above every mat-vec kernel. Also measured there and
+//! found slower or no faster than `stream`: unaligned 256-bit and 512-bit
+//! loads (the weights buffer is a `Vec<u64>`, not line-aligned, and each
+//! split line costs), 512-bit non-temporal loads, eight sub-streams side by
+//! side per task (~27 / ~54), software prefetch 0.5–8 KiB ahead, and a C
+//! reader (`gcc -O3 -march=native`, 64-byte aligned buffer: plain sum ~28,
+//! aligned 256-bit loads ~30, 256-bit non-temporal ~31 on one thread).
 //!
 //! ```text
 //! cargo bench -p kernels --bench matvec                      # 1 GiB + 256 KiB
