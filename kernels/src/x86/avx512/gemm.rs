@@ -9,8 +9,8 @@
 //! every activation row of the group.
 //!
 //! **Bit-exact with the one-row kernels of this tier** (`kquants::q4_k`,
-//! `legacy::dot_sym`): every output keeps its own f32 accumulators with the
-//! one-row kernel's lane assignment, the same f32 operations in the same
+//! `legacy::dot_sym`, both in ggml's order): every output keeps its own f32
+//! accumulators with the one-row kernel's lane assignment, the same f32 operations in the same
 //! order (scale products, FMAs, final horizontal sums), and integer partial
 //! sums that are exact. Only integer work and loads are shared, so each
 //! output equals the one-row `vec_dot` bit for bit (the speculative verify
@@ -26,10 +26,10 @@ use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_0::BlockQ5_0;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
-use crate::x86::avx2::kquants::{at, hsum_ps, load_bsums, load_i8, load_u8};
+use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
-use crate::x86::avx512::kquants::{k4_scale_bytes, k4_unpack};
-use crate::x86::avx512::legacy::{join, pair_sym, spread4};
+use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack};
+use crate::x86::avx512::legacy::{fuse4, join, sym_tail};
 use crate::GgmlType;
 
 /// Activation rows one kernel call serves.
@@ -123,23 +123,20 @@ gemm_entry!(gemm_iq4_nl, BlockIq4Nl, BlockQ8_0, 32, iq4_nl_cols);
 fn q4_k_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f32; C] {
     let m4 = _mm256_set1_epi8(0xF);
     let lo16 = _mm256_set1_epi32(0xFFFF);
-    let idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut acc_m = [_mm256_setzero_ps(); C];
+    let mut acc_m = [_mm_setzero_ps(); C];
     let mut pairs = [0i32; 8];
     for (b, xb) in x.iter().enumerate() {
         let head: &[u8; 4] = bytemuck::bytes_of(xb)[..4].try_into().unwrap();
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*head)));
         let v16 = _mm256_cvtepu8_epi16(k4_unpack(k4_scale_bytes(xb)));
-        let mins = _mm256_permutexvar_epi16(idx, v16);
         let mut d = [_mm256_setzero_ps(); C];
         for c in 0..C {
             let yb = &y[c][b];
             let dd = _mm_mul_ps(dm, _mm_set1_ps(yb.d));
             d[c] = _mm256_broadcastss_ps(dd);
-            let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
-            let prod = _mm256_madd_epi16(mins, load_bsums(&yb.bsums));
-            acc_m[c] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m[c]);
+            let dmin = _mm_broadcastss_ps(_mm_movehdup_ps(dd));
+            acc_m[c] = k4_mins(acc_m[c], dmin, v16, &yb.bsums);
         }
         // SAFETY: `pairs` is 32 writable bytes; `storeu` has no alignment requirement.
         unsafe { _mm256_storeu_si256(pairs.as_mut_ptr().cast(), v16) };
@@ -163,7 +160,7 @@ fn q4_k_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f32; C] {
             acc[c] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(sumi[c]), acc[c]);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]) + hsum_ps(acc_m[c]))
+    std::array::from_fn(|c| hsum_ps(acc[c]) + hsum128(acc_m[c]))
 }
 
 // ---------------------------------------------------------------- Q8_0 & co
@@ -180,15 +177,19 @@ fn dot_ss_split(abs_x: __m512i, neg: __mmask64, y: __m512i) -> __m512 {
     }
 }
 
-/// One signed-level row against `C` Q8_0 rows: `legacy::dot_sym::<B, true>`
-/// per output (four blocks per step, the same two accumulators, the same
-/// remainder pairs), the weight levels and scales unpacked once per step.
+/// One signed-level row against `C` Q8_0 rows: `legacy::dot_sym::<B, true,
+/// PAIRS>` per output (the same 8-lane accumulators fed block after block
+/// through `legacy::fuse4`, the same `legacy::sym_tail`), the weight levels
+/// and scales unpacked once per step of four blocks.
 #[inline(always)]
-fn sym_cols<B: SymBlock, const C: usize>(x: &[B], y: [&[BlockQ8_0]; C]) -> [f32; C] {
+fn sym_cols<B: SymBlock, const PAIRS: bool, const C: usize>(
+    x: &[B],
+    y: [&[BlockQ8_0]; C],
+) -> [f32; C] {
     // SAFETY: block accesses are through slices; the intrinsics need AVX512
     // F/BW/VL/VNNI, AVX2, FMA and F16C, which every caller enables.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; C];
+        let mut acc = [[_mm256_setzero_ps(); 2]; C];
         let q = x.len() / 4;
         for k in 0..q {
             let xq = &x[4 * k..4 * k + 4];
@@ -218,38 +219,26 @@ fn sym_cols<B: SymBlock, const C: usize>(x: &[B], y: [&[BlockQ8_0]; C]) -> [f32;
                     0,
                     0,
                 ));
-                let (d01, d23) = spread4(_mm_mul_ps(xd, yd));
                 let p01 = dot_ss_split(a01, n01, join(yq[0].levels(), yq[1].levels()));
                 let p23 = dot_ss_split(a23, n23, join(yq[2].levels(), yq[3].levels()));
-                acc[c][0] = _mm512_fmadd_ps(d01, p01, acc[c][0]);
-                acc[c][1] = _mm512_fmadd_ps(d23, p23, acc[c][1]);
+                fuse4::<PAIRS>(_mm_mul_ps(xd, yd), p01, p23, &mut acc[c]);
             }
         }
         let xr = &x[4 * q..];
-        for c in 0..C {
-            let yr = &y[c][4 * q..x.len()];
-            if xr.len() >= 2 {
-                acc[c][0] = pair_sym::<B, true>([&xr[0], &xr[1]], [&yr[0], &yr[1]], 1.0, acc[c][0]);
-            }
-            if xr.len() % 2 == 1 {
-                let (bx, by) = (&xr[xr.len() - 1], &yr[xr.len() - 1]);
-                acc[c][1] = pair_sym::<B, true>([bx, bx], [by, by], 0.0, acc[c][1]);
-            }
-        }
-        std::array::from_fn(|c| _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1])))
+        std::array::from_fn(|c| sym_tail::<B, true, PAIRS>(xr, &y[c][4 * q..x.len()], acc[c]))
     }
 }
 
 macro_rules! sym_kernel {
-    ($name:ident, $wb:ty) => {
+    ($name:ident, $wb:ty, $pairs:literal) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         fn $name<const C: usize>(x: &[$wb], y: [&[BlockQ8_0]; C]) -> [f32; C] {
-            sym_cols::<$wb, C>(x, y)
+            sym_cols::<$wb, $pairs, C>(x, y)
         }
     };
 }
 
-sym_kernel!(q8_0_cols, BlockQ8_0);
-sym_kernel!(q4_0_cols, BlockQ4_0);
-sym_kernel!(q5_0_cols, BlockQ5_0);
-sym_kernel!(iq4_nl_cols, BlockIq4Nl);
+sym_kernel!(q8_0_cols, BlockQ8_0, false);
+sym_kernel!(q4_0_cols, BlockQ4_0, false);
+sym_kernel!(q5_0_cols, BlockQ5_0, false);
+sym_kernel!(iq4_nl_cols, BlockIq4Nl, true);
