@@ -77,6 +77,8 @@ pub(crate) trait SymBlock: Pod {
 
 /// A weight block with levels in [0, 31] and a minimum (`x = d·level + m`).
 pub(crate) trait AsymBlock: Pod {
+    /// The raw f16 bits of the scale and of the minimum.
+    fn dm_bits(&self) -> [u16; 2];
     /// # Safety
     /// The caller must have AVX2 and F16C enabled.
     unsafe fn scale(&self) -> f32;
@@ -207,6 +209,9 @@ impl SymBlock for BlockIq4Nl {
 }
 
 impl AsymBlock for BlockQ4_1 {
+    fn dm_bits(&self) -> [u16; 2] {
+        [self.d.to_bits(), self.m.to_bits()]
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.
@@ -225,6 +230,9 @@ impl AsymBlock for BlockQ4_1 {
 }
 
 impl AsymBlock for BlockQ5_1 {
+    fn dm_bits(&self) -> [u16; 2] {
+        [self.d.to_bits(), self.m.to_bits()]
+    }
     #[inline(always)]
     unsafe fn scale(&self) -> f32 {
         // SAFETY: F16C is enabled by the caller.

@@ -321,8 +321,9 @@ unsafe fn dot_sym<B: SymBlock, const VNNI: bool, const PAIRS: bool>(
 /// bit in the order of ggml's x86 `ggml_vec_dot_q4_1_q8_1` / `q5_1` (AVX2
 /// code in an AVX-512 build): one 8-lane accumulator `acc = fma(dx·dy,
 /// lanes, acc)` block by block, the `m·s` terms in scalar block order
-/// (`summs = fma(m, s, summs)`), result `hsum(acc) + summs`. Two blocks'
-/// byte dots per 512-bit register.
+/// (`summs = fma(m, s, summs)`, here in lane 0 of a register), result
+/// `hsum(acc) + summs`. Four blocks per step share one f16 conversion; two
+/// blocks' byte dots per 512-bit register.
 ///
 /// # Safety
 /// As [`dot_sym`].
@@ -333,22 +334,51 @@ unsafe fn dot_asym<B: AsymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> 
     // caller enables.
     unsafe {
         let mut acc = _mm256_setzero_ps();
-        let mut summs = 0f32;
+        let mut summs = _mm_setzero_ps();
         let ly = |b: &BlockQ8_1| _mm256_loadu_si256(b.qs.as_ptr().cast());
-        let mut xs = x.chunks_exact(2);
-        let mut ys = y.chunks_exact(2);
-        for (xp, yp) in (&mut xs).zip(&mut ys) {
-            let p = split(dot_us::<VNNI>(
-                join(xp[0].levels(), xp[1].levels()),
-                join(ly(&yp[0]), ly(&yp[1])),
-            ));
-            for h in 0..2 {
-                let d = _mm256_set1_ps(xp[h].scale() * f16_to_f32(yp[h].d));
-                acc = _mm256_fmadd_ps(d, p[h], acc);
-                summs = xp[h].min().mul_add(f16_to_f32(yp[h].s), summs);
+        let mut xs = x.chunks_exact(4);
+        let mut ys = y.chunks_exact(4);
+        for (xq, yq) in (&mut xs).zip(&mut ys) {
+            let xb = [0, 1, 2, 3].map(|k| xq[k].dm_bits());
+            let yb = [0, 1, 2, 3].map(|k| [yq[k].d.to_bits(), yq[k].s.to_bits()]);
+            let fx = halves8(
+                [xb[0][0], xb[1][0], xb[2][0], xb[3][0]],
+                [xb[0][1], xb[1][1], xb[2][1], xb[3][1]],
+            );
+            let fy = halves8(
+                [yb[0][0], yb[1][0], yb[2][0], yb[3][0]],
+                [yb[0][1], yb[1][1], yb[2][1], yb[3][1]],
+            );
+            let d = _mm_mul_ps(_mm256_castps256_ps128(fx), _mm256_castps256_ps128(fy));
+            let (m, sy) = (
+                _mm256_extractf128_ps::<1>(fx),
+                _mm256_extractf128_ps::<1>(fy),
+            );
+            let p01 = dot_us::<VNNI>(
+                join(xq[0].levels(), xq[1].levels()),
+                join(ly(&yq[0]), ly(&yq[1])),
+            );
+            let p23 = dot_us::<VNNI>(
+                join(xq[2].levels(), xq[3].levels()),
+                join(ly(&yq[2]), ly(&yq[3])),
+            );
+            let [p0, p1] = split(p01);
+            let [p2, p3] = split(p23);
+            for (k, p) in [p0, p1, p2, p3].into_iter().enumerate() {
+                acc = _mm256_fmadd_ps(lane(d, k as i32), p, acc);
             }
+            // Lane k of m and sy into lane 0, block by block.
+            summs = _mm_fmadd_ss(m, sy, summs);
+            summs = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(sy), summs);
+            summs = _mm_fmadd_ss(_mm_movehl_ps(m, m), _mm_movehl_ps(sy, sy), summs);
+            summs = _mm_fmadd_ss(
+                _mm_shuffle_ps::<3>(m, m),
+                _mm_shuffle_ps::<3>(sy, sy),
+                summs,
+            );
         }
-        if let (Some(bx), Some(by)) = (xs.remainder().first(), ys.remainder().first()) {
+        let mut summs = _mm_cvtss_f32(summs);
+        for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
             let [p, _] = split(dot_us::<VNNI>(
                 join(bx.levels(), bx.levels()),
                 join(ly(by), ly(by)),
