@@ -29,7 +29,7 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack};
-use crate::x86::avx512::legacy::{fuse4, join, sym_tail};
+use crate::x86::avx512::legacy::{join, split, sym_tail};
 use crate::GgmlType;
 
 /// Activation rows one kernel call serves.
@@ -177,10 +177,34 @@ fn dot_ss_split(abs_x: __m512i, neg: __mmask64, y: __m512i) -> __m512 {
     }
 }
 
+/// The f16 scales of four blocks as f32.
+///
+/// # Safety
+/// The caller must have F16C enabled.
+#[inline(always)]
+unsafe fn scales4(d: [u16; 4]) -> __m128 {
+    // SAFETY: register-only intrinsics; F16C is enabled by the caller.
+    unsafe {
+        _mm_cvtph_ps(_mm_setr_epi16(
+            d[0] as i16,
+            d[1] as i16,
+            d[2] as i16,
+            d[3] as i16,
+            0,
+            0,
+            0,
+            0,
+        ))
+    }
+}
+
 /// One signed-level row against `C` Q8_0 rows: `legacy::dot_sym::<B, true,
-/// PAIRS>` per output (the same 8-lane accumulators fed block after block
-/// through `legacy::fuse4`, the same `legacy::sym_tail`), the weight levels
-/// and scales unpacked once per step of four blocks.
+/// PAIRS>` per output. Two outputs share each 512-bit register: the weight
+/// block is broadcast to both halves, the halves take the two activation
+/// rows' blocks, so each half is one output's 8-lane accumulator fed block
+/// after block exactly as the one-row kernel feeds its own (`fuse4`), with
+/// no lane shuffles; the tail is `legacy::sym_tail` per output. An odd last
+/// output is paired with itself.
 #[inline(always)]
 fn sym_cols<B: SymBlock, const PAIRS: bool, const C: usize>(
     x: &[B],
@@ -189,43 +213,64 @@ fn sym_cols<B: SymBlock, const PAIRS: bool, const C: usize>(
     // SAFETY: block accesses are through slices; the intrinsics need AVX512
     // F/BW/VL/VNNI, AVX2, FMA and F16C, which every caller enables.
     unsafe {
-        let mut acc = [[_mm256_setzero_ps(); 2]; C];
+        let np = C.div_ceil(2);
+        let mut acc = [[_mm512_setzero_ps(); 2]; COLS.div_ceil(2)];
         let q = x.len() / 4;
         for k in 0..q {
             let xq = &x[4 * k..4 * k + 4];
-            let xd = _mm_cvtph_ps(_mm_setr_epi16(
-                xq[0].d_bits() as i16,
-                xq[1].d_bits() as i16,
-                xq[2].d_bits() as i16,
-                xq[3].d_bits() as i16,
-                0,
-                0,
-                0,
-                0,
-            ));
-            let l01 = join(xq[0].levels(), xq[1].levels());
-            let l23 = join(xq[2].levels(), xq[3].levels());
-            let (n01, n23) = (_mm512_movepi8_mask(l01), _mm512_movepi8_mask(l23));
-            let (a01, a23) = (_mm512_abs_epi8(l01), _mm512_abs_epi8(l23));
-            for c in 0..C {
-                let yq = &y[c][4 * k..4 * k + 4];
-                let yd = _mm_cvtph_ps(_mm_setr_epi16(
-                    yq[0].d_bits() as i16,
-                    yq[1].d_bits() as i16,
-                    yq[2].d_bits() as i16,
-                    yq[3].d_bits() as i16,
-                    0,
-                    0,
-                    0,
-                    0,
-                ));
-                let p01 = dot_ss_split(a01, n01, join(yq[0].levels(), yq[1].levels()));
-                let p23 = dot_ss_split(a23, n23, join(yq[2].levels(), yq[3].levels()));
-                fuse4::<PAIRS>(_mm_mul_ps(xd, yd), p01, p23, &mut acc[c]);
+            let xd = scales4([
+                xq[0].d_bits(),
+                xq[1].d_bits(),
+                xq[2].d_bits(),
+                xq[3].d_bits(),
+            ]);
+            let mut neg = [0 as __mmask64; 4];
+            let mut abs = [_mm512_setzero_si512(); 4];
+            for i in 0..4 {
+                let l = xq[i].levels();
+                let l = join(l, l);
+                neg[i] = _mm512_movepi8_mask(l);
+                abs[i] = _mm512_abs_epi8(l);
+            }
+            for (j, accj) in acc.iter_mut().enumerate().take(np) {
+                // Output pair j: columns 2j and 2j+1 (or 2j again).
+                let (ca, cb) = (2 * j, (2 * j + 1).min(C - 1));
+                let (ya, yb) = (&y[ca][4 * k..4 * k + 4], &y[cb][4 * k..4 * k + 4]);
+                let sa = scales4([
+                    ya[0].d_bits(),
+                    ya[1].d_bits(),
+                    ya[2].d_bits(),
+                    ya[3].d_bits(),
+                ]);
+                let sb = scales4([
+                    yb[0].d_bits(),
+                    yb[1].d_bits(),
+                    yb[2].d_bits(),
+                    yb[3].d_bits(),
+                ]);
+                // Lanes 0..4: the scale products of column a, 4..8: of b.
+                let dab =
+                    _mm512_castps256_ps512(_mm256_set_m128(_mm_mul_ps(xd, sb), _mm_mul_ps(xd, sa)));
+                for i in 0..4 {
+                    let idx = _mm512_add_epi32(
+                        _mm512_set1_epi32(i as i32),
+                        _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4),
+                    );
+                    let d = _mm512_permutexvar_ps(idx, dab);
+                    let p = dot_ss_split(abs[i], neg[i], join(ya[i].levels(), yb[i].levels()));
+                    let h = if PAIRS { i & 1 } else { 0 };
+                    accj[h] = _mm512_fmadd_ps(d, p, accj[h]);
+                }
             }
         }
         let xr = &x[4 * q..];
-        std::array::from_fn(|c| sym_tail::<B, true, PAIRS>(xr, &y[c][4 * q..x.len()], acc[c]))
+        let mut out = [0f32; C];
+        for (c, o) in out.iter_mut().enumerate() {
+            let (j, h) = (c / 2, c % 2);
+            let a = [split(acc[j][0])[h], split(acc[j][1])[h]];
+            *o = sym_tail::<B, true, PAIRS>(xr, &y[c][4 * q..x.len()], a);
+        }
+        out
     }
 }
 
