@@ -382,7 +382,7 @@ fn matmul_with(
     );
     let n = w.n_in;
     let rows_kernel = if split == rows {
-        kt.gemm_for_batch(w.ty, w.n_out)
+        kt.gemm_for_batch(w.ty, w.n_out, rows)
     } else {
         None
     };
