@@ -28,8 +28,8 @@ use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
-use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack};
-use crate::x86::avx512::legacy::{join, split, sym_tail};
+use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack, q4_k};
+use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
 use crate::GgmlType;
 
 /// Activation rows one kernel call serves.
@@ -54,6 +54,16 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
 /// activation rows, each group one call of `kernel::<C>`.
 macro_rules! gemm_entry {
     ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
+        gemm_entry!(
+            $name,
+            $wb,
+            $ab,
+            $qk,
+            $kernel,
+            |_: &[&[$wb]; 2], _: &[$ab]| None
+        );
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $rows2:expr) => {
         fn $name(
             n: usize,
             w: &[u8],
@@ -78,7 +88,22 @@ macro_rules! gemm_entry {
                 "gemm: output too short"
             );
             let a_row = |t: usize| -> &[$ab] { as_blocks(&act[t * ar..(t + 1) * ar]) };
-            for i in 0..w_rows {
+            let w_row = |i: usize| -> &[$wb] { as_blocks(&w[i * wr..(i + 1) * wr]) };
+            // One activation row (a mat-vec): weight rows two at a time
+            // where the type has a two-row kernel.
+            let mut i0 = 0;
+            if act_rows == 1 {
+                while i0 + 2 <= w_rows {
+                    let rows2: fn(&[&[$wb]; 2], &[$ab]) -> Option<[f32; 2]> = $rows2;
+                    let Some(r) = rows2(&[w_row(i0), w_row(i0 + 1)], a_row(0)) else {
+                        break;
+                    };
+                    out[i0 * out_stride] = r[0];
+                    out[(i0 + 1) * out_stride] = r[1];
+                    i0 += 2;
+                }
+            }
+            for i in i0..w_rows {
                 let x: &[$wb] = as_blocks(&w[i * wr..(i + 1) * wr]);
                 let o = &mut out[i * out_stride..i * out_stride + act_rows];
                 let mut t = 0;
@@ -109,11 +134,67 @@ macro_rules! gemm_entry {
     };
 }
 
-gemm_entry!(gemm_q4_k, BlockQ4K, BlockQ8K, 256, q4_k_cols);
-gemm_entry!(gemm_q8_0, BlockQ8_0, BlockQ8_0, 32, q8_0_cols);
-gemm_entry!(gemm_q4_0, BlockQ4_0, BlockQ8_0, 32, q4_0_cols);
-gemm_entry!(gemm_q5_0, BlockQ5_0, BlockQ8_0, 32, q5_0_cols);
-gemm_entry!(gemm_iq4_nl, BlockIq4Nl, BlockQ8_0, 32, iq4_nl_cols);
+// A mat-vec: the one-row kernel per weight row (same bits, no column setup).
+gemm_entry!(
+    gemm_q4_k,
+    BlockQ4K,
+    BlockQ8K,
+    256,
+    q4_k_cols,
+    |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
+        // SAFETY: as for `q4_k_cols`: `gemm_fn` hands the entry out only after
+        // detecting AVX512-VNNI and `Isa::Avx512.available()`.
+        Some(unsafe { [q4_k(x[0], y), q4_k(x[1], y)] })
+    }
+);
+gemm_entry!(
+    gemm_q8_0,
+    BlockQ8_0,
+    BlockQ8_0,
+    32,
+    q8_0_cols,
+    |x: &[&[BlockQ8_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockQ8_0, false>(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_q4_0,
+    BlockQ4_0,
+    BlockQ8_0,
+    32,
+    q4_0_cols,
+    |x: &[&[BlockQ4_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockQ4_0, false>(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_q5_0,
+    BlockQ5_0,
+    BlockQ8_0,
+    32,
+    q5_0_cols,
+    |x: &[&[BlockQ5_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockQ5_0, false>(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_iq4_nl,
+    BlockIq4Nl,
+    BlockQ8_0,
+    32,
+    iq4_nl_cols,
+    |x: &[&[BlockIq4Nl]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockIq4Nl, true>(x[0], x[1], y) })
+    }
+);
 
 // ---------------------------------------------------------------- Q4_K
 
@@ -271,6 +352,66 @@ fn sym_cols<B: SymBlock, const PAIRS: bool, const C: usize>(
             *o = sym_tail::<B, true, PAIRS>(xr, &y[c][4 * q..x.len()], a);
         }
         out
+    }
+}
+
+/// Two signed-level rows against one Q8_0 row: `legacy::dot_sym::<B, true,
+/// PAIRS>` per output, the two rows' blocks in the two halves of a 512-bit
+/// register and the activation block in both, so each half is one output's
+/// 8-lane accumulator fed block after block as the one-row kernel feeds its
+/// own: two independent FMA chains where a one-row dot has one (ggml's order
+/// makes each chain serial).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn sym_rows2<B: SymBlock, const PAIRS: bool>(x0: &[B], x1: &[B], y: &[BlockQ8_0]) -> [f32; 2] {
+    // SAFETY: block accesses are through slices; the intrinsics need the
+    // features enabled on this function.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); 2];
+        let q = y.len() / 4;
+        let hi8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+        for k in 0..q {
+            let (xa, xb, yq) = (
+                &x0[4 * k..4 * k + 4],
+                &x1[4 * k..4 * k + 4],
+                &y[4 * k..4 * k + 4],
+            );
+            let sy = scales4([
+                yq[0].d_bits(),
+                yq[1].d_bits(),
+                yq[2].d_bits(),
+                yq[3].d_bits(),
+            ]);
+            let sa = scales4([
+                xa[0].d_bits(),
+                xa[1].d_bits(),
+                xa[2].d_bits(),
+                xa[3].d_bits(),
+            ]);
+            let sb = scales4([
+                xb[0].d_bits(),
+                xb[1].d_bits(),
+                xb[2].d_bits(),
+                xb[3].d_bits(),
+            ]);
+            // Lanes 0..4: row a's scale products, 4..8: row b's.
+            let dab =
+                _mm512_castps256_ps512(_mm256_set_m128(_mm_mul_ps(sb, sy), _mm_mul_ps(sa, sy)));
+            for i in 0..4 {
+                let d =
+                    _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(i as i32), hi8), dab);
+                let l = yq[i].levels();
+                let p = dot_ss::<true>(join(xa[i].levels(), xb[i].levels()), join(l, l));
+                let h = if PAIRS { i & 1 } else { 0 };
+                acc[h] = _mm512_fmadd_ps(d, p, acc[h]);
+            }
+        }
+        let yr = &y[4 * q..];
+        let a = [split(acc[0])[0], split(acc[1])[0]];
+        let b = [split(acc[0])[1], split(acc[1])[1]];
+        [
+            sym_tail::<B, true, PAIRS>(&x0[4 * q..y.len()], yr, a),
+            sym_tail::<B, true, PAIRS>(&x1[4 * q..y.len()], yr, b),
+        ]
     }
 }
 

@@ -219,7 +219,7 @@ pub(crate) fn k4_scale_bytes<B: bytemuck::Pod>(b: &B) -> __m128i {
 /// against the broadcast scale pair. The pairs are the unpacked scales
 /// stored once per block; each broadcast is then a load, not a shuffle.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+pub(crate) fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     let lo16 = _mm256_set1_epi32(0xFFFF);
     let mut acc = _mm256_setzero_ps();
