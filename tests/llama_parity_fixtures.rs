@@ -396,8 +396,12 @@ fn pick_tier() -> &'static str {
     static TIER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TIER.get_or_init(|| {
         // Batches in llama.cpp's batch kernels' orders (KernelTable::ggml_batch):
-        // the stored logits are one 256-token batch of llama.cpp's.
-        std::env::set_var("CLOVER_BATCH_ORDER", "ggml");
+        // the stored logits are one 256-token batch of llama.cpp's. (Set
+        // `CLOVER_BATCH_ORDER` to something else to see the default order's
+        // figures; the limits are for llama.cpp's order.)
+        if std::env::var_os("CLOVER_BATCH_ORDER").is_none() {
+            std::env::set_var("CLOVER_BATCH_ORDER", "ggml");
+        }
         kernels::isa::init().unwrap().name().to_string()
     })
 }
