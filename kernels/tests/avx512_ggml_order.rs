@@ -4,9 +4,11 @@
 //! llama.cpp's own outputs (`tests/llama_parity_fixtures.rs` runs both
 //! tiers); ggml's x86 quantised dots are AVX2 code even in an AVX-512 build,
 //! and our AVX2 float dots follow `vec.cpp`'s AVX-512 forms. Not covered:
-//! IQ4_XS (its kernels sum in their own order) and BF16 (the AVX2 tier's
-//! BF16 dot is not ggml's; the AVX-512 ones mirror `ggml_vec_dot_bf16`'s
-//! AVX-512 paths and are checked against the scalar dot in `legacy_tiers`).
+//! IQ4_XS (its kernels sum in their own order) and BF16, whose AVX2 dot is
+//! not ggml's: the AVX-512 BF16 dot without `vdpbf16ps` is checked against
+//! ggml's `__AVX512F__` order written out below; the `vdpbf16ps` one has
+//! ggml's loop structure around the same instruction (checked against the
+//! scalar dot only, in `legacy_tiers`).
 #![cfg(target_arch = "x86_64")]
 
 mod common;
@@ -116,5 +118,73 @@ fn every_avx512_dot_equals_the_avx2_dot_bit_for_bit() {
                 }
             }
         }
+    }
+}
+
+/// `_mm512_reduce_add_ps` as GCC defines it.
+fn reduce16(v: &[f32; 16]) -> f32 {
+    let t: Vec<f32> = (0..8).map(|l| v[l + 8] + v[l]).collect();
+    let u: Vec<f32> = (0..4).map(|l| t[l + 4] + t[l]).collect();
+    (u[0] + u[2]) + (u[1] + u[3])
+}
+
+/// ggml's `ggml_vec_dot_bf16`, `__AVX512F__` path (no AVX512-BF16): two
+/// 16-lane accumulators over blocks of 32 (bf16 products are exact in f32,
+/// so fused or not makes no difference), each reduced, summed in f64 with
+/// the leftover products.
+fn ggml_bf16_avx512f(a: &[half::bf16], b: &[half::bf16]) -> f32 {
+    let n = a.len();
+    let mut c = [[0f32; 16]; 2];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (h, ch) in c.iter_mut().enumerate() {
+            for (l, v) in ch.iter_mut().enumerate() {
+                let j = i + 16 * h + l;
+                *v += a[j].to_f32() * b[j].to_f32();
+            }
+        }
+        i += 32;
+    }
+    let mut sumf = 0f64;
+    sumf += reduce16(&c[0]) as f64;
+    sumf += reduce16(&c[1]) as f64;
+    for j in i..n {
+        sumf += (a[j].to_f32() * b[j].to_f32()) as f64;
+    }
+    sumf as f32
+}
+
+#[test]
+fn avx512_bf16_dot_without_dpbf16_sums_in_ggml_order() {
+    if tiers().is_none() {
+        return;
+    }
+    let dot = legacy::vec_dot_variants(GgmlType::BF16)
+        .into_iter()
+        .find(|v| v.0 == "bw")
+        .expect("the AVX-512 BF16 dot without dpbf16")
+        .1;
+    let mut rng = Rng::new(0xbf16);
+    for n in FLOAT_LENGTHS {
+        let (x, y) = (test_row(&mut rng, n), test_row(&mut rng, n));
+        let (mut wb, mut ab) = (
+            Buf::for_row(GgmlType::BF16, n),
+            Buf::for_row(GgmlType::BF16, n),
+        );
+        scalar::quantize_row(GgmlType::BF16, &x, wb.bytes_mut(), None);
+        scalar::quantize_row(GgmlType::BF16, &y, ab.bytes_mut(), None);
+        let to = |b: &Buf| -> Vec<half::bf16> {
+            b.bytes()
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]))
+                .collect()
+        };
+        let want = ggml_bf16_avx512f(&to(&wb), &to(&ab));
+        let got = dot(n, wb.bytes(), ab.bytes());
+        assert_eq!(
+            got.to_bits(),
+            want.to_bits(),
+            "BF16 at n = {n}: {got:e} vs ggml {want:e}"
+        );
     }
 }
