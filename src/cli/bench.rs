@@ -227,6 +227,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let t_bind = Instant::now();
     let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
     let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);
+    if !args.pass_costs.is_empty() && !model.has_diffusion() {
+        bail!("--pass-costs needs a clover_moe file with the diffusion tensors");
+    }
     let info = model_info(&file, &model, path);
     eprintln!(
         "load: {:.1} ms (mmap + header {open_ms:.1} ms, bind {bind_ms:.1} ms)",
@@ -404,9 +407,6 @@ fn unix_time() -> String {
 
 /// `--pass-costs`: the per-pass cost table, one block per thread count.
 fn run_pass_costs(args: &BenchArgs, model: &Model, threads: &[usize]) -> anyhow::Result<()> {
-    if !model.has_diffusion() {
-        bail!("--pass-costs needs a clover_moe file with the diffusion tensors");
-    }
     let depth = args.n_depth.first().copied().unwrap_or(0).max(1);
     println!("| threads | pass   | tokens | median ms | x plain step | min ms | max ms |");
     println!("| ------: | ------ | -----: | --------: | -----------: | -----: | -----: |");
