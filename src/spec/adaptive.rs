@@ -38,6 +38,11 @@ pub struct Adaptive {
 
 const EMA: f64 = 0.3;
 
+/// A sample above this multiple of the current estimate counts as this
+/// multiple: a step the OS preempted (ten times the usual on a loaded
+/// machine) must not make plain decoding look dear for the next few choices.
+const SPIKE: f64 = 1.5;
+
 /// Plain steps between explorations, at first and at most.
 pub const EXPLORE_MIN: usize = 16;
 pub const EXPLORE_MAX: usize = 256;
@@ -50,7 +55,7 @@ fn ema(old: &mut f64, x: f64) {
     *old = if *old == 0.0 {
         x
     } else {
-        (1.0 - EMA) * *old + EMA * x
+        (1.0 - EMA) * *old + EMA * x.min(SPIKE * *old)
     };
 }
 
@@ -326,6 +331,25 @@ mod tests {
         }
         b.record_draft(2, 500);
         assert_eq!(b.choose(15), 1);
+    }
+
+    #[test]
+    fn one_preempted_plain_step_does_not_switch_to_drafting() {
+        // Drafting at D = 1 emits 1.9 tokens for 2.7 plain-step costs.
+        let mut a = Adaptive::new(1, 4);
+        a.record_plain(1000);
+        a.record_draft(2, 1250);
+        for _ in 0..20 {
+            a.record_verify(2, 1420, 1, 1);
+        }
+        assert_eq!(a.choose(4), 0);
+        a.record_plain(10_000);
+        assert_eq!(a.choose(4), 0);
+        // A lasting rise is still followed, a step at a time.
+        for _ in 0..10 {
+            a.record_plain(10_000);
+        }
+        assert!(a.choose(4) > 0);
     }
 
     #[test]
