@@ -87,17 +87,11 @@ fn pow2(n: i32) -> f64 {
 }
 
 /// Whether the host has FMA (checked once).
+#[cfg(target_arch = "x86_64")]
 #[inline]
 fn has_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
 }
 
 /// Defines `fn $name` that runs `$body` (an `#[inline(always)]` fn of
