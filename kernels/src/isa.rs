@@ -267,7 +267,10 @@ fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
 fn tier_gemm_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => crate::x86::avx512::gemm::gemm_fn(ty),
+        Isa::Avx512 => match ty {
+            GgmlType::F32 => crate::x86::avx512::gemm_f32::gemm_fn(),
+            _ => crate::x86::avx512::gemm::gemm_fn(ty),
+        },
         _ => {
             let _ = ty;
             None

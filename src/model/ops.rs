@@ -60,7 +60,7 @@ pub const GGML_LANES: usize = 16;
 
 /// `ggml_v_expf` (AVX-512 form; ARM optimized-routines polynomial, max error
 /// 1.45 ulp + 0.5), lane by lane with the same fused multiply-adds.
-#[inline]
+#[inline(always)]
 pub fn v_expf(x: f32) -> f32 {
     let f = f32::from_bits;
     let r = f(0x4b40_0000); // 0x1.8p23
@@ -76,25 +76,75 @@ pub fn v_expf(x: f32) -> f32 {
     let mid = hi.mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)));
     let j = mid.mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
     // vscalefps: j·2ⁿ rounded once (the f64 product is exact).
-    (j as f64 * 2f64.powi(n as i32)) as f32
+    (j as f64 * pow2(n as i32)) as f32
+}
+
+/// 2ⁿ exactly, for |n| ≤ 1022 (a normal f64 built from its exponent bits;
+/// `powi` gives the same value through a libm call).
+#[inline(always)]
+fn pow2(n: i32) -> f64 {
+    f64::from_bits(((n + 1023) as u64) << 52)
+}
+
+/// Whether the host has FMA (checked once).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+fn has_fma() -> bool {
+    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
+}
+
+/// Defines `fn $name` that runs `$body` (an `#[inline(always)]` fn of
+/// the same arguments) compiled with FMA where the host has it: the
+/// `mul_add`s of [`v_expf`] are then one instruction each instead of a libm
+/// `fmaf` call. Both are correctly rounded, so the bits are the same.
+macro_rules! with_fma {
+    ($(#[$m:meta])* $vis:vis fn $name:ident, $fma:ident, $body:ident, ($($a:ident: $t:ty),*)) => {
+        $(#[$m])*
+        $vis fn $name($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            if has_fma() {
+                // SAFETY: FMA was detected on this host (`has_fma`).
+                unsafe { $fma($($a),*) };
+                return;
+            }
+            $body($($a),*)
+        }
+
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "fma")]
+        fn $fma($($a: $t),*) {
+            $body($($a),*)
+        }
+    };
 }
 
 /// `ggml_v_silu`: `x / (1 + v_expf(0 − x))`.
-#[inline]
+#[inline(always)]
 pub fn v_silu(x: f32) -> f32 {
     x / (1.0 + v_expf(0.0 - x))
 }
 
-/// In place silu of one ggml row (`ggml_vec_silu_f32`).
-pub fn silu_row(x: &mut [f32]) {
+with_fma!(
+    /// In place silu of one ggml row (`ggml_vec_silu_f32`).
+    pub fn silu_row, silu_row_fma, silu_row_body, (x: &mut [f32])
+);
+
+#[inline(always)]
+fn silu_row_body(x: &mut [f32]) {
     let bulk = x.len() - x.len() % GGML_LANES;
     let (head, tail) = x.split_at_mut(bulk);
     head.iter_mut().for_each(|v| *v = v_silu(*v));
     tail.iter_mut().for_each(|v| *v = silu(*v));
 }
 
-/// `h = silu(g) ⊙ up` of one ggml row (`ggml_vec_swiglu_f32`).
-pub fn swiglu_row(g: &[f32], up: &[f32], h: &mut [f32]) {
+with_fma!(
+    /// `h = silu(g) ⊙ up` of one ggml row (`ggml_vec_swiglu_f32`).
+    pub fn swiglu_row, swiglu_row_fma, swiglu_row_body, (g: &[f32], up: &[f32], h: &mut [f32])
+);
+
+#[inline(always)]
+fn swiglu_row_body(g: &[f32], up: &[f32], h: &mut [f32]) {
     let bulk = h.len() - h.len() % GGML_LANES;
     for (i, ((hi, &gi), &ui)) in h.iter_mut().zip(g).zip(up).enumerate() {
         *hi = if i < bulk { v_silu(gi) } else { silu(gi) } * ui;
@@ -118,13 +168,10 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 #[inline]
 pub fn mad_f32(y: &mut [f32], x: &[f32], v: f32) {
     #[cfg(target_arch = "x86_64")]
-    {
-        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
-            // SAFETY: FMA was detected on this host just above.
-            unsafe { mad_f32_fma(y, x, v) };
-            return;
-        }
+    if has_fma() {
+        // SAFETY: FMA was detected on this host (`has_fma`).
+        unsafe { mad_f32_fma(y, x, v) };
+        return;
     }
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi = xi.mul_add(v, *yi);
@@ -174,7 +221,10 @@ pub fn softmax_padded_inplace(x: &mut [f32]) {
     softmax_split(x, x.len());
 }
 
-fn softmax_split(x: &mut [f32], bulk: usize) {
+with_fma!(fn softmax_split, softmax_split_fma, softmax_split_body, (x: &mut [f32], bulk: usize));
+
+#[inline(always)]
+fn softmax_split_body(x: &mut [f32], bulk: usize) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0f64;
     let (head, tail) = x.split_at_mut(bulk);
@@ -327,5 +377,32 @@ mod tests {
         let mut z = x.clone();
         rc.apply(&mut z[..n_rot]);
         assert_eq!(z, x);
+    }
+
+    #[test]
+    fn pow2_equals_powi_over_the_exponents_v_expf_uses() {
+        for n in -192..=192 {
+            assert_eq!(pow2(n).to_bits(), 2f64.powi(n).to_bits(), "2^{n}");
+        }
+    }
+
+    #[test]
+    fn the_fma_compiled_row_ops_equal_the_plain_ones_bit_for_bit() {
+        // 37 = two ggml vector blocks and a libm tail; values across exp's range.
+        let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 1.37).collect();
+        let up: Vec<f32> = (0..37).map(|i| 0.5 - i as f32 * 0.03).collect();
+        let bits = |v: &[f32]| v.iter().map(|y| y.to_bits()).collect::<Vec<_>>();
+        let (mut a, mut b) = (x.clone(), x.clone());
+        silu_row(&mut a);
+        silu_row_body(&mut b);
+        assert_eq!(bits(&a), bits(&b));
+        let (mut a, mut b) = (vec![0.0; 37], vec![0.0; 37]);
+        swiglu_row(&x, &up, &mut a);
+        swiglu_row_body(&x, &up, &mut b);
+        assert_eq!(bits(&a), bits(&b));
+        let (mut a, mut b) = (x.clone(), x.clone());
+        softmax_split(&mut a, 32);
+        softmax_split_body(&mut b, 32);
+        assert_eq!(bits(&a), bits(&b));
     }
 }
