@@ -9,17 +9,19 @@
 //! every activation row of the group, instead of once per (row, activation)
 //! pair as a loop over `vec_dot` does.
 //!
-//! **Bit-exact with this tier's one-row F32 dot** (`legacy::vec_dot_f32`):
-//! every output keeps that kernel's four 16-lane accumulators with the same
-//! lane assignment — 64 elements per step across accumulators 0…3, then
-//! 16-element steps into accumulator 0, the masked tail into accumulator 1 —
-//! the same FMAs in the same order, the same final `(a0 + a1) + (a2 + a3)`
-//! and `_mm512_reduce_add_ps`. Only the weight loads are shared.
+//! **Bit-exact with this tier's one-row F32 dot** (`legacy::vec_dot_f32`,
+//! llama.cpp's `ggml_vec_dot_f32` order): every output keeps that kernel's
+//! four 16-lane accumulators over blocks of 64, the same FMAs in the same
+//! order, the same fold `(a0 + a2) + (a1 + a3)` and reduction, and the same
+//! scalar leftovers (`legacy::f32_leftovers`). Only the weight loads are
+//! shared.
 
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
 use crate::isa::GemmFn;
+
+use super::legacy::{f32_leftovers, reduce16};
 
 /// Activation rows one kernel call serves (4 × 4 accumulators and the four
 /// weight chunks of a step fit the 32 vector registers).
@@ -89,41 +91,28 @@ fn f32_cols<const C: usize>(x: &[f32], y: [&[f32]; C]) -> [f32; C] {
         y.iter().all(|r| r.len() == n),
         "gemm_f32: row lengths differ"
     );
-    // SAFETY: every masked load below touches only lanes below n, and all
-    // rows have n elements (checked above); AVX-512F is enabled here.
-    let load =
-        |s: &[f32], i: usize, m: __mmask16| unsafe { _mm512_maskz_loadu_ps(m, s[i..].as_ptr()) };
-    let all: __mmask16 = 0xffff;
+    // SAFETY: reads the 16 floats at i..i+16, bounds-checked by the slice index.
+    let load = |s: &[f32], i: usize| unsafe { _mm512_loadu_ps(s[i..i + 16].as_ptr()) };
+    let np = n - n % 64;
     let mut acc = [[_mm512_setzero_ps(); 4]; C];
     let mut i = 0;
-    while i + 64 <= n {
+    while i < np {
         for k in 0..4 {
-            let wv = load(x, i + 16 * k, all);
+            let wv = load(x, i + 16 * k);
             for c in 0..C {
-                acc[c][k] = _mm512_fmadd_ps(wv, load(y[c], i + 16 * k, all), acc[c][k]);
+                acc[c][k] = _mm512_fmadd_ps(wv, load(y[c], i + 16 * k), acc[c][k]);
             }
         }
         i += 64;
     }
-    while i + 16 <= n {
-        let wv = load(x, i, all);
-        for c in 0..C {
-            acc[c][0] = _mm512_fmadd_ps(wv, load(y[c], i, all), acc[c][0]);
-        }
-        i += 16;
-    }
-    if i < n {
-        let m: __mmask16 = (1u16 << (n - i)) - 1;
-        let wv = load(x, i, m);
-        for c in 0..C {
-            acc[c][1] = _mm512_fmadd_ps(wv, load(y[c], i, m), acc[c][1]);
-        }
-    }
     let mut out = [0.0f32; C];
     for c in 0..C {
         let a = &acc[c];
-        let s = _mm512_add_ps(_mm512_add_ps(a[0], a[1]), _mm512_add_ps(a[2], a[3]));
-        out[c] = _mm512_reduce_add_ps(s);
+        let s = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+        // SAFETY: register-only; AVX-512F and AVX are enabled here.
+        let sum = unsafe { reduce16(s) };
+        let yc = y[c];
+        out[c] = f32_leftovers(np, n, sum, |j| x[j] * yc[j], |j, s| x[j].mul_add(yc[j], s));
     }
     out
 }
@@ -168,7 +157,7 @@ mod tests {
     fn the_avx512_tier_hands_out_the_f32_multi_row_kernel_for_batches() {
         let Some(kt) = table() else { return };
         assert!(kt.gemm(GgmlType::F32).is_some());
-        assert!(kt.gemm_for_batch(GgmlType::F32, 256).is_some());
+        assert!(kt.gemm_for_batch(GgmlType::F32, 256, 4).is_some());
         assert!(KernelTable::new(Isa::Scalar).gemm(GgmlType::F32).is_none());
     }
 

@@ -536,7 +536,7 @@ both!(
 /// # Safety
 /// The caller must have AVX-512F and AVX enabled.
 #[inline(always)]
-unsafe fn reduce16(v: __m512) -> f32 {
+pub(super) unsafe fn reduce16(v: __m512) -> f32 {
     // SAFETY: register-only intrinsics; the caller enables the features.
     unsafe {
         let [lo, hi] = split(v);
@@ -583,16 +583,29 @@ unsafe fn dot_step64<const F16: bool>(
             }
             return sum as f32;
         }
-        let mut sum = sum;
-        let fused_from = n - (n - np) % 8;
-        for j in np..fused_from {
-            sum += prod(j);
-        }
-        for j in fused_from..n {
-            sum = fused(j, sum);
-        }
-        sum
+        f32_leftovers(np, n, sum, prod, fused)
     }
+}
+
+/// `ggml_vec_dot_f32`'s scalar leftovers `np..n` after the 64-steps, as GCC
+/// compiled them: rounded products added in order, the last `(n − np) % 8`
+/// fused.
+#[inline(always)]
+pub(super) fn f32_leftovers(
+    np: usize,
+    n: usize,
+    mut sum: f32,
+    prod: impl Fn(usize) -> f32,
+    fused: impl Fn(usize, f32) -> f32,
+) -> f32 {
+    let fused_from = n - (n - np) % 8;
+    for j in np..fused_from {
+        sum += prod(j);
+    }
+    for j in fused_from..n {
+        sum = fused(j, sum);
+    }
+    sum
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
