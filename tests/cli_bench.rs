@@ -223,10 +223,9 @@ fn membw_mode_needs_no_model() {
     assert!(out.contains("GB/s"), "{out}");
 }
 
-#[test]
-fn spec_type_runs_greedy_and_draft_self_tg_rows_with_the_same_tokens() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("clover.gguf");
+/// A tiny clover_moe synth file in `dir`.
+fn synth_clover_tiny(dir: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join("clover.gguf");
     let out = clover(&[
         "synth",
         "--arch",
@@ -237,6 +236,13 @@ fn spec_type_runs_greedy_and_draft_self_tg_rows_with_the_same_tokens() {
         p.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{out:?}");
+    p
+}
+
+#[test]
+fn spec_type_runs_greedy_and_draft_self_tg_rows_with_the_same_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = synth_clover_tiny(dir.path());
     let out = clover(&[
         "bench",
         "-m",
@@ -279,17 +285,7 @@ fn spec_type_draft_self_on_a_qwen35moe_file_fails_with_one_line() {
 #[test]
 fn pass_costs_prints_a_plain_row_and_verify_and_draft_rows_per_length() {
     let dir = tempfile::tempdir().unwrap();
-    let p = dir.path().join("clover.gguf");
-    let out = clover(&[
-        "synth",
-        "--arch",
-        "clover_moe",
-        "--preset",
-        "tiny",
-        "-o",
-        p.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{out:?}");
+    let p = synth_clover_tiny(dir.path());
     let out = clover(&[
         "bench",
         "-m",
