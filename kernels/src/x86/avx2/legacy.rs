@@ -359,7 +359,7 @@ unsafe fn dot_sym<B: SymBlock>(x: &[B], y: &[BlockQ8_0]) -> f32 {
 /// # Safety
 /// The caller must have AVX2 and F16C enabled.
 #[inline(always)]
-unsafe fn scale_products<B: SymBlock>(xq: &[B], yq: &[BlockQ8_0]) -> __m128 {
+pub(crate) unsafe fn scale_products<B: SymBlock>(xq: &[B], yq: &[BlockQ8_0]) -> __m128 {
     // SAFETY: register-only intrinsics; the caller enables the features.
     unsafe {
         let f = halves8(

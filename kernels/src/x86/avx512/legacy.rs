@@ -25,7 +25,7 @@ use crate::scalar::q5_0::BlockQ5_0;
 use crate::scalar::q5_1::BlockQ5_1;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_1::BlockQ8_1;
-use crate::x86::avx2::legacy::{f16_to_f32, halves8, hsum_ps, AsymBlock, SymBlock};
+use crate::x86::avx2::legacy::{f16_to_f32, halves8, hsum_ps, scale_products, AsymBlock, SymBlock};
 use crate::GgmlType;
 
 fn has_vnni() -> bool {
@@ -251,32 +251,6 @@ pub(crate) unsafe fn sym_tail<B: SymBlock, const VNNI: bool, const PAIRS: bool>(
             let d = _mm256_set1_ps(bx.scale() * by.scale());
             hsum_ps(_mm256_fmadd_ps(d, p, acc[0]))
         }
-    }
-}
-
-/// The four `dx·dy` products of four block pairs.
-///
-/// # Safety
-/// The caller must have AVX2 and F16C enabled.
-#[inline(always)]
-unsafe fn scale_products<B: SymBlock>(xq: &[B], yq: &[BlockQ8_0]) -> __m128 {
-    // SAFETY: register-only intrinsics; the caller enables the features.
-    unsafe {
-        let f = halves8(
-            [
-                xq[0].d_bits(),
-                xq[1].d_bits(),
-                xq[2].d_bits(),
-                xq[3].d_bits(),
-            ],
-            [
-                yq[0].d_bits(),
-                yq[1].d_bits(),
-                yq[2].d_bits(),
-                yq[3].d_bits(),
-            ],
-        );
-        _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps::<1>(f))
     }
 }
 
