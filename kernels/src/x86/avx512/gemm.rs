@@ -1,5 +1,6 @@
 //! AVX-512 VNNI multi-row products (`GemmFn`): one weight row against up to
-//! [`COLS`] activation rows at once, for Q4_K (Q8_K activations) and the
+//! [`COLS`] activation rows at once, for Q3_K, Q4_K, Q5_K and Q6_K (Q8_K
+//! activations; the bodies other than Q4_K's are in `gemm_kq`) and the
 //! signed-level 32-element types Q8_0, Q4_0, Q5_0 and IQ4_NL (Q8_0
 //! activations).
 //!
@@ -21,13 +22,17 @@ use std::arch::x86_64::*;
 use crate::blocks::as_blocks;
 use crate::isa::GemmFn;
 use crate::scalar::iq4_nl::BlockIq4Nl;
+use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_0::BlockQ4_0;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_0::BlockQ5_0;
+use crate::scalar::q5_k::BlockQ5K;
+use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_bsums, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
+use crate::x86::avx512::gemm_kq::{q3_k_cols, q5_k_cols, q6_k_cols};
 use crate::x86::avx512::kquants::{k4_scale_bytes, k4_unpack};
 use crate::x86::avx512::legacy::{join, pair_sym, spread4};
 use crate::GgmlType;
@@ -42,6 +47,9 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
     }
     match ty {
         GgmlType::Q4_K => Some(gemm_q4_k),
+        GgmlType::Q3_K => Some(gemm_q3_k),
+        GgmlType::Q5_K => Some(gemm_q5_k),
+        GgmlType::Q6_K => Some(gemm_q6_k),
         GgmlType::Q8_0 => Some(gemm_q8_0),
         GgmlType::Q4_0 => Some(gemm_q4_0),
         GgmlType::Q5_0 => Some(gemm_q5_0),
@@ -110,6 +118,9 @@ macro_rules! gemm_entry {
 }
 
 gemm_entry!(gemm_q4_k, BlockQ4K, BlockQ8K, 256, q4_k_cols);
+gemm_entry!(gemm_q3_k, BlockQ3K, BlockQ8K, 256, q3_k_cols);
+gemm_entry!(gemm_q5_k, BlockQ5K, BlockQ8K, 256, q5_k_cols);
+gemm_entry!(gemm_q6_k, BlockQ6K, BlockQ8K, 256, q6_k_cols);
 gemm_entry!(gemm_q8_0, BlockQ8_0, BlockQ8_0, 32, q8_0_cols);
 gemm_entry!(gemm_q4_0, BlockQ4_0, BlockQ8_0, 32, q4_0_cols);
 gemm_entry!(gemm_q5_0, BlockQ5_0, BlockQ8_0, 32, q5_0_cols);

@@ -6,6 +6,7 @@ use crate::isa::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 pub mod gemm;
+mod gemm_kq;
 pub mod kquants;
 pub mod legacy;
 pub mod lowbit;
