@@ -60,7 +60,7 @@ pub const GGML_LANES: usize = 16;
 
 /// `ggml_v_expf` (AVX-512 form; ARM optimized-routines polynomial, max error
 /// 1.45 ulp + 0.5), lane by lane with the same fused multiply-adds.
-#[inline]
+#[inline(always)]
 pub fn v_expf(x: f32) -> f32 {
     let f = f32::from_bits;
     let r = f(0x4b40_0000); // 0x1.8p23
@@ -75,26 +75,79 @@ pub fn v_expf(x: f32) -> f32 {
     let hi = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17));
     let mid = hi.mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)));
     let j = mid.mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
-    // vscalefps: j·2ⁿ rounded once (the f64 product is exact).
-    (j as f64 * 2f64.powi(n as i32)) as f32
+    // vscalefps: j·2ⁿ rounded once (the f64 product is exact). |n| ≤ 192,
+    // so 2ⁿ is a normal f64, built from its exponent bits (what `powi`
+    // returns, without the libm call).
+    let two_n = f64::from_bits(((n as i64 + 1023) as u64) << 52);
+    (j as f64 * two_n) as f32
 }
 
-/// `ggml_v_silu`: `x / (1 + v_expf(0 − x))`.
+/// Whether the host has FMA: the row functions below then run a copy
+/// compiled with it, so `mul_add` is one instruction instead of a libm
+/// `fmaf` call (the same fused result either way).
 #[inline]
+pub(crate) fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines `$name($args)` that runs `$body` (an `#[inline(always)]` fn)
+/// compiled with FMA when the host has it, plain otherwise.
+macro_rules! fma_dispatch {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident: $t:ty),*) => $body:ident) => {
+        $(#[$m])*
+        $vis fn $name($($a: $t),*) {
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "fma")]
+                unsafe fn with_fma($($a: $t),*) {
+                    $body($($a),*)
+                }
+                if $crate::model::ops::has_fma() {
+                    // SAFETY: FMA was detected on this host (`has_fma`).
+                    unsafe { with_fma($($a),*) };
+                    return;
+                }
+            }
+            $body($($a),*)
+        }
+    };
+}
+pub(crate) use fma_dispatch;
+
+/// `ggml_v_silu`: `x / (1 + v_expf(0 − x))`.
+#[inline(always)]
 pub fn v_silu(x: f32) -> f32 {
     x / (1.0 + v_expf(0.0 - x))
 }
 
-/// In place silu of one ggml row (`ggml_vec_silu_f32`).
-pub fn silu_row(x: &mut [f32]) {
+fma_dispatch!(
+    /// In place silu of one ggml row (`ggml_vec_silu_f32`).
+    pub fn silu_row(x: &mut [f32]) => silu_row_body
+);
+
+#[inline(always)]
+fn silu_row_body(x: &mut [f32]) {
     let bulk = x.len() - x.len() % GGML_LANES;
     let (head, tail) = x.split_at_mut(bulk);
     head.iter_mut().for_each(|v| *v = v_silu(*v));
     tail.iter_mut().for_each(|v| *v = silu(*v));
 }
 
-/// `h = silu(g) ⊙ up` of one ggml row (`ggml_vec_swiglu_f32`).
-pub fn swiglu_row(g: &[f32], up: &[f32], h: &mut [f32]) {
+fma_dispatch!(
+    /// `h = silu(g) ⊙ up` of one ggml row (`ggml_vec_swiglu_f32`).
+    pub fn swiglu_row(g: &[f32], up: &[f32], h: &mut [f32]) => swiglu_row_body
+);
+
+#[inline(always)]
+fn swiglu_row_body(g: &[f32], up: &[f32], h: &mut [f32]) {
     let bulk = h.len() - h.len() % GGML_LANES;
     for (i, ((hi, &gi), &ui)) in h.iter_mut().zip(g).zip(up).enumerate() {
         *hi = if i < bulk { v_silu(gi) } else { silu(gi) } * ui;
@@ -174,7 +227,10 @@ pub fn softmax_padded_inplace(x: &mut [f32]) {
     softmax_split(x, x.len());
 }
 
-fn softmax_split(x: &mut [f32], bulk: usize) {
+fma_dispatch!(fn softmax_split(x: &mut [f32], bulk: usize) => softmax_split_body);
+
+#[inline(always)]
+fn softmax_split_body(x: &mut [f32], bulk: usize) {
     let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut sum = 0.0f64;
     let (head, tail) = x.split_at_mut(bulk);
@@ -243,6 +299,47 @@ mod tests {
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn exponent_bits_build_the_same_power_of_two_as_powi() {
+        // v_expf builds 2ⁿ from bits for |n| ≤ 192; powi is what it replaced.
+        for n in -192i32..=192 {
+            let bits = f64::from_bits(((n as i64 + 1023) as u64) << 52);
+            assert_eq!(bits.to_bits(), 2f64.powi(n).to_bits(), "2^{n}");
+        }
+    }
+
+    #[test]
+    fn fma_compiled_row_ops_equal_the_plain_build_bit_for_bit() {
+        // The dispatched row ops (the FMA copy on FMA hosts) against their
+        // bodies compiled without FMA (libm fmaf): the same fused results.
+        let mut s = 7u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 4001) as f32 / 100.0 - 20.0
+        };
+        let n = 16 * 9 + 5;
+        let g: Vec<f32> = (0..n).map(|_| next()).collect();
+        let up: Vec<f32> = (0..n).map(|_| next()).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+        let (mut a, mut b) = (g.clone(), g.clone());
+        silu_row(&mut a);
+        silu_row_body(&mut b);
+        assert_eq!(bits(&a), bits(&b), "silu_row");
+
+        let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+        swiglu_row(&g, &up, &mut a);
+        swiglu_row_body(&g, &up, &mut b);
+        assert_eq!(bits(&a), bits(&b), "swiglu_row");
+
+        let (mut a, mut b) = (g.clone(), g.clone());
+        softmax_inplace(&mut a);
+        softmax_split_body(&mut b, n - n % GGML_LANES);
+        assert_eq!(bits(&a), bits(&b), "softmax");
     }
 
     #[test]
