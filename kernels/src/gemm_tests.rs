@@ -28,11 +28,21 @@ fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
                 let w_rows = 5;
                 let (wb, _) = quantized(ty, n, w_rows, &mut rng);
                 let m = QMatrix::new(ty, n, w_rows, wb.bytes()).unwrap();
-                let max_t = 9;
+                let max_t = 13;
                 let (xb, _) = acts(&kt, ty, n, max_t, &mut rng);
                 let x = QActs::new(ty.vec_dot_type(), n, max_t, xb.bytes()).unwrap();
                 for (o, rows_w) in [(0, 1), (1, 2), (0, 5), (2, 3)] {
-                    for (t0, cols) in [(0, 1), (1, 2), (0, 3), (2, 4), (0, 5), (1, 7), (0, 9)] {
+                    for (t0, cols) in [
+                        (0, 1),
+                        (1, 2),
+                        (0, 3),
+                        (2, 4),
+                        (0, 5),
+                        (1, 7),
+                        (0, 9),
+                        (0, 8),
+                        (1, 12),
+                    ] {
                         let stride = cols + 3;
                         let mut out = vec![f32::NAN; rows_w * stride];
                         dot_block(&kt, &m, o, rows_w, &x, t0, cols, &mut out, stride);

@@ -40,6 +40,10 @@ use crate::GgmlType;
 /// Activation rows one kernel call serves.
 pub const COLS: usize = 4;
 
+/// The same for Q3_K, Q5_K and Q6_K, whose per-block weight unpacking is
+/// the larger share (eight rows, then the rest four, three, two or one).
+pub const COLS_K: usize = 8;
+
 /// This tier's multi-row product for weight type `ty`, if it has one.
 pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
     if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
@@ -62,6 +66,9 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
 /// activation rows, each group one call of `kernel::<C>`.
 macro_rules! gemm_entry {
     ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, COLS);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $cols:expr) => {
         fn $name(
             n: usize,
             w: &[u8],
@@ -91,13 +98,18 @@ macro_rules! gemm_entry {
                 let o = &mut out[i * out_stride..i * out_stride + act_rows];
                 let mut t = 0;
                 while t < act_rows {
-                    let c = (act_rows - t).min(COLS);
+                    let r = act_rows - t;
+                    let c = if $cols >= 8 && r >= 8 { 8 } else { r.min(4) };
                     let o = &mut o[t..t + c];
                     // SAFETY: `gemm_fn` hands this out only after detecting
                     // AVX512-VNNI and `Isa::Avx512.available()` (AVX512
                     // F/BW/VL, AVX2, FMA, F16C): every feature the kernel enables.
                     unsafe {
                         match c {
+                            8 => o.copy_from_slice(&$kernel::<8>(
+                                x,
+                                std::array::from_fn(|k| a_row(t + k)),
+                            )),
                             4 => o.copy_from_slice(&$kernel::<4>(
                                 x,
                                 [a_row(t), a_row(t + 1), a_row(t + 2), a_row(t + 3)],
@@ -118,9 +130,9 @@ macro_rules! gemm_entry {
 }
 
 gemm_entry!(gemm_q4_k, BlockQ4K, BlockQ8K, 256, q4_k_cols);
-gemm_entry!(gemm_q3_k, BlockQ3K, BlockQ8K, 256, q3_k_cols);
-gemm_entry!(gemm_q5_k, BlockQ5K, BlockQ8K, 256, q5_k_cols);
-gemm_entry!(gemm_q6_k, BlockQ6K, BlockQ8K, 256, q6_k_cols);
+gemm_entry!(gemm_q3_k, BlockQ3K, BlockQ8K, 256, q3_k_cols, COLS_K);
+gemm_entry!(gemm_q5_k, BlockQ5K, BlockQ8K, 256, q5_k_cols, COLS_K);
+gemm_entry!(gemm_q6_k, BlockQ6K, BlockQ8K, 256, q6_k_cols, COLS_K);
 gemm_entry!(gemm_q8_0, BlockQ8_0, BlockQ8_0, 32, q8_0_cols);
 gemm_entry!(gemm_q4_0, BlockQ4_0, BlockQ8_0, 32, q4_0_cols);
 gemm_entry!(gemm_q5_0, BlockQ5_0, BlockQ8_0, 32, q5_0_cols);
