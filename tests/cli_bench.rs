@@ -275,3 +275,64 @@ fn spec_type_draft_self_on_a_qwen35moe_file_fails_with_one_line() {
     let line = assert_one_line_failure(&out);
     assert!(line.contains("draft-self"), "{line}");
 }
+
+#[test]
+fn pass_costs_prints_a_plain_row_and_verify_and_draft_rows_per_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("clover.gguf");
+    let out = clover(&[
+        "synth",
+        "--arch",
+        "clover_moe",
+        "--preset",
+        "tiny",
+        "-o",
+        p.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let out = clover(&[
+        "bench",
+        "-m",
+        p.to_str().unwrap(),
+        "--pass-costs",
+        "2,4",
+        "-r",
+        "2",
+        "-t",
+        "1",
+    ]);
+    let table = stdout(&out);
+    // | threads | pass | tokens | median ms | x plain step | min ms | max ms |
+    let cells: Vec<Vec<String>> = table
+        .lines()
+        .skip(2)
+        .map(|l| l.split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    let kinds: Vec<(&str, &str)> = cells
+        .iter()
+        .map(|c| (c[2].as_str(), c[3].as_str()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("plain", "1"),
+            ("verify", "2"),
+            ("draft", "2"),
+            ("verify", "4"),
+            ("draft", "4")
+        ],
+        "{table}"
+    );
+    assert_eq!(cells[0][5], "1.00", "{table}");
+    assert!(
+        cells.iter().all(|c| c[4].parse::<f64>().unwrap() > 0.0),
+        "{table}"
+    );
+}
+
+#[test]
+fn pass_costs_on_a_qwen35moe_file_fails_with_one_line() {
+    let out = bench(&["--pass-costs", "4"]);
+    let line = assert_one_line_failure(&out);
+    assert!(line.contains("pass-costs"), "{line}");
+}

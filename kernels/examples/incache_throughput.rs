@@ -53,6 +53,15 @@ fn main() {
         GgmlType::Q6_K,
         GgmlType::Q8_0,
         GgmlType::Q5_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
+        GgmlType::F16,
+        GgmlType::F32,
     ] {
         let rb = ty.row_bytes(N as u64).unwrap() as usize;
         let rows = (kib << 10) / rb;

@@ -267,7 +267,10 @@ fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
 fn tier_gemm_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => crate::x86::avx512::gemm::gemm_fn(ty),
+        Isa::Avx512 => match ty {
+            GgmlType::F32 => crate::x86::avx512::gemm_f32::gemm_fn(),
+            _ => crate::x86::avx512::gemm::gemm_fn(ty),
+        },
         _ => {
             let _ = ty;
             None
@@ -391,13 +394,19 @@ impl KernelTable {
         self.vec_dot[type_index(ty)]
     }
 
-    /// The multi-row kernel for a batch whose every output is the plain
-    /// `vec_dot` of this tier ([`KernelTable::batch_dot`] is `vec_dot`): not
-    /// in llama.cpp batch order, not on weights ggml repacks. `None` elsewhere,
-    /// so a batch row always equals the single-token row bit for bit.
-    pub fn gemm_for_batch(&self, ty: GgmlType, n_out: usize) -> Option<GemmFn> {
-        let repacked = self.repacked[type_index(ty)].is_some() && n_out.is_multiple_of(8);
-        if self.ggml_batch || repacked {
+    /// The multi-row kernel for a batch of `rows` activation rows whose every
+    /// output is the plain `vec_dot` of this tier: not on weights ggml
+    /// repacks, and in llama.cpp batch order only where that order is
+    /// `vec_dot`'s too ([`KernelTable::batch_dot`]; not for F32 / F16, which
+    /// take tinyBLAS's). `None` elsewhere, so a batch row always equals what
+    /// the per-row path would give, bit for bit.
+    pub fn gemm_for_batch(&self, ty: GgmlType, n_out: usize, rows: usize) -> Option<GemmFn> {
+        let i = type_index(ty);
+        let repacked = self.repacked[i].is_some() && n_out.is_multiple_of(8);
+        let ggml_not_vec_dot = self.ggml_batch
+            && (matches!(ty, GgmlType::F32 | GgmlType::F16)
+                || (self.tiled[i].is_some() && rows >= 8));
+        if repacked || ggml_not_vec_dot {
             return None;
         }
         self.gemm(ty)

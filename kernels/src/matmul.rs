@@ -255,12 +255,18 @@ pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
     assert_eq!(x.len(), rb, "activation row has the wrong byte length");
     let dot = kt.weight_dot(w.ty, w.n_out);
+    // The multi-row kernel where it gives `dot`'s bits (see `gemm_for_batch`):
+    // it may take weight rows in pairs.
+    let rows_kernel = kt.gemm_for_batch(w.ty, w.n_out, 1);
     let n = w.n_in;
     let out = &mut out[..w.n_out];
     let per = rows_per_task(w.n_out);
-    let run = |c: usize, ys: &mut [f32]| {
-        for (i, y) in ys.iter_mut().enumerate() {
-            *y = dot(n, w.row(c * per + i), x);
+    let run = |c: usize, ys: &mut [f32]| match rows_kernel {
+        Some(g) => g(n, w.rows(c * per, ys.len()), ys.len(), x, 1, ys, 1),
+        None => {
+            for (i, y) in ys.iter_mut().enumerate() {
+                *y = dot(n, w.row(c * per + i), x);
+            }
         }
     };
     if out.len() <= per {
@@ -277,8 +283,14 @@ pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
 pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
     assert_eq!(x.len(), rb, "activation row has the wrong byte length");
+    let out = &mut out[..w.n_out];
+    // The multi-row kernel gives `vec_dot`'s bits.
+    if let Some(g) = kt.gemm(w.ty) {
+        g(w.n_in, w.rows(0, w.n_out), w.n_out, x, 1, out, 1);
+        return;
+    }
     let dot = kt.vec_dot(w.ty);
-    for (o, y) in out[..w.n_out].iter_mut().enumerate() {
+    for (o, y) in out.iter_mut().enumerate() {
         *y = dot(w.n_in, w.row(o), x);
     }
 }
@@ -382,7 +394,7 @@ fn matmul_with(
     );
     let n = w.n_in;
     let rows_kernel = if split == rows {
-        kt.gemm_for_batch(w.ty, w.n_out)
+        kt.gemm_for_batch(w.ty, w.n_out, rows)
     } else {
         None
     };

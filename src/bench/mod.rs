@@ -11,6 +11,7 @@
 
 pub mod gen;
 pub mod membw;
+pub mod passes;
 pub mod report;
 pub mod traffic;
 

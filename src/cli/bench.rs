@@ -12,7 +12,7 @@ use kernels::GgmlType;
 
 use crate::bench::gen::{run_gen_test, GenMode};
 use crate::bench::report::{self, Decode, ModelInfo, RunInfo, TestSpec};
-use crate::bench::{membw, run_test, Traffic};
+use crate::bench::{membw, passes, run_test, Traffic};
 use crate::engine::LoadedModel;
 use crate::gguf::GgufFile;
 use crate::model::Model;
@@ -104,6 +104,11 @@ pub struct BenchArgs {
     /// With --spec-type: always draft n-max (no adaptive draft length)
     #[arg(long = "spec-fixed")]
     pub spec_fixed: bool,
+    /// Instead of the tests: time a plain decode step and verify and draft
+    /// passes of these token counts (comma list), interleaved over -r
+    /// repetitions, per -t, at the first -d depth (at least 1; clover_moe files)
+    #[arg(long = "pass-costs", value_delimiter = ',')]
+    pub pass_costs: Vec<usize>,
 }
 
 /// A plain greedy tg result: (threads, n_gen, depth), t/s, the tokens.
@@ -141,6 +146,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.membw {
         return run_membw(&args, &threads);
+    }
+    if args.pass_costs.contains(&0) {
+        bail!("--pass-costs token counts must be at least 1");
     }
     let type_k = cache_type("-ctk", &args.type_k)?;
     let type_v = cache_type("-ctv", &args.type_v)?;
@@ -182,7 +190,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
     }
-    if tests.is_empty() {
+    if tests.is_empty() && args.pass_costs.is_empty() {
         bail!("nothing to run: every -p and -n is 0");
     }
     if args.draft_n_max == 0 {
@@ -219,11 +227,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let t_bind = Instant::now();
     let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
     let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);
+    if !args.pass_costs.is_empty() && !model.has_diffusion() {
+        bail!("--pass-costs needs a clover_moe file with the diffusion tensors");
+    }
     let info = model_info(&file, &model, path);
     eprintln!(
         "load: {:.1} ms (mmap + header {open_ms:.1} ms, bind {bind_ms:.1} ms)",
         open_ms + bind_ms
     );
+
+    if !args.pass_costs.is_empty() {
+        return run_pass_costs(&args, &model, &threads);
+    }
 
     let run = RunInfo {
         build: format!("clover {}", env!("CARGO_PKG_VERSION")),
@@ -388,4 +403,37 @@ fn unix_time() -> String {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     format!("{s}")
+}
+
+/// `--pass-costs`: the per-pass cost table, one block per thread count.
+fn run_pass_costs(args: &BenchArgs, model: &Model, threads: &[usize]) -> anyhow::Result<()> {
+    let depth = args.n_depth.first().copied().unwrap_or(0).max(1);
+    println!("| threads | pass   | tokens | median ms | x plain step | min ms | max ms |");
+    println!("| ------: | ------ | -----: | --------: | -----------: | -----: | -----: |");
+    for &t in threads {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build()
+            .context("thread pool")?;
+        let costs = pool
+            .install(|| passes::pass_costs(model, &args.pass_costs, depth, args.reps, args.seed))
+            .context("pass costs")?;
+        let plain = costs[0].median_ns();
+        for c in &costs {
+            let (lo, hi) = (
+                c.samples_ns.iter().min().copied().unwrap_or(0),
+                c.samples_ns.iter().max().copied().unwrap_or(0),
+            );
+            println!(
+                "| {t:7} | {:6} | {:6} | {:9.3} | {:12.2} | {:6.3} | {:6.3} |",
+                c.kind.name(),
+                c.tokens,
+                c.median_ns() / 1e6,
+                c.median_ns() / plain,
+                lo as f64 / 1e6,
+                hi as f64 / 1e6
+            );
+        }
+    }
+    Ok(())
 }

@@ -75,11 +75,15 @@ pub fn v_expf(x: f32) -> f32 {
     let hi = f(0x3c07_2010).mul_add(b, f(0x3d2b_9f17));
     let mid = hi.mul_add(u, f(0x3e2a_af33).mul_add(b, f(0x3eff_fedb)));
     let j = mid.mul_add(u, f(0x3f7f_fff6).mul_add(b, 1.0));
-    // vscalefps: j·2ⁿ rounded once (the f64 product is exact). |n| ≤ 192,
-    // so 2ⁿ is a normal f64, built from its exponent bits (what `powi`
-    // returns, without the libm call).
-    let two_n = f64::from_bits(((n as i64 + 1023) as u64) << 52);
-    (j as f64 * two_n) as f32
+    // vscalefps: j·2ⁿ rounded once (the f64 product is exact).
+    (j as f64 * pow2(n as i32)) as f32
+}
+
+/// 2ⁿ exactly, for |n| ≤ 1022 (a normal f64 built from its exponent bits;
+/// `powi` gives the same value through a libm call).
+#[inline(always)]
+fn pow2(n: i32) -> f64 {
+    f64::from_bits(((n + 1023) as u64) << 52)
 }
 
 /// Whether the host has FMA: the row functions below then run a copy
@@ -171,13 +175,10 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 #[inline]
 pub fn mad_f32(y: &mut [f32], x: &[f32], v: f32) {
     #[cfg(target_arch = "x86_64")]
-    {
-        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma")) {
-            // SAFETY: FMA was detected on this host just above.
-            unsafe { mad_f32_fma(y, x, v) };
-            return;
-        }
+    if has_fma() {
+        // SAFETY: FMA was detected on this host (`has_fma`).
+        unsafe { mad_f32_fma(y, x, v) };
+        return;
     }
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi = xi.mul_add(v, *yi);
@@ -302,15 +303,6 @@ mod tests {
     }
 
     #[test]
-    fn exponent_bits_build_the_same_power_of_two_as_powi() {
-        // v_expf builds 2ⁿ from bits for |n| ≤ 192; powi is what it replaced.
-        for n in -192i32..=192 {
-            let bits = f64::from_bits(((n as i64 + 1023) as u64) << 52);
-            assert_eq!(bits.to_bits(), 2f64.powi(n).to_bits(), "2^{n}");
-        }
-    }
-
-    #[test]
     fn fma_compiled_row_ops_equal_the_plain_build_bit_for_bit() {
         // The dispatched row ops (the FMA copy on FMA hosts) against their
         // bodies compiled without FMA (libm fmaf): the same fused results.
@@ -424,5 +416,12 @@ mod tests {
         let mut z = x.clone();
         rc.apply(&mut z[..n_rot]);
         assert_eq!(z, x);
+    }
+
+    #[test]
+    fn pow2_equals_powi_over_the_exponents_v_expf_uses() {
+        for n in -192..=192 {
+            assert_eq!(pow2(n).to_bits(), 2f64.powi(n).to_bits(), "2^{n}");
+        }
     }
 }

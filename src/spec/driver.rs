@@ -229,7 +229,7 @@ impl Speculator {
             let ns = t0.elapsed().as_nanos() as u64;
             stats.draft_ns += ns;
             stats.draft_passes += 1;
-            adaptive.record_draft(ns);
+            adaptive.record_draft(d_want + 1, ns);
             if drafts.tokens.len() < cfg.n_min.max(1) {
                 drafts.tokens.clear();
             }

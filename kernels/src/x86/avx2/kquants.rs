@@ -647,8 +647,8 @@ pub(crate) fn iq4_xs_scales(b: &BlockIq4Xs) -> __m256i {
 fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     let values = {
-        let v: [u8; 16] = KVALUES_IQ4NL.map(|v| v as u8);
-        let v = load_u8_128(&v);
+        // A cast, not an `array::map` (an out-of-line call per row).
+        let v = load_u8_128(bytemuck::cast_ref(&KVALUES_IQ4NL));
         _mm256_set_m128i(v, v)
     };
     let mut acc = _mm256_setzero_ps();

@@ -10,8 +10,8 @@
 //! every activation row of the group.
 //!
 //! **Bit-exact with the one-row kernels of this tier** (`kquants::q4_k`,
-//! `legacy::dot_sym`): every output keeps its own f32 accumulators with the
-//! one-row kernel's lane assignment, the same f32 operations in the same
+//! `legacy::dot_sym`, both in ggml's order): every output keeps its own f32
+//! accumulators with the one-row kernel's lane assignment, the same f32 operations in the same
 //! order (scale products, FMAs, final horizontal sums), and integer partial
 //! sums that are exact. Only integer work and loads are shared, so each
 //! output equals the one-row `vec_dot` bit for bit (the speculative verify
@@ -30,11 +30,11 @@ use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
-use crate::x86::avx2::kquants::{at, hsum_ps, load_bsums, load_i8, load_u8};
+use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{q3_k_cols, q5_k_cols, q6_k_cols};
-use crate::x86::avx512::kquants::{k4_scale_bytes, k4_unpack};
-use crate::x86::avx512::legacy::{join, pair_sym, spread4};
+use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack, q4_k};
+use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
 use crate::GgmlType;
 
 /// Activation rows one kernel call serves.
@@ -63,12 +63,25 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
 }
 
 /// The shared driver: for every weight row, groups of up to [`COLS`]
-/// activation rows, each group one call of `kernel::<C>`.
+/// activation rows (`eight`: [`COLS_K`]), each group one call of
+/// `kernel::<C>`; `rows2`: a two-weight-row kernel for a mat-vec.
 macro_rules! gemm_entry {
-    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
-        gemm_entry!($name, $wb, $ab, $qk, $kernel, COLS);
+    (@eight true, $o:ident, $kernel:ident, $x:ident, $a_row:ident, $t:ident) => {
+        $o.copy_from_slice(&$kernel::<8>($x, std::array::from_fn(|k| $a_row($t + k))))
     };
-    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $cols:expr) => {
+    (@eight false, $o:ident, $kernel:ident, $x:ident, $a_row:ident, $t:ident) => {
+        unreachable!("eight-row groups only for the eight-row kernels")
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, |_: &[&[$wb]; 2], _: &[$ab]| None);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, eight) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, true, |_: &[&[$wb]; 2], _: &[$ab]| None);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, rows2 $rows2:expr) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, $rows2);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $eight:tt, $rows2:expr) => {
         fn $name(
             n: usize,
             w: &[u8],
@@ -93,23 +106,35 @@ macro_rules! gemm_entry {
                 "gemm: output too short"
             );
             let a_row = |t: usize| -> &[$ab] { as_blocks(&act[t * ar..(t + 1) * ar]) };
-            for i in 0..w_rows {
+            let w_row = |i: usize| -> &[$wb] { as_blocks(&w[i * wr..(i + 1) * wr]) };
+            // One activation row (a mat-vec): weight rows two at a time
+            // where the type has a two-row kernel.
+            let mut i0 = 0;
+            if act_rows == 1 {
+                while i0 + 2 <= w_rows {
+                    let rows2: fn(&[&[$wb]; 2], &[$ab]) -> Option<[f32; 2]> = $rows2;
+                    let Some(r) = rows2(&[w_row(i0), w_row(i0 + 1)], a_row(0)) else {
+                        break;
+                    };
+                    out[i0 * out_stride] = r[0];
+                    out[(i0 + 1) * out_stride] = r[1];
+                    i0 += 2;
+                }
+            }
+            for i in i0..w_rows {
                 let x: &[$wb] = as_blocks(&w[i * wr..(i + 1) * wr]);
                 let o = &mut out[i * out_stride..i * out_stride + act_rows];
                 let mut t = 0;
                 while t < act_rows {
                     let r = act_rows - t;
-                    let c = if $cols >= 8 && r >= 8 { 8 } else { r.min(4) };
+                    let c = if $eight && r >= 8 { 8 } else { r.min(4) };
                     let o = &mut o[t..t + c];
                     // SAFETY: `gemm_fn` hands this out only after detecting
                     // AVX512-VNNI and `Isa::Avx512.available()` (AVX512
                     // F/BW/VL, AVX2, FMA, F16C): every feature the kernel enables.
                     unsafe {
                         match c {
-                            8 => o.copy_from_slice(&$kernel::<8>(
-                                x,
-                                std::array::from_fn(|k| a_row(t + k)),
-                            )),
+                            8 => gemm_entry!(@eight $eight, o, $kernel, x, a_row, t),
                             4 => o.copy_from_slice(&$kernel::<4>(
                                 x,
                                 [a_row(t), a_row(t + 1), a_row(t + 2), a_row(t + 3)],
@@ -129,14 +154,70 @@ macro_rules! gemm_entry {
     };
 }
 
-gemm_entry!(gemm_q4_k, BlockQ4K, BlockQ8K, 256, q4_k_cols);
-gemm_entry!(gemm_q3_k, BlockQ3K, BlockQ8K, 256, q3_k_cols, COLS_K);
-gemm_entry!(gemm_q5_k, BlockQ5K, BlockQ8K, 256, q5_k_cols, COLS_K);
-gemm_entry!(gemm_q6_k, BlockQ6K, BlockQ8K, 256, q6_k_cols, COLS_K);
-gemm_entry!(gemm_q8_0, BlockQ8_0, BlockQ8_0, 32, q8_0_cols);
-gemm_entry!(gemm_q4_0, BlockQ4_0, BlockQ8_0, 32, q4_0_cols);
-gemm_entry!(gemm_q5_0, BlockQ5_0, BlockQ8_0, 32, q5_0_cols);
-gemm_entry!(gemm_iq4_nl, BlockIq4Nl, BlockQ8_0, 32, iq4_nl_cols);
+gemm_entry!(gemm_q3_k, BlockQ3K, BlockQ8K, 256, q3_k_cols, eight);
+gemm_entry!(gemm_q5_k, BlockQ5K, BlockQ8K, 256, q5_k_cols, eight);
+gemm_entry!(gemm_q6_k, BlockQ6K, BlockQ8K, 256, q6_k_cols, eight);
+// A mat-vec: the one-row kernel per weight row (same bits, no column setup).
+gemm_entry!(
+    gemm_q4_k,
+    BlockQ4K,
+    BlockQ8K,
+    256,
+    q4_k_cols,
+    rows2 |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
+        // SAFETY: as for `q4_k_cols`: `gemm_fn` hands the entry out only after
+        // detecting AVX512-VNNI and `Isa::Avx512.available()`.
+        Some(unsafe { [q4_k(x[0], y), q4_k(x[1], y)] })
+    }
+);
+gemm_entry!(
+    gemm_q8_0,
+    BlockQ8_0,
+    BlockQ8_0,
+    32,
+    q8_0_cols,
+    rows2 |x: &[&[BlockQ8_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockQ8_0, false>(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_q4_0,
+    BlockQ4_0,
+    BlockQ8_0,
+    32,
+    q4_0_cols,
+    rows2 |x: &[&[BlockQ4_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockQ4_0, false>(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_q5_0,
+    BlockQ5_0,
+    BlockQ8_0,
+    32,
+    q5_0_cols,
+    rows2 |x: &[&[BlockQ5_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockQ5_0, false>(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_iq4_nl,
+    BlockIq4Nl,
+    BlockQ8_0,
+    32,
+    iq4_nl_cols,
+    rows2 |x: &[&[BlockIq4Nl]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { sym_rows2::<BlockIq4Nl, true>(x[0], x[1], y) })
+    }
+);
 
 // ---------------------------------------------------------------- Q4_K
 
@@ -146,23 +227,20 @@ gemm_entry!(gemm_iq4_nl, BlockIq4Nl, BlockQ8_0, 32, iq4_nl_cols);
 fn q4_k_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f32; C] {
     let m4 = _mm256_set1_epi8(0xF);
     let lo16 = _mm256_set1_epi32(0xFFFF);
-    let idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     let mut acc = [_mm256_setzero_ps(); C];
-    let mut acc_m = [_mm256_setzero_ps(); C];
+    let mut acc_m = [_mm_setzero_ps(); C];
     let mut pairs = [0i32; 8];
     for (b, xb) in x.iter().enumerate() {
         let head: &[u8; 4] = bytemuck::bytes_of(xb)[..4].try_into().unwrap();
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(i32::from_le_bytes(*head)));
         let v16 = _mm256_cvtepu8_epi16(k4_unpack(k4_scale_bytes(xb)));
-        let mins = _mm256_permutexvar_epi16(idx, v16);
         let mut d = [_mm256_setzero_ps(); C];
         for c in 0..C {
             let yb = &y[c][b];
             let dd = _mm_mul_ps(dm, _mm_set1_ps(yb.d));
             d[c] = _mm256_broadcastss_ps(dd);
-            let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dd));
-            let prod = _mm256_madd_epi16(mins, load_bsums(&yb.bsums));
-            acc_m[c] = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m[c]);
+            let dmin = _mm_broadcastss_ps(_mm_movehdup_ps(dd));
+            acc_m[c] = k4_mins(acc_m[c], dmin, v16, &yb.bsums);
         }
         // SAFETY: `pairs` is 32 writable bytes; `storeu` has no alignment requirement.
         unsafe { _mm256_storeu_si256(pairs.as_mut_ptr().cast(), v16) };
@@ -186,7 +264,7 @@ fn q4_k_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f32; C] {
             acc[c] = _mm256_fmadd_ps(d[c], _mm256_cvtepi32_ps(sumi[c]), acc[c]);
         }
     }
-    std::array::from_fn(|c| hsum_ps(acc[c]) + hsum_ps(acc_m[c]))
+    std::array::from_fn(|c| hsum_ps(acc[c]) + hsum128(acc_m[c]))
 }
 
 // ---------------------------------------------------------------- Q8_0 & co
@@ -203,76 +281,173 @@ fn dot_ss_split(abs_x: __m512i, neg: __mmask64, y: __m512i) -> __m512 {
     }
 }
 
-/// One signed-level row against `C` Q8_0 rows: `legacy::dot_sym::<B, true>`
-/// per output (four blocks per step, the same two accumulators, the same
-/// remainder pairs), the weight levels and scales unpacked once per step.
+/// The f16 scales of four blocks as f32.
+///
+/// # Safety
+/// The caller must have F16C enabled.
 #[inline(always)]
-fn sym_cols<B: SymBlock, const C: usize>(x: &[B], y: [&[BlockQ8_0]; C]) -> [f32; C] {
+unsafe fn scales4(d: [u16; 4]) -> __m128 {
+    // SAFETY: register-only intrinsics; F16C is enabled by the caller.
+    unsafe {
+        _mm_cvtph_ps(_mm_setr_epi16(
+            d[0] as i16,
+            d[1] as i16,
+            d[2] as i16,
+            d[3] as i16,
+            0,
+            0,
+            0,
+            0,
+        ))
+    }
+}
+
+/// One signed-level row against `C` Q8_0 rows: `legacy::dot_sym::<B, true,
+/// PAIRS>` per output. Two outputs share each 512-bit register: the weight
+/// block is broadcast to both halves, the halves take the two activation
+/// rows' blocks, so each half is one output's 8-lane accumulator fed block
+/// after block exactly as the one-row kernel feeds its own (`fuse4`), with
+/// no lane shuffles; the tail is `legacy::sym_tail` per output. An odd last
+/// output is paired with itself.
+#[inline(always)]
+fn sym_cols<B: SymBlock, const PAIRS: bool, const C: usize>(
+    x: &[B],
+    y: [&[BlockQ8_0]; C],
+) -> [f32; C] {
     // SAFETY: block accesses are through slices; the intrinsics need AVX512
     // F/BW/VL/VNNI, AVX2, FMA and F16C, which every caller enables.
     unsafe {
-        let mut acc = [[_mm512_setzero_ps(); 2]; C];
+        let np = C.div_ceil(2);
+        let mut acc = [[_mm512_setzero_ps(); 2]; COLS.div_ceil(2)];
         let q = x.len() / 4;
         for k in 0..q {
             let xq = &x[4 * k..4 * k + 4];
-            let xd = _mm_cvtph_ps(_mm_setr_epi16(
-                xq[0].d_bits() as i16,
-                xq[1].d_bits() as i16,
-                xq[2].d_bits() as i16,
-                xq[3].d_bits() as i16,
-                0,
-                0,
-                0,
-                0,
-            ));
-            let l01 = join(xq[0].levels(), xq[1].levels());
-            let l23 = join(xq[2].levels(), xq[3].levels());
-            let (n01, n23) = (_mm512_movepi8_mask(l01), _mm512_movepi8_mask(l23));
-            let (a01, a23) = (_mm512_abs_epi8(l01), _mm512_abs_epi8(l23));
-            for c in 0..C {
-                let yq = &y[c][4 * k..4 * k + 4];
-                let yd = _mm_cvtph_ps(_mm_setr_epi16(
-                    yq[0].d_bits() as i16,
-                    yq[1].d_bits() as i16,
-                    yq[2].d_bits() as i16,
-                    yq[3].d_bits() as i16,
-                    0,
-                    0,
-                    0,
-                    0,
-                ));
-                let (d01, d23) = spread4(_mm_mul_ps(xd, yd));
-                let p01 = dot_ss_split(a01, n01, join(yq[0].levels(), yq[1].levels()));
-                let p23 = dot_ss_split(a23, n23, join(yq[2].levels(), yq[3].levels()));
-                acc[c][0] = _mm512_fmadd_ps(d01, p01, acc[c][0]);
-                acc[c][1] = _mm512_fmadd_ps(d23, p23, acc[c][1]);
+            let xd = scales4([
+                xq[0].d_bits(),
+                xq[1].d_bits(),
+                xq[2].d_bits(),
+                xq[3].d_bits(),
+            ]);
+            let mut neg = [0 as __mmask64; 4];
+            let mut abs = [_mm512_setzero_si512(); 4];
+            for i in 0..4 {
+                let l = xq[i].levels();
+                let l = join(l, l);
+                neg[i] = _mm512_movepi8_mask(l);
+                abs[i] = _mm512_abs_epi8(l);
+            }
+            for (j, accj) in acc.iter_mut().enumerate().take(np) {
+                // Output pair j: columns 2j and 2j+1 (or 2j again).
+                let (ca, cb) = (2 * j, (2 * j + 1).min(C - 1));
+                let (ya, yb) = (&y[ca][4 * k..4 * k + 4], &y[cb][4 * k..4 * k + 4]);
+                let sa = scales4([
+                    ya[0].d_bits(),
+                    ya[1].d_bits(),
+                    ya[2].d_bits(),
+                    ya[3].d_bits(),
+                ]);
+                let sb = scales4([
+                    yb[0].d_bits(),
+                    yb[1].d_bits(),
+                    yb[2].d_bits(),
+                    yb[3].d_bits(),
+                ]);
+                // Lanes 0..4: the scale products of column a, 4..8: of b.
+                let dab =
+                    _mm512_castps256_ps512(_mm256_set_m128(_mm_mul_ps(xd, sb), _mm_mul_ps(xd, sa)));
+                for i in 0..4 {
+                    let idx = _mm512_add_epi32(
+                        _mm512_set1_epi32(i as i32),
+                        _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4),
+                    );
+                    let d = _mm512_permutexvar_ps(idx, dab);
+                    let p = dot_ss_split(abs[i], neg[i], join(ya[i].levels(), yb[i].levels()));
+                    let h = if PAIRS { i & 1 } else { 0 };
+                    accj[h] = _mm512_fmadd_ps(d, p, accj[h]);
+                }
             }
         }
         let xr = &x[4 * q..];
-        for c in 0..C {
-            let yr = &y[c][4 * q..x.len()];
-            if xr.len() >= 2 {
-                acc[c][0] = pair_sym::<B, true>([&xr[0], &xr[1]], [&yr[0], &yr[1]], 1.0, acc[c][0]);
-            }
-            if xr.len() % 2 == 1 {
-                let (bx, by) = (&xr[xr.len() - 1], &yr[xr.len() - 1]);
-                acc[c][1] = pair_sym::<B, true>([bx, bx], [by, by], 0.0, acc[c][1]);
+        let mut out = [0f32; C];
+        for (c, o) in out.iter_mut().enumerate() {
+            let (j, h) = (c / 2, c % 2);
+            let a = [split(acc[j][0])[h], split(acc[j][1])[h]];
+            *o = sym_tail::<B, true, PAIRS>(xr, &y[c][4 * q..x.len()], a);
+        }
+        out
+    }
+}
+
+/// Two signed-level rows against one Q8_0 row: `legacy::dot_sym::<B, true,
+/// PAIRS>` per output, the two rows' blocks in the two halves of a 512-bit
+/// register and the activation block in both, so each half is one output's
+/// 8-lane accumulator fed block after block as the one-row kernel feeds its
+/// own: two independent FMA chains where a one-row dot has one (ggml's order
+/// makes each chain serial).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn sym_rows2<B: SymBlock, const PAIRS: bool>(x0: &[B], x1: &[B], y: &[BlockQ8_0]) -> [f32; 2] {
+    // SAFETY: block accesses are through slices; the intrinsics need the
+    // features enabled on this function.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); 2];
+        let q = y.len() / 4;
+        let hi8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
+        for k in 0..q {
+            let (xa, xb, yq) = (
+                &x0[4 * k..4 * k + 4],
+                &x1[4 * k..4 * k + 4],
+                &y[4 * k..4 * k + 4],
+            );
+            let sy = scales4([
+                yq[0].d_bits(),
+                yq[1].d_bits(),
+                yq[2].d_bits(),
+                yq[3].d_bits(),
+            ]);
+            let sa = scales4([
+                xa[0].d_bits(),
+                xa[1].d_bits(),
+                xa[2].d_bits(),
+                xa[3].d_bits(),
+            ]);
+            let sb = scales4([
+                xb[0].d_bits(),
+                xb[1].d_bits(),
+                xb[2].d_bits(),
+                xb[3].d_bits(),
+            ]);
+            // Lanes 0..4: row a's scale products, 4..8: row b's.
+            let dab =
+                _mm512_castps256_ps512(_mm256_set_m128(_mm_mul_ps(sb, sy), _mm_mul_ps(sa, sy)));
+            for i in 0..4 {
+                let d =
+                    _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(i as i32), hi8), dab);
+                let l = yq[i].levels();
+                let p = dot_ss::<true>(join(xa[i].levels(), xb[i].levels()), join(l, l));
+                let h = if PAIRS { i & 1 } else { 0 };
+                acc[h] = _mm512_fmadd_ps(d, p, acc[h]);
             }
         }
-        std::array::from_fn(|c| _mm512_reduce_add_ps(_mm512_add_ps(acc[c][0], acc[c][1])))
+        let yr = &y[4 * q..];
+        let a = [split(acc[0])[0], split(acc[1])[0]];
+        let b = [split(acc[0])[1], split(acc[1])[1]];
+        [
+            sym_tail::<B, true, PAIRS>(&x0[4 * q..y.len()], yr, a),
+            sym_tail::<B, true, PAIRS>(&x1[4 * q..y.len()], yr, b),
+        ]
     }
 }
 
 macro_rules! sym_kernel {
-    ($name:ident, $wb:ty) => {
+    ($name:ident, $wb:ty, $pairs:literal) => {
         #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
         fn $name<const C: usize>(x: &[$wb], y: [&[BlockQ8_0]; C]) -> [f32; C] {
-            sym_cols::<$wb, C>(x, y)
+            sym_cols::<$wb, $pairs, C>(x, y)
         }
     };
 }
 
-sym_kernel!(q8_0_cols, BlockQ8_0);
-sym_kernel!(q4_0_cols, BlockQ4_0);
-sym_kernel!(q5_0_cols, BlockQ5_0);
-sym_kernel!(iq4_nl_cols, BlockIq4Nl);
+sym_kernel!(q8_0_cols, BlockQ8_0, false);
+sym_kernel!(q4_0_cols, BlockQ4_0, false);
+sym_kernel!(q5_0_cols, BlockQ5_0, false);
+sym_kernel!(iq4_nl_cols, BlockIq4Nl, true);

@@ -2,13 +2,15 @@
 //! `C` Q8_K activation rows; the drivers are in [`super::gemm`]).
 //!
 //! Each is the tier's one-row kernel (`lowbit::q3_k::<true>`,
-//! `kquants::q5_k`, `kquants::q6_k`) with its per-block work split in two:
-//! the weight side (levels, their high bits, the sub-block scales and their
-//! lane broadcasts) is unpacked once per block, then every activation row
-//! runs the one-row kernel's per-block arithmetic against it — the same
-//! `maddubs` / `dpwssd` integer sums (exact), the same f32 scale products,
-//! FMAs into its own accumulators in the same lanes, and the same final
-//! horizontal sums. So each output is the one-row `vec_dot` bit for bit.
+//! `kquants::q5_k`, `kquants::q6_k`, all in ggml's order) with its
+//! per-block work split in two: the weight side (levels, their high bits,
+//! the sub-block scales and their lane broadcasts) is unpacked once per
+//! block, then every activation row runs the one-row kernel's per-block
+//! arithmetic against it — the same `maddubs` / `dpwssd` integer sums in
+//! the same i32 lanes (exact), folded to ggml's eight lanes, the same f32
+//! scale products, one 8-lane FMA per block into its own accumulator (Q5_K:
+//! the same scalar `summs` FMA), and the same final horizontal sum. So each
+//! output is the one-row `vec_dot` bit for bit.
 
 use std::arch::x86_64::*;
 
@@ -17,18 +19,10 @@ use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{
-    at, f16_to_f32, k4_scales_mins, load_bsums, load_u8, load_u8_128, mins_dot_bsums,
+    at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_u8, load_u8_128, mins_dot_bsums,
 };
-use crate::x86::avx512::kquants::{at64, bcast_pair, halves_i16, load64};
+use crate::x86::avx512::kquants::{at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64};
 use crate::x86::avx512::lowbit;
-
-/// `hsum128` of `kquants` (the same two adds).
-#[inline]
-#[target_feature(enable = "avx2")]
-fn hsum128(v: __m128) -> f32 {
-    let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
 
 // ---------------------------------------------------------------- Q3_K
 
@@ -40,6 +34,7 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
     unsafe {
         let m3 = _mm512_set1_epi8(3);
         let one = _mm512_set1_epi8(1);
+        let four = _mm512_set1_epi8(4);
         let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
         let idx = [
             lowbit::lane_index(0),
@@ -47,7 +42,7 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
             lowbit::lane_index(8),
             lowbit::lane_index(12),
         ];
-        let mut acc = [_mm512_setzero_ps(); C];
+        let mut acc = [_mm256_setzero_ps(); C];
         for (b, xb) in x.iter().enumerate() {
             let xd = f16_to_f32(xb.d);
             let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xb.scales));
@@ -73,19 +68,21 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
             for c in 0..C {
                 let yb = &y[c][b];
                 let d = yb.d * xd;
-                let corr = _mm256_madd_epi16(sc16, load_bsums(&yb.bsums));
-                let mut sumi = _mm512_sub_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(corr)),
-                );
+                let mut sumi = _mm512_setzero_si512();
                 for j in 0..4 {
-                    let prod = _mm512_maddubs_epi16(q[j], lowbit::load64(&yb.qs, 64 * j));
+                    // The +4 bias off each i16 pair, as the one-row kernel.
+                    let a = lowbit::load64(&yb.qs, 64 * j);
+                    let prod = _mm512_sub_epi16(
+                        _mm512_maddubs_epi16(q[j], a),
+                        _mm512_maddubs_epi16(four, a),
+                    );
                     sumi = lowbit::dot_scale::<true>(sumi, prod, s[j]);
                 }
-                acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[c]);
+                acc[c] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
             }
         }
-        std::array::from_fn(|c| _mm512_reduce_add_ps(acc[c]))
+        std::array::from_fn(|c| hsum_ps(acc[c]))
     }
 }
 
@@ -97,8 +94,8 @@ pub(crate) fn q5_k_cols<const C: usize>(x: &[BlockQ5K], y: [&[BlockQ8K]; C]) -> 
     let m4 = _mm512_set1_epi8(0xF);
     let one = _mm512_set1_epi8(1);
     let nib_shift = halves_i16(0, 4);
-    let mut acc = [_mm512_setzero_ps(); C];
-    let mut acc_m = [_mm_setzero_ps(); C];
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut summs = [0f32; C];
     for (b, xb) in x.iter().enumerate() {
         let (xd, xdmin) = (f16_to_f32(xb.d), f16_to_f32(xb.dmin));
         let (sc, mins) = k4_scales_mins(&xb.scales);
@@ -119,16 +116,16 @@ pub(crate) fn q5_k_cols<const C: usize>(x: &[BlockQ5K], y: [&[BlockQ8K]; C]) -> 
             let d = yb.d * xd;
             let dmin = -yb.d * xdmin;
             let prod = mins_dot_bsums(mins, &yb.bsums);
-            acc_m[c] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[c]);
+            summs[c] = dmin.mul_add(hsum_i32_4(prod) as f32, summs[c]);
             let mut sumi = _mm512_setzero_si512();
             for j in 0..4 {
                 let p = _mm512_maddubs_epi16(q[j], load64(at64(&yb.qs, 64 * j)));
                 sumi = _mm512_dpwssd_epi32(sumi, p, s[j]);
             }
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
         }
     }
-    std::array::from_fn(|c| _mm512_reduce_add_ps(acc[c]) + hsum128(acc_m[c]))
+    std::array::from_fn(|c| hsum_ps(acc[c]) + summs[c])
 }
 
 // ---------------------------------------------------------------- Q6_K
@@ -151,7 +148,7 @@ pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> 
     let sh02 = halves_i16(0, 2);
     let sh46 = halves_i16(4, 6);
     let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
-    let mut acc = [_mm512_setzero_ps(); C];
+    let mut acc = [_mm256_setzero_ps(); C];
     for (b, xb) in x.iter().enumerate() {
         let xd = f16_to_f32(xb.d);
         let s8: &[u8; 16] = bytemuck::cast_ref(&xb.scales);
@@ -185,8 +182,8 @@ pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> 
                 let p = _mm512_maddubs_epi16(q[j], load64(at64(&yb.qs, 64 * j)));
                 sumi = _mm512_dpwssd_epi32(sumi, p, s[j]);
             }
-            acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc[c]);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
         }
     }
-    std::array::from_fn(|c| _mm512_reduce_add_ps(acc[c]))
+    std::array::from_fn(|c| hsum_ps(acc[c]))
 }

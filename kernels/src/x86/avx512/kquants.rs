@@ -18,8 +18,13 @@
 //!
 //! 64 weights per 512-bit step for Q5_K/Q6_K: levels are unsigned, so
 //! `maddubs` (to i16 pairs) then `dpwssd` applies the sub-block scales and
-//! accumulates in one instruction. One f32 FMA per super-block; one
-//! horizontal sum per row.
+//! accumulates in one instruction.
+//!
+//! Q4_K, Q5_K and Q6_K are bit for bit ggml's x86 dots (AVX2 code even in
+//! llama.cpp's AVX-512 build): the i32 lanes, folded to eight where a step is
+//! 512 bits wide (lane l + lane l+8), are exactly ggml's eight; the f32 steps
+//! are its own (one 8-lane FMA per super-block, the mins as ggml sums them,
+//! one horizontal sum per row).
 //!
 //! Entry points are safe fns over `#[target_feature]` bodies; `vec_dot_fn`
 //! hands them out only when the CPU also reports AVX512-VNNI, and the kernel
@@ -117,9 +122,26 @@ pub(crate) fn bcast_pair(v: __m512i, a: usize, b: usize) -> __m512i {
     _mm512_shuffle_epi8(v, halves_i16(sel(a), sel(b)))
 }
 
+/// ggml's eight i32 lanes from our sixteen: lane l + lane l+8 (a 512-bit
+/// step covers two of ggml's 256-bit steps, which add into the same lanes).
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+pub(crate) fn fold8(v: __m512i) -> __m256i {
+    _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// Sum of the four i32 lanes (exact).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum128(v: __m128) -> f32 {
+pub(crate) fn hsum_i32_4(v: __m128i) -> i32 {
+    let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
+}
+
+/// Sum of the four f32 lanes as ggml's `acc_m` reduction: (0+2) + (1+3).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) fn hsum128(v: __m128) -> f32 {
     let s = _mm_add_ps(v, _mm_movehl_ps(v, v));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
@@ -163,15 +185,21 @@ fn k4_d_dmin(head: &[u8; 4], yd: f32) -> (__m256, __m256) {
     )
 }
 
-/// `acc_m − dmin·Σ_j mins[j]·(bsums[2j] + bsums[2j+1])` (`v16` holds the
-/// scales in i16 lanes 0..8 and the mins in lanes 8..16).
+/// `acc_m − dmin·prod` with ggml's four i32 lanes of the mins' dot (lane k:
+/// `Σ_{j=2k,2k+1} mins[j]·(bsums[2j] + bsums[2j+1])`, see
+/// `mins_dot_bsums`); `v16` holds the scales in i16 lanes 0..8 and the mins
+/// in lanes 8..16.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-fn k4_mins(acc_m: __m256, dmin: __m256, v16: __m256i, bsums: &[i16; 16]) -> __m256 {
+pub(crate) fn k4_mins(acc_m: __m128, dmin: __m128, v16: __m256i, bsums: &[i16; 16]) -> __m128 {
     let idx = _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
     let mins = _mm256_permutexvar_epi16(idx, v16);
-    let prod = _mm256_madd_epi16(mins, load_bsums(bsums));
-    _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m)
+    let prod8 = _mm256_madd_epi16(mins, load_bsums(bsums));
+    let prod = _mm_hadd_epi32(
+        _mm256_castsi256_si128(prod8),
+        _mm256_extracti128_si256::<1>(prod8),
+    );
+    _mm_fnmadd_ps(dmin, _mm_cvtepi32_ps(prod), acc_m)
 }
 
 /// The 16 bytes starting at byte 4 of a Q4_K/Q5_K block: the twelve scale
@@ -191,18 +219,18 @@ pub(crate) fn k4_scale_bytes<B: bytemuck::Pod>(b: &B) -> __m128i {
 /// against the broadcast scale pair. The pairs are the unpacked scales
 /// stored once per block; each broadcast is then a load, not a shuffle.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+pub(crate) fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     let lo16 = _mm256_set1_epi32(0xFFFF);
     let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
     let mut pairs = [0i32; 8];
     for (xb, yb) in x.iter().zip(y) {
         let head: &[u8; 4] = bytemuck::bytes_of(xb)[..4].try_into().unwrap();
         let (d, dmin) = k4_d_dmin(head, yb.d);
         // i16 lanes 0..8: scales, 8..16: mins; i32 lane j: scales 2j, 2j+1.
         let v16 = _mm256_cvtepu8_epi16(k4_unpack(k4_scale_bytes(xb)));
-        acc_m = k4_mins(acc_m, dmin, v16, &yb.bsums);
+        acc_m = k4_mins(acc_m, _mm256_castps256_ps128(dmin), v16, &yb.bsums);
         // SAFETY: `pairs` is 32 writable bytes; `storeu` has no alignment requirement.
         unsafe { _mm256_storeu_si256(pairs.as_mut_ptr().cast(), v16) };
         // Read back through memory (not forwarded into register shuffles).
@@ -221,7 +249,7 @@ fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum_ps(acc) + hsum_ps(acc_m)
+    hsum_ps(acc) + hsum128(acc_m)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -229,14 +257,15 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm512_set1_epi8(0xF);
     let one = _mm512_set1_epi8(1);
     let nib_shift = halves_i16(0, 4);
-    let mut acc = _mm512_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
         let dmin = -yb.d * f16_to_f32(xb.dmin);
         let (sc, mins) = k4_scales_mins(&xb.scales);
         let prod = mins_dot_bsums(mins, &yb.bsums);
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        // ggml's AVX2 Q5_K: `summs += dmin * Σ prod`, contracted by GCC.
+        summs = dmin.mul_add(hsum_i32_4(prod) as f32, summs);
         let sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
         let qh = _mm512_broadcast_i64x4(load_u8(&xb.qh));
         let mut sumi = _mm512_setzero_si512();
@@ -250,9 +279,9 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
             let p = _mm512_maddubs_epi16(q, load64(at64(&yb.qs, 64 * j)));
             sumi = _mm512_dpwssd_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
     }
-    _mm512_reduce_add_ps(acc) + hsum128(acc_m)
+    hsum_ps(acc) + summs
 }
 
 // ---------------------------------------------------------------- Q6_K
@@ -305,7 +334,7 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
         )
     };
     let idxs = [idx(0), idx(4), idx(8), idx(12)];
-    let mut acc = _mm512_setzero_ps();
+    let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
         let s8: &[u8; 16] = bytemuck::cast_ref(&xb.scales);
@@ -332,12 +361,25 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
             sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi16(idxs[2 * h], sc));
             sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi16(idxs[2 * h + 1], sc));
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
     }
-    _mm512_reduce_add_ps(acc)
+    hsum_ps(acc)
 }
 
 // ---------------------------------------------------------------- IQ4_XS
+
+/// The IQ4_NL grid biased to unsigned (`G + 128 ∈ 1..=241`), built at
+/// compile time: an `array::map` here was an out-of-line call per row that
+/// cost the VBMI kernel ~15 % in cache (a row is only 16 blocks).
+const BIASED_GRID: [u8; 16] = {
+    let mut b = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        b[i] = (KVALUES_IQ4NL[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    b
+};
 
 /// Per-block dot of IQ4_XS against Q8_K with the sub-block scales applied
 /// once per super-block: the four `dpbusd` results (sub-blocks 2p | 2p+1 in
@@ -349,9 +391,8 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm256_set1_epi8(0xF);
     // The grid biased to unsigned: G + 128 ∈ 1..=241.
-    let biased: [u8; 16] = KVALUES_IQ4NL.map(|v| (v as i16 + 128) as u8);
     let values = {
-        let v = load_u8_128(&biased);
+        let v = load_u8_128(&BIASED_GRID);
         _mm256_set_m128i(v, v)
     };
     // Lane i holds sub-block ORDER[i]: nibble 4·j of scales_l, bits 2·j of scales_h.
@@ -409,11 +450,10 @@ fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
 /// which happens only when Σ|w·a| is far larger still (see the bias test).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
-    let biased: [u8; 16] = KVALUES_IQ4NL.map(|v| (v as i16 + 128) as u8);
     // Twice over: the 256-bit `vpermb` reads five index bits, so bit 4 (the
     // neighbour's bit after the 16-bit shift) is ignored.
     let values = {
-        let v = load_u8_128(&biased);
+        let v = load_u8_128(&BIASED_GRID);
         _mm256_set_m128i(v, v)
     };
     let nib_shift = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);

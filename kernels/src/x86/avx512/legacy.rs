@@ -1,12 +1,16 @@
 //! AVX-512 (F/BW/VL, with VNNI and BF16 where detected) kernels for the
 //! 32-element block types and the float types.
 //!
-//! Block dots put two blocks in one 512-bit register (lanes 0..8 the first,
-//! 8..16 the second), take the byte dot with `vpdpbusd` when AVX-512 VNNI is
-//! present (else `vpmaddubsw` + `vpmaddwd`), and fuse the 16 i32 lanes into f32
-//! accumulators with a per-half scale vector: four blocks per iteration, one
-//! horizontal sum per call. The Q8_0/Q8_1 activation quantisers are in
-//! `quant`; F16/BF16 are the AVX2 tier's (the table falls back to them).
+//! Every dot here equals, bit for bit, the one llama.cpp's x86 build runs on
+//! an AVX-512 host (its quantised dots are AVX2 code even there; its float
+//! dots are `vec.cpp`'s AVX-512 forms), so the default tier reproduces
+//! llama.cpp's logits. Block dots put two blocks in one 512-bit register
+//! (lanes 0..8 the first, 8..16 the second) and take the byte dot with
+//! `vpdpbusd` when AVX-512 VNNI is present (else `vpmaddubsw` +
+//! `vpmaddwd`): the i32 lanes are exact and equal to ggml's 256-bit ones.
+//! Only the f32 steps keep ggml's order: each half is fused into an 8-lane
+//! accumulator block after block, one horizontal sum per call. The Q8_0/Q8_1
+//! activation quantisers are in `quant`.
 
 use std::arch::x86_64::*;
 
@@ -21,7 +25,7 @@ use crate::scalar::q5_0::BlockQ5_0;
 use crate::scalar::q5_1::BlockQ5_1;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_1::BlockQ8_1;
-use crate::x86::avx2::legacy::{f16_to_f32, halves8, AsymBlock, SymBlock};
+use crate::x86::avx2::legacy::{f16_to_f32, halves8, hsum_ps, AsymBlock, SymBlock};
 use crate::GgmlType;
 
 fn has_vnni() -> bool {
@@ -104,47 +108,30 @@ pub(crate) unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
     unsafe { _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi) }
 }
 
-/// `a` in lanes 0..8, `b` in lanes 8..16.
+/// Unsigned × signed byte dot into 16 exact i32 lanes (4 products per lane).
 ///
 /// # Safety
-/// The caller must have AVX-512F enabled.
+/// The caller must have AVX-512F/BW enabled, and AVX-512 VNNI when `VNNI`.
 #[inline(always)]
-unsafe fn halves(a: f32, b: f32) -> __m512 {
-    // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
-    unsafe { _mm512_mask_blend_ps(0xff00, _mm512_set1_ps(a), _mm512_set1_ps(b)) }
-}
-
-/// Four scale products spread over two registers: lanes 0..8 / 8..16 of the
-/// first hold `d[0]` / `d[1]`, of the second `d[2]` / `d[3]`.
-///
-/// # Safety
-/// The caller must have AVX-512F enabled.
-#[inline(always)]
-pub(crate) unsafe fn spread4(d: __m128) -> (__m512, __m512) {
-    // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
+unsafe fn dot_us_i<const VNNI: bool>(u: __m512i, s: __m512i) -> __m512i {
+    // SAFETY: register-only intrinsics; the features are enabled by the caller.
     unsafe {
-        let z = _mm512_castps128_ps512(d);
-        let i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-        let i23 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
-        (_mm512_permutexvar_ps(i01, z), _mm512_permutexvar_ps(i23, z))
+        if VNNI {
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s)
+        } else {
+            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1))
+        }
     }
 }
 
 /// Unsigned × signed byte dot into 16 f32 lanes (4 products per lane).
 ///
 /// # Safety
-/// The caller must have AVX-512F/BW enabled, and AVX-512 VNNI when `VNNI`.
+/// As [`dot_us_i`].
 #[inline(always)]
 unsafe fn dot_us<const VNNI: bool>(u: __m512i, s: __m512i) -> __m512 {
     // SAFETY: register-only intrinsics; the features are enabled by the caller.
-    unsafe {
-        let i = if VNNI {
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s)
-        } else {
-            _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1))
-        };
-        _mm512_cvtepi32_ps(i)
-    }
+    unsafe { _mm512_cvtepi32_ps(dot_us_i::<VNNI>(u, s)) }
 }
 
 /// Signed × signed byte dot: |x| × (y negated where x < 0), valid for y ≠ -128.
@@ -152,7 +139,7 @@ unsafe fn dot_us<const VNNI: bool>(u: __m512i, s: __m512i) -> __m512 {
 /// # Safety
 /// As [`dot_us`].
 #[inline(always)]
-unsafe fn dot_ss<const VNNI: bool>(x: __m512i, y: __m512i) -> __m512 {
+pub(crate) unsafe fn dot_ss<const VNNI: bool>(x: __m512i, y: __m512i) -> __m512 {
     // SAFETY: register-only intrinsics; the features are enabled by the caller.
     unsafe {
         let neg = _mm512_movepi8_mask(x);
@@ -161,63 +148,161 @@ unsafe fn dot_ss<const VNNI: bool>(x: __m512i, y: __m512i) -> __m512 {
     }
 }
 
-/// One pair of blocks of signed-level weights: `acc + d·(x·y)` with `d` the
-/// per-half scale products; `second` multiplies the second block's scale (0
-/// for a lone block paired with itself: 0·p adds exactly 0).
+/// The two 8-lane halves of `v` (lanes 0..8, lanes 8..16).
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+pub(crate) unsafe fn split(v: __m512) -> [__m256; 2] {
+    // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
+    unsafe {
+        [
+            _mm512_castps512_ps256(v),
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+        ]
+    }
+}
+
+/// Lane `k` of `v` in all 8 lanes.
+///
+/// # Safety
+/// The caller must have AVX2 enabled.
+#[inline(always)]
+unsafe fn lane(v: __m128, k: i32) -> __m256 {
+    // SAFETY: register-only intrinsics; AVX2 is enabled by the caller.
+    unsafe { _mm256_permutevar8x32_ps(_mm256_castps128_ps256(v), _mm256_set1_epi32(k)) }
+}
+
+/// Four blocks' scale products `d` and byte dots (`p01`: blocks 0 and 1 in
+/// lanes 0..8 / 8..16, `p23`: blocks 2 and 3) fused into the 8-lane f32
+/// accumulators in ggml's AVX2 order: block by block `acc = fma(d_k, lanes_k,
+/// acc)` into one accumulator, or with `PAIRS` (IQ4_NL) even blocks into
+/// `acc[0]` and odd ones into `acc[1]`.
+///
+/// # Safety
+/// The caller must have AVX-512F, AVX2 and FMA enabled.
+#[inline(always)]
+pub(crate) unsafe fn fuse4<const PAIRS: bool>(
+    d: __m128,
+    p01: __m512,
+    p23: __m512,
+    acc: &mut [__m256; 2],
+) {
+    // SAFETY: register-only intrinsics; the caller enables the features.
+    unsafe {
+        let [p0, p1] = split(p01);
+        let [p2, p3] = split(p23);
+        for (k, p) in [p0, p1, p2, p3].into_iter().enumerate() {
+            let a = if PAIRS { k & 1 } else { 0 };
+            acc[a] = _mm256_fmadd_ps(lane(d, k as i32), p, acc[a]);
+        }
+    }
+}
+
+/// The blocks after the last whole group of four, then the final sum, in
+/// ggml's order (see [`fuse4`]): without `PAIRS`, each block `fma`ed into
+/// `acc[0]` and one horizontal sum; with `PAIRS`, a pair into `acc[0]`,
+/// `acc[1]`, the sum of both reduced, then an odd last block added in scalar
+/// `sum = fma(dy·dx, Σ, sum)`.
 ///
 /// # Safety
 /// As [`dot_sym`].
 #[inline(always)]
-pub(crate) unsafe fn pair_sym<B: SymBlock, const VNNI: bool>(
-    x: [&B; 2],
-    y: [&BlockQ8_0; 2],
-    second: f32,
-    acc: __m512,
-) -> __m512 {
+pub(crate) unsafe fn sym_tail<B: SymBlock, const VNNI: bool, const PAIRS: bool>(
+    xr: &[B],
+    yr: &[BlockQ8_0],
+    mut acc: [__m256; 2],
+) -> f32 {
     // SAFETY: register-only work on the blocks' bytes; the caller enables the features.
     unsafe {
-        let d = halves(
-            x[0].scale() * y[0].scale(),
-            second * (x[1].scale() * y[1].scale()),
-        );
-        let p = dot_ss::<VNNI>(
-            join(x[0].levels(), x[1].levels()),
-            join(y[0].levels(), y[1].levels()),
-        );
-        _mm512_fmadd_ps(d, p, acc)
+        let mut k = 0;
+        while k + 2 <= xr.len() {
+            let p = split(dot_ss::<VNNI>(
+                join(xr[k].levels(), xr[k + 1].levels()),
+                join(yr[k].levels(), yr[k + 1].levels()),
+            ));
+            for h in 0..2 {
+                let d = _mm256_set1_ps(xr[k + h].scale() * yr[k + h].scale());
+                let a = if PAIRS { h } else { 0 };
+                acc[a] = _mm256_fmadd_ps(d, p[h], acc[a]);
+            }
+            k += 2;
+        }
+        if k == xr.len() {
+            return hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+        }
+        let (bx, by) = (&xr[k], &yr[k]);
+        let [p, _] = split(dot_ss::<VNNI>(
+            join(bx.levels(), bx.levels()),
+            join(by.levels(), by.levels()),
+        ));
+        if PAIRS {
+            let lanes = _mm256_cvtps_epi32(p);
+            let l = _mm_add_epi32(
+                _mm256_castsi256_si128(lanes),
+                _mm256_extracti128_si256::<1>(lanes),
+            );
+            let l = _mm_add_epi32(l, _mm_unpackhi_epi64(l, l));
+            let l = _mm_add_epi32(l, _mm_shuffle_epi32::<1>(l));
+            let sumi = _mm_cvtsi128_si32(l) as f32;
+            let sum = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+            (by.scale() * bx.scale()).mul_add(sumi, sum)
+        } else {
+            let d = _mm256_set1_ps(bx.scale() * by.scale());
+            hsum_ps(_mm256_fmadd_ps(d, p, acc[0]))
+        }
     }
 }
 
-/// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0.
+/// The four `dx·dy` products of four block pairs.
+///
+/// # Safety
+/// The caller must have AVX2 and F16C enabled.
+#[inline(always)]
+unsafe fn scale_products<B: SymBlock>(xq: &[B], yq: &[BlockQ8_0]) -> __m128 {
+    // SAFETY: register-only intrinsics; the caller enables the features.
+    unsafe {
+        let f = halves8(
+            [
+                xq[0].d_bits(),
+                xq[1].d_bits(),
+                xq[2].d_bits(),
+                xq[3].d_bits(),
+            ],
+            [
+                yq[0].d_bits(),
+                yq[1].d_bits(),
+                yq[2].d_bits(),
+                yq[3].d_bits(),
+            ],
+        );
+        _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps::<1>(f))
+    }
+}
+
+/// Σ_blocks dx·dy·(x·y) for signed-level weights against Q8_0, bit for bit
+/// in the order of ggml's x86 dots (`ggml_vec_dot_q8_0_q8_0`, `q4_0`,
+/// `q5_0`: AVX2 code even in an AVX-512 build; `PAIRS`: `iq4_nl`), see
+/// [`fuse4`] and [`sym_tail`]. The byte dots run two blocks per 512-bit
+/// register; their i32 lanes are exact, so only the f32 steps need ggml's
+/// order.
 ///
 /// # Safety
 /// The caller must have AVX-512F/BW/VL, AVX2, FMA and F16C enabled, and
 /// AVX-512 VNNI when `VNNI`.
 #[inline(always)]
-unsafe fn dot_sym<B: SymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_0]) -> f32 {
+unsafe fn dot_sym<B: SymBlock, const VNNI: bool, const PAIRS: bool>(
+    x: &[B],
+    y: &[BlockQ8_0],
+) -> f32 {
     // SAFETY: block accesses are through slices; intrinsics need only the
     // features the caller enables.
     unsafe {
-        let mut acc = [_mm512_setzero_ps(); 2];
+        let mut acc = [_mm256_setzero_ps(); 2];
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            let f = halves8(
-                [
-                    xq[0].d_bits(),
-                    xq[1].d_bits(),
-                    xq[2].d_bits(),
-                    xq[3].d_bits(),
-                ],
-                [
-                    yq[0].d_bits(),
-                    yq[1].d_bits(),
-                    yq[2].d_bits(),
-                    yq[3].d_bits(),
-                ],
-            );
-            let d = _mm_mul_ps(_mm256_castps256_ps128(f), _mm256_extractf128_ps(f, 1));
-            let (d01, d23) = spread4(d);
+            let d = scale_products(xq, yq);
             let p01 = dot_ss::<VNNI>(
                 join(xq[0].levels(), xq[1].levels()),
                 join(yq[0].levels(), yq[1].levels()),
@@ -226,73 +311,35 @@ unsafe fn dot_sym<B: SymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_0]) -> f3
                 join(xq[2].levels(), xq[3].levels()),
                 join(yq[2].levels(), yq[3].levels()),
             );
-            acc[0] = _mm512_fmadd_ps(d01, p01, acc[0]);
-            acc[1] = _mm512_fmadd_ps(d23, p23, acc[1]);
+            fuse4::<PAIRS>(d, p01, p23, &mut acc);
         }
-        let (xr, yr) = (xs.remainder(), ys.remainder());
-        if xr.len() >= 2 {
-            acc[0] = pair_sym::<B, VNNI>([&xr[0], &xr[1]], [&yr[0], &yr[1]], 1.0, acc[0]);
-        }
-        if xr.len() % 2 == 1 {
-            let (bx, by) = (&xr[xr.len() - 1], &yr[xr.len() - 1]);
-            acc[1] = pair_sym::<B, VNNI>([bx, bx], [by, by], 0.0, acc[1]);
-        }
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+        sym_tail::<B, VNNI, PAIRS>(xs.remainder(), ys.remainder(), acc)
     }
 }
 
-/// One pair of min-offset blocks: returns `acc + d·(x·y)` and adds the
-/// blocks' `m·s` terms to `mins` (`second` as in [`pair_sym`]).
-///
-/// # Safety
-/// As [`dot_sym`].
-#[inline(always)]
-unsafe fn pair_asym<B: AsymBlock, const VNNI: bool>(
-    x: [&B; 2],
-    y: [&BlockQ8_1; 2],
-    second: f32,
-    acc: __m512,
-    mins: &mut f32,
-) -> __m512 {
-    // SAFETY: the loads read the 32 level bytes of each activation block; the
-    // caller enables the features.
-    unsafe {
-        let d = halves(
-            x[0].scale() * f16_to_f32(y[0].d),
-            second * (x[1].scale() * f16_to_f32(y[1].d)),
-        );
-        *mins += x[0].min() * f16_to_f32(y[0].s);
-        *mins += second * (x[1].min() * f16_to_f32(y[1].s));
-        let ly = join(
-            _mm256_loadu_si256(y[0].qs.as_ptr().cast()),
-            _mm256_loadu_si256(y[1].qs.as_ptr().cast()),
-        );
-        let p = dot_us::<VNNI>(join(x[0].levels(), x[1].levels()), ly);
-        _mm512_fmadd_ps(d, p, acc)
-    }
-}
-
-/// Σ_blocks dx·dy·(x·y) + mx·sy for min-offset weights against Q8_1.
+/// Σ_blocks dx·dy·(x·y) + mx·sy for min-offset weights against Q8_1, bit for
+/// bit in the order of ggml's x86 `ggml_vec_dot_q4_1_q8_1` / `q5_1` (AVX2
+/// code in an AVX-512 build): one 8-lane accumulator `acc = fma(dx·dy,
+/// lanes, acc)` block by block, the `m·s` terms in scalar block order
+/// (`summs = fma(m, s, summs)`, here in lane 0 of a register), result
+/// `hsum(acc) + summs`. Four blocks per step share one f16 conversion; two
+/// blocks' byte dots per 512-bit register.
 ///
 /// # Safety
 /// As [`dot_sym`].
 #[inline(always)]
 unsafe fn dot_asym<B: AsymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> f32 {
-    // SAFETY: block accesses are through slices; intrinsics need only the
-    // features the caller enables.
+    // SAFETY: block accesses are through slices; the loads read the 32 level
+    // bytes of each activation block; intrinsics need only the features the
+    // caller enables.
     unsafe {
-        let mut mins = 0f32;
-        let mut acc = [_mm512_setzero_ps(); 2];
+        let mut acc = _mm256_setzero_ps();
+        let mut summs = _mm_setzero_ps();
+        let ly = |b: &BlockQ8_1| _mm256_loadu_si256(b.qs.as_ptr().cast());
         let mut xs = x.chunks_exact(4);
         let mut ys = y.chunks_exact(4);
-        let mut mins4 = _mm_setzero_ps();
         for (xq, yq) in (&mut xs).zip(&mut ys) {
-            let xb = [
-                xq[0].dm_bits(),
-                xq[1].dm_bits(),
-                xq[2].dm_bits(),
-                xq[3].dm_bits(),
-            ];
+            let xb = [0, 1, 2, 3].map(|k| xq[k].dm_bits());
             let yb = [0, 1, 2, 3].map(|k| [yq[k].d.to_bits(), yq[k].s.to_bits()]);
             let fx = halves8(
                 [xb[0][0], xb[1][0], xb[2][0], xb[3][0]],
@@ -303,31 +350,65 @@ unsafe fn dot_asym<B: AsymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_1]) -> 
                 [yb[0][1], yb[1][1], yb[2][1], yb[3][1]],
             );
             let d = _mm_mul_ps(_mm256_castps256_ps128(fx), _mm256_castps256_ps128(fy));
-            mins4 = _mm_fmadd_ps(
-                _mm256_extractf128_ps(fx, 1),
-                _mm256_extractf128_ps(fy, 1),
-                mins4,
+            let (m, sy) = (
+                _mm256_extractf128_ps::<1>(fx),
+                _mm256_extractf128_ps::<1>(fy),
             );
-            let (d01, d23) = spread4(d);
-            let ly = |k: usize| _mm256_loadu_si256(yq[k].qs.as_ptr().cast());
-            let p01 = dot_us::<VNNI>(join(xq[0].levels(), xq[1].levels()), join(ly(0), ly(1)));
-            let p23 = dot_us::<VNNI>(join(xq[2].levels(), xq[3].levels()), join(ly(2), ly(3)));
-            acc[0] = _mm512_fmadd_ps(d01, p01, acc[0]);
-            acc[1] = _mm512_fmadd_ps(d23, p23, acc[1]);
+            let p01 = dot_us::<VNNI>(
+                join(xq[0].levels(), xq[1].levels()),
+                join(ly(&yq[0]), ly(&yq[1])),
+            );
+            let p23 = dot_us::<VNNI>(
+                join(xq[2].levels(), xq[3].levels()),
+                join(ly(&yq[2]), ly(&yq[3])),
+            );
+            let [p0, p1] = split(p01);
+            let [p2, p3] = split(p23);
+            for (k, p) in [p0, p1, p2, p3].into_iter().enumerate() {
+                acc = _mm256_fmadd_ps(lane(d, k as i32), p, acc);
+            }
+            // Lane k of m and sy into lane 0, block by block.
+            summs = _mm_fmadd_ss(m, sy, summs);
+            summs = _mm_fmadd_ss(_mm_movehdup_ps(m), _mm_movehdup_ps(sy), summs);
+            summs = _mm_fmadd_ss(_mm_movehl_ps(m, m), _mm_movehl_ps(sy, sy), summs);
+            summs = _mm_fmadd_ss(
+                _mm_shuffle_ps::<3>(m, m),
+                _mm_shuffle_ps::<3>(sy, sy),
+                summs,
+            );
         }
-        let m = _mm_add_ps(mins4, _mm_movehl_ps(mins4, mins4));
-        mins += _mm_cvtss_f32(_mm_add_ss(m, _mm_movehdup_ps(m)));
-        let (xr, yr) = (xs.remainder(), ys.remainder());
-        if xr.len() >= 2 {
-            let (xp, yp) = ([&xr[0], &xr[1]], [&yr[0], &yr[1]]);
-            acc[0] = pair_asym::<B, VNNI>(xp, yp, 1.0, acc[0], &mut mins);
+        let mut summs = _mm_cvtss_f32(summs);
+        for (bx, by) in xs.remainder().iter().zip(ys.remainder()) {
+            let [p, _] = split(dot_us::<VNNI>(
+                join(bx.levels(), bx.levels()),
+                join(ly(by), ly(by)),
+            ));
+            let d = _mm256_set1_ps(bx.scale() * f16_to_f32(by.d));
+            acc = _mm256_fmadd_ps(d, p, acc);
+            summs = bx.min().mul_add(f16_to_f32(by.s), summs);
         }
-        if xr.len() % 2 == 1 {
-            let (bx, by) = (&xr[xr.len() - 1], &yr[xr.len() - 1]);
-            acc[1] = pair_asym::<B, VNNI>([bx, bx], [by, by], 0.0, acc[1], &mut mins);
-        }
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1])) + mins
+        hsum_ps(acc) + summs
     }
+}
+
+/// [`dot_sym`] with one accumulator (Q4_0, Q5_0, Q8_0).
+///
+/// # Safety
+/// As [`dot_sym`].
+#[inline(always)]
+unsafe fn dot_sym_seq<B: SymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_0]) -> f32 {
+    // SAFETY: the caller enables the features `dot_sym` needs.
+    unsafe { dot_sym::<B, VNNI, false>(x, y) }
+}
+
+/// [`dot_sym`] with even / odd accumulators (IQ4_NL).
+///
+/// # Safety
+/// As [`dot_sym`].
+#[inline(always)]
+unsafe fn dot_sym_pairs<B: SymBlock, const VNNI: bool>(x: &[B], y: &[BlockQ8_0]) -> f32 {
+    // SAFETY: the caller enables the features `dot_sym` needs.
+    unsafe { dot_sym::<B, VNNI, true>(x, y) }
 }
 
 macro_rules! block_dot {
@@ -383,7 +464,7 @@ both!(
     vec_dot_q4_0_vnni,
     q4_0_bw,
     q4_0_vnni,
-    dot_sym,
+    dot_sym_seq,
     BlockQ4_0,
     18,
     BlockQ8_0,
@@ -394,7 +475,7 @@ both!(
     vec_dot_q5_0_vnni,
     q5_0_bw,
     q5_0_vnni,
-    dot_sym,
+    dot_sym_seq,
     BlockQ5_0,
     22,
     BlockQ8_0,
@@ -405,7 +486,7 @@ both!(
     vec_dot_q8_0_vnni,
     q8_0_bw,
     q8_0_vnni,
-    dot_sym,
+    dot_sym_seq,
     BlockQ8_0,
     34,
     BlockQ8_0,
@@ -416,7 +497,7 @@ both!(
     vec_dot_iq4_nl_vnni,
     iq4_nl_bw,
     iq4_nl_vnni,
-    dot_sym,
+    dot_sym_pairs,
     BlockIq4Nl,
     18,
     BlockQ8_0,
@@ -446,115 +527,175 @@ both!(
 );
 
 // ---------------------------------------------------------------------------
-// Float dots: four 16-lane accumulators, a masked tail, one reduction.
+// Float dots, bit for bit in the order of ggml's `vec.cpp` as llama.cpp's
+// x86 build compiles it on an AVX-512 host.
 
-/// Σ a·b for `n` elements given loaders of 16 lanes (`load(i, mask)` reads the
-/// lanes of `mask` at `i..`, zeros elsewhere).
+/// `_mm512_reduce_add_ps` as GCC defines it: the 256-bit halves added, then
+/// the 128-bit halves, then lanes (0+2, 1+3), then those two.
 ///
 /// # Safety
-/// The caller must have AVX-512F enabled; the loaders must be valid for every
-/// `(i, mask)` with the masked lanes below `n`.
+/// The caller must have AVX-512F and AVX enabled.
 #[inline(always)]
-unsafe fn dot_by16(
-    n: usize,
-    load_a: impl Fn(usize, __mmask16) -> __m512,
-    load_b: impl Fn(usize, __mmask16) -> __m512,
-) -> f32 {
-    // SAFETY: register-only intrinsics; the loaders are the caller's.
+pub(super) unsafe fn reduce16(v: __m512) -> f32 {
+    // SAFETY: register-only intrinsics; the caller enables the features.
     unsafe {
-        let all: __mmask16 = 0xffff;
+        let [lo, hi] = split(v);
+        hsum_ps(_mm256_add_ps(hi, lo))
+    }
+}
+
+/// Σ a·b for f32 (`ggml_vec_dot_f32`) or f16 rows (`ggml_vec_dot_f16`,
+/// `F16`), given a loader of 16 converted lanes at `i`: four 16-lane FMA
+/// accumulators over blocks of 64 (`GGML_F32_STEP`), folded `(s0+s2) +
+/// (s1+s3)` and reduced as [`reduce16`]; the `n % 64` leftovers as GCC
+/// compiled ggml's scalar loop: for f32, rounded products added in order,
+/// the last `n % 8` fused; for f16, rounded products added in f64
+/// (`ggml_float`).
+///
+/// # Safety
+/// The caller must have AVX-512F, AVX2 and FMA enabled; `load(i)` must be
+/// valid for every `i + 16 ≤ n − n % 64`.
+#[inline(always)]
+unsafe fn dot_step64<const F16: bool>(
+    n: usize,
+    load_a: impl Fn(usize) -> __m512,
+    load_b: impl Fn(usize) -> __m512,
+    prod: impl Fn(usize) -> f32,
+    fused: impl Fn(usize, f32) -> f32,
+) -> f32 {
+    // SAFETY: register-only intrinsics; the loads are the caller's.
+    unsafe {
+        let np = n - n % 64;
         let mut acc = [_mm512_setzero_ps(); 4];
         let mut i = 0;
-        while i + 64 <= n {
-            for (k, a) in acc.iter_mut().enumerate() {
-                *a = _mm512_fmadd_ps(load_a(i + 16 * k, all), load_b(i + 16 * k, all), *a);
+        while i < np {
+            for (r, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(load_a(i + 16 * r), load_b(i + 16 * r), *a);
             }
             i += 64;
         }
-        while i + 16 <= n {
-            acc[0] = _mm512_fmadd_ps(load_a(i, all), load_b(i, all), acc[0]);
-            i += 16;
+        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
+        let sum = reduce16(s);
+        if F16 {
+            let mut sum = sum as f64;
+            for j in np..n {
+                sum += prod(j) as f64;
+            }
+            return sum as f32;
         }
-        if i < n {
-            let m: __mmask16 = (1u16 << (n - i)) - 1;
-            acc[1] = _mm512_fmadd_ps(load_a(i, m), load_b(i, m), acc[1]);
-        }
-        let s = _mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3]));
-        _mm512_reduce_add_ps(s)
+        f32_leftovers(np, n, sum, prod, fused)
     }
+}
+
+/// `ggml_vec_dot_f32`'s scalar leftovers `np..n` after the 64-steps, as GCC
+/// compiled them: rounded products added in order, the last `(n − np) % 8`
+/// fused.
+#[inline(always)]
+pub(super) fn f32_leftovers(
+    np: usize,
+    n: usize,
+    mut sum: f32,
+    prod: impl Fn(usize) -> f32,
+    fused: impl Fn(usize, f32) -> f32,
+) -> f32 {
+    let fused_from = n - (n - np) % 8;
+    for j in np..fused_from {
+        sum += prod(j);
+    }
+    for j in fused_from..n {
+        sum = fused(j, sum);
+    }
+    sum
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn f32_avx512(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    // SAFETY: the masked load touches only lanes below n (the loop's mask).
-    let load =
-        |s: &[f32], i: usize, m: __mmask16| unsafe { _mm512_maskz_loadu_ps(m, s[i..].as_ptr()) };
-    // SAFETY: AVX-512F is enabled here; loads stay below n.
-    unsafe { dot_by16(n, |i, m| load(a, i, m), |i, m| load(b, i, m)) }
+    // SAFETY: reads the 16 floats at i..i+16, bounds-checked by the slice index.
+    let load = |s: &[f32], i: usize| unsafe { _mm512_loadu_ps(s[i..i + 16].as_ptr()) };
+    let prod = |j: usize| a[j] * b[j];
+    let fused = |j: usize, s: f32| a[j].mul_add(b[j], s);
+    // SAFETY: AVX-512F, AVX2 and FMA are enabled here; loads stay below n.
+    unsafe { dot_step64::<false>(n, |i| load(a, i), |i| load(b, i), prod, fused) }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn f16_avx512(a: &[f16], b: &[f16]) -> f32 {
     let n = a.len().min(b.len());
-    // SAFETY: the masked load touches only lanes below n (the loop's mask);
-    // AVX-512 BW/VL are enabled here.
-    let load = |s: &[f16], i: usize, m: __mmask16| unsafe {
-        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, s[i..].as_ptr().cast()))
+    // SAFETY: reads the 16 halves at i..i+16, bounds-checked by the slice index.
+    let load = |s: &[f16], i: usize| unsafe {
+        _mm512_cvtph_ps(_mm256_loadu_si256(s[i..i + 16].as_ptr().cast()))
     };
-    // SAFETY: AVX-512F is enabled here; loads stay below n.
-    unsafe { dot_by16(n, |i, m| load(a, i, m), |i, m| load(b, i, m)) }
+    let prod = |j: usize| a[j].to_f32() * b[j].to_f32();
+    // SAFETY: AVX-512F, AVX2 and FMA are enabled here; loads stay below n.
+    unsafe { dot_step64::<true>(n, |i| load(a, i), |i| load(b, i), prod, |_, s| s) }
 }
 
-/// 16 bf16 (masked) → f32: the bits shifted into the high half.
+/// 16 bf16 → f32: the bits shifted into the high half.
 ///
 /// # Safety
-/// The caller must have AVX-512F/BW/VL enabled and the masked lanes in bounds.
+/// The caller must have AVX-512F/BW/VL enabled.
 #[inline(always)]
-unsafe fn bf16x16(s: &[bf16], m: __mmask16) -> __m512 {
-    // SAFETY: the masked load touches only the lanes of `m`, in bounds by the caller.
+unsafe fn bf16x16(s: &[bf16]) -> __m512 {
+    // SAFETY: reads the 16 values of `s[..16]` (bounds-checked).
     unsafe {
-        let h = _mm256_maskz_loadu_epi16(m, s.as_ptr().cast());
+        let h = _mm256_loadu_si256(s[..16].as_ptr().cast());
         _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
     }
 }
 
+/// `ggml_vec_dot_bf16`'s leftovers and result: `sumf` (f64) plus each
+/// rounded product from `i`, rounded to f32.
+fn bf16_tail(a: &[bf16], b: &[bf16], i: usize, mut sumf: f64) -> f32 {
+    for j in i..a.len().min(b.len()) {
+        sumf += (a[j].to_f32() * b[j].to_f32()) as f64;
+    }
+    sumf as f32
+}
+
+/// BF16 without `vdpbf16ps`, as ggml's `__AVX512F__` path: two 16-lane
+/// accumulators over blocks of 32 taking rounded products (`add(mul)`, not
+/// fused), each reduced and added to an f64 sum, then the leftovers.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn bf16_avx512(a: &[bf16], b: &[bf16]) -> f32 {
     let n = a.len().min(b.len());
-    // SAFETY: AVX-512F/BW/VL are enabled here; dot_by16 masks lanes ≥ n.
-    unsafe { dot_by16(n, |i, m| bf16x16(&a[i..], m), |i, m| bf16x16(&b[i..], m)) }
+    // SAFETY: AVX-512F/BW/VL are enabled here; slices are bounds-checked.
+    unsafe {
+        let mut c = [_mm512_setzero_ps(); 2];
+        let mut i = 0;
+        while i + 32 <= n {
+            for (h, ch) in c.iter_mut().enumerate() {
+                let p = _mm512_mul_ps(bf16x16(&a[i + 16 * h..]), bf16x16(&b[i + 16 * h..]));
+                *ch = _mm512_add_ps(p, *ch);
+            }
+            i += 32;
+        }
+        let sumf = reduce16(c[0]) as f64 + reduce16(c[1]) as f64;
+        bf16_tail(a, b, i, sumf)
+    }
 }
 
-/// BF16 with `vdpbf16ps`: 32 pairs per instruction, products exact in f32.
-/// The instruction treats denormal inputs as zero; their products are below
-/// 2^-126 · 2^8 and vanish in any f32 sum of normal terms.
+/// BF16 with `vdpbf16ps` (ggml's `__AVX512BF16__` path): two accumulators
+/// over blocks of 64, each reduced and added to an f64 sum, then the
+/// leftovers. The instruction treats denormal inputs as zero, as ggml's does.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")]
 fn bf16_dp_avx512(a: &[bf16], b: &[bf16]) -> f32 {
     let n = a.len().min(b.len());
-    // SAFETY: masked loads touch only lanes below n; `__m512i` and `__m512bh`
-    // are both 64-byte plain vectors; AVX-512 BF16 is enabled here.
+    // SAFETY: the loads read 32 values at i..i+32 (bounds-checked); `__m512i`
+    // and `__m512bh` are both 64-byte plain vectors; AVX-512 BF16 is enabled here.
     unsafe {
-        let load = |s: &[bf16], i: usize, m: __mmask32| -> __m512bh {
-            std::mem::transmute(_mm512_maskz_loadu_epi16(m, s[i..].as_ptr().cast()))
+        let load = |s: &[bf16], i: usize| -> __m512bh {
+            std::mem::transmute(_mm512_loadu_si512(s[i..i + 32].as_ptr().cast()))
         };
-        let mut acc = [_mm512_setzero_ps(); 2];
+        let mut c = [_mm512_setzero_ps(); 2];
         let mut i = 0;
         while i + 64 <= n {
-            acc[0] = _mm512_dpbf16_ps(acc[0], load(a, i, u32::MAX), load(b, i, u32::MAX));
-            acc[1] = _mm512_dpbf16_ps(acc[1], load(a, i + 32, u32::MAX), load(b, i + 32, u32::MAX));
+            c[0] = _mm512_dpbf16_ps(c[0], load(a, i), load(b, i));
+            c[1] = _mm512_dpbf16_ps(c[1], load(a, i + 32), load(b, i + 32));
             i += 64;
         }
-        while i < n {
-            let m: __mmask32 = if n - i >= 32 {
-                u32::MAX
-            } else {
-                (1u32 << (n - i)) - 1
-            };
-            acc[0] = _mm512_dpbf16_ps(acc[0], load(a, i, m), load(b, i, m));
-            i += 32;
-        }
-        _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]))
+        let sumf = reduce16(c[0]) as f64 + reduce16(c[1]) as f64;
+        bf16_tail(a, b, i, sumf)
     }
 }
 

@@ -4,10 +4,15 @@
 //! halves and shifted by a different amount in each, so the low half holds
 //! one 2-bit plane and the high half the next; the 64 matching activations
 //! are contiguous. Levels are unsigned (Q3_K's are biased by +4, the bias
-//! removed through the activation `bsums`), so `maddubs` gives i16 pairs and
-//! the per-16 sub-block scales (one per 128-bit lane, `vpermw`) are applied
-//! with `dpwssd` (VNNI) or `madd` + `add` (BW). One f32 FMA per super-block,
-//! one horizontal sum per row.
+//! taken off each i16 pair by a second `maddubs`), so `maddubs` gives i16
+//! pairs and the per-16 sub-block scales (one per 128-bit lane, `vpermw`)
+//! are applied with `dpwssd` (VNNI) or `madd` + `add` (BW).
+//!
+//! Bit for bit ggml's x86 dots (AVX2 code even in llama.cpp's AVX-512
+//! build): the sixteen i32 lanes, folded to eight (lane l + lane l+8), are
+//! exactly ggml's eight, and the f32 steps are its own — one 8-lane FMA per
+//! super-block (Q2_K: the mins' FMA first, into the same accumulator), one
+//! horizontal sum per row.
 //!
 //! Entry points are safe fns over `#[target_feature]` bodies; the kernel
 //! table asks this tier only after `Isa::Avx512.available()` (F, BW, VL plus
@@ -21,6 +26,7 @@ use crate::scalar::q2_k::BlockQ2K;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{f16_to_f32, hsum_ps, load_bsums, load_u8, load_u8_128, rows};
+use crate::x86::avx512::kquants::fold8;
 use crate::GgmlType;
 
 fn has_vnni() -> bool {
@@ -189,15 +195,14 @@ unsafe fn q2_k<const VNNI: bool>(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
         let m4 = _mm_set1_epi8(0xF);
         let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
         let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
-        let mut acc = _mm512_setzero_ps();
-        let mut acc_m = _mm256_setzero_ps();
+        let mut acc = _mm256_setzero_ps();
         for (xb, yb) in x.iter().zip(y) {
             let dall = yb.d * f16_to_f32(xb.d);
             let dmin = -yb.d * f16_to_f32(xb.dmin);
             let packed = load_u8_128(&xb.scales);
             let mv = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
             let summs = _mm256_madd_epi16(mv, load_bsums(&yb.bsums));
-            acc_m = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc_m);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(summs), acc);
             let sc = _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_and_si128(packed, m4)));
             let mut sumi = _mm512_setzero_si512();
             for h in 0..2 {
@@ -210,9 +215,9 @@ unsafe fn q2_k<const VNNI: bool>(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
                     sumi = dot_scale::<VNNI>(sumi, prod, s);
                 }
             }
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(dall), _mm512_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(dall), _mm256_cvtepi32_ps(fold8(sumi)), acc);
         }
-        _mm512_reduce_add_ps(acc) + hsum_ps(acc_m)
+        hsum_ps(acc)
     }
 }
 
@@ -239,7 +244,7 @@ pub(crate) unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
     }
 }
 
-/// Q3_K: `d·Σ_j s_j·(Σ (q + 4)·a − 4·bsum_j)` with `q + 4 = low | high << 2`.
+/// Q3_K: `d·Σ_j s_j·Σ ((q + 4) − 4)·a` with `q + 4 = low | high << 2`.
 ///
 /// # Safety
 /// The caller must have AVX512 F/BW/VL, AVX2, FMA and F16C enabled, and
@@ -253,16 +258,12 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
         let one = _mm512_set1_epi8(1);
         let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
         let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
-        let mut acc = _mm512_setzero_ps();
+        let four = _mm512_set1_epi8(4);
+        let mut acc = _mm256_setzero_ps();
         for (xb, yb) in x.iter().zip(y) {
             let d = yb.d * f16_to_f32(xb.d);
             let sc16 = _mm256_cvtepi8_epi16(q3_k_scales(&xb.scales));
-            // The +4 bias of every level: 4·Σ_j s_j·bsum_j.
-            let corr = _mm256_madd_epi16(sc16, load_bsums(&yb.bsums));
-            let mut sumi = _mm512_sub_epi32(
-                _mm512_setzero_si512(),
-                _mm512_zextsi256_si512(_mm256_slli_epi32::<2>(corr)),
-            );
+            let mut sumi = _mm512_setzero_si512();
             let sc = _mm512_castsi256_si512(sc16);
             let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
             for h in 0..2 {
@@ -274,13 +275,18 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
                     let b = (4 * h + 2 * p) as i16;
                     let hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves_i16(b, b + 1)), one);
                     let q = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
-                    let prod = _mm512_maddubs_epi16(q, load64(&yb.qs, 128 * h + 64 * p));
+                    // (level + 4)·a − 4·a in i16 pairs: ggml's per-lane
+                    // values (it subtracts the bias per element, not per
+                    // sub-block, so each i32 lane equals its lane exactly).
+                    let a = load64(&yb.qs, 128 * h + 64 * p);
+                    let prod =
+                        _mm512_sub_epi16(_mm512_maddubs_epi16(q, a), _mm512_maddubs_epi16(four, a));
                     let s = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
                     sumi = dot_scale::<VNNI>(sumi, prod, s);
                 }
             }
-            acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(sumi), acc);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
         }
-        _mm512_reduce_add_ps(acc)
+        hsum_ps(acc)
     }
 }

@@ -6,6 +6,7 @@ use crate::isa::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 pub mod gemm;
+pub mod gemm_f32;
 mod gemm_kq;
 pub mod kquants;
 pub mod legacy;
