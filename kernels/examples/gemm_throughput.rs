@@ -68,6 +68,8 @@ fn main() {
     for ty in [
         GgmlType::Q4_K,
         GgmlType::Q8_0,
+        GgmlType::Q3_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
         GgmlType::IQ4_XS,
     ] {

@@ -28,11 +28,21 @@ fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
                 let w_rows = 5;
                 let (wb, _) = quantized(ty, n, w_rows, &mut rng);
                 let m = QMatrix::new(ty, n, w_rows, wb.bytes()).unwrap();
-                let max_t = 9;
+                let max_t = 13;
                 let (xb, _) = acts(&kt, ty, n, max_t, &mut rng);
                 let x = QActs::new(ty.vec_dot_type(), n, max_t, xb.bytes()).unwrap();
                 for (o, rows_w) in [(0, 1), (1, 2), (0, 5), (2, 3)] {
-                    for (t0, cols) in [(0, 1), (1, 2), (0, 3), (2, 4), (0, 5), (1, 7), (0, 9)] {
+                    for (t0, cols) in [
+                        (0, 1),
+                        (1, 2),
+                        (0, 3),
+                        (2, 4),
+                        (0, 5),
+                        (1, 7),
+                        (0, 9),
+                        (0, 8),
+                        (1, 12),
+                    ] {
                         let stride = cols + 3;
                         let mut out = vec![f32::NAN; rows_w * stride];
                         dot_block(&kt, &m, o, rows_w, &x, t0, cols, &mut out, stride);
@@ -61,14 +71,17 @@ fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
 
 #[cfg(target_arch = "x86_64")]
 #[test]
-fn the_avx512_tier_has_multi_row_kernels_for_q4_k_and_q8_0() {
+fn the_avx512_tier_has_multi_row_kernels_for_the_k_quants_and_q8_0() {
     if !(Isa::Avx512.available() && std::is_x86_feature_detected!("avx512vnni")) {
         eprintln!("*** SKIPPING: no AVX512-VNNI, the gemm kernels are not exercised ***");
         return;
     }
     let kt = KernelTable::new(Isa::Avx512);
     for ty in [
+        GgmlType::Q3_K,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
         GgmlType::Q8_0,
         GgmlType::Q4_0,
         GgmlType::Q5_0,
@@ -104,6 +117,58 @@ fn matmul_equals_single_row_decode_bit_for_bit_for_every_type_and_tier() {
                         bits(&out[t * n_out..(t + 1) * n_out]),
                         bits(&one),
                         "{isa} {ty} rows={rows} row {t}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn grouping_rows_by_expert_gives_every_row_what_the_per_row_gather_gives() {
+    // The MoE prefill path: the rows routed to one expert are gathered into
+    // one batch and multiplied together (the multi-row kernels, tiles of
+    // several rows); a decode step multiplies each row alone. Every output
+    // must be the same bits either way, whatever the group sizes.
+    let (n_out, n_expert) = (21, 4);
+    // 13 rows: expert 1 gets 6 (a full group of 4 and a pair), expert 3
+    // gets 5, expert 0 one row, expert 2 none.
+    let expert_of = [1usize, 3, 1, 1, 0, 3, 3, 1, 3, 1, 3, 1, 1];
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            let n = 2 * ty.block_size().max(256);
+            let mut rng = Rng(900 + ty.id() as u64);
+            let (wb, _) = quantized(ty, n, n_out * n_expert, &mut rng);
+            let e = QExperts::new(ty, n, n_out, n_expert, wb.bytes()).unwrap();
+            let rows = expert_of.len();
+            let (xb, _) = acts(&kt, ty, n, rows, &mut rng);
+            let x = QActs::new(ty.vec_dot_type(), n, rows, xb.bytes()).unwrap();
+            let mut per_row = vec![f32::NAN; rows * n_out];
+            pool(2).install(|| expert_gather(&kt, &e, &expert_of, &x, &mut per_row));
+            let rb = x.ty.row_bytes(n as u64).unwrap() as usize;
+            for ex in 0..n_expert {
+                let mine: Vec<usize> = (0..rows).filter(|&r| expert_of[r] == ex).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                let mut gathered = Vec::with_capacity(mine.len() * rb);
+                for &r in &mine {
+                    gathered.extend_from_slice(x.row(r));
+                }
+                // Realign: block structs hold f16/f32 fields.
+                let mut buf = super::tests::Buf::new(gathered.len());
+                buf.bytes_mut().copy_from_slice(&gathered);
+                let g = QActs::new(x.ty, n, mine.len(), buf.bytes()).unwrap();
+                let mut out = vec![f32::NAN; mine.len() * n_out];
+                let mut tile = vec![0.0; matmul_tile_len(mine.len())];
+                pool(2).install(|| matmul_vec_dot(&kt, &e.expert(ex), &g, &mut out, &mut tile));
+                for (i, &r) in mine.iter().enumerate() {
+                    assert_eq!(
+                        bits(&out[i * n_out..(i + 1) * n_out]),
+                        bits(&per_row[r * n_out..(r + 1) * n_out]),
+                        "{isa} {ty} expert {ex}: row {r} grouped with {} others",
+                        mine.len() - 1
                     );
                 }
             }

@@ -437,9 +437,16 @@ fn matmul_with(
                 .enumerate()
                 .for_each(|(c, ys)| run(c, ys));
         }
-        for (i, yo) in tile.chunks_exact(rows).enumerate() {
-            for (t, y) in yo.iter().enumerate() {
-                out[t * w.n_out + o0 + i] = *y;
+        // Transposed 16 weight rows at a time: each output row gets 64
+        // contiguous bytes per step (one store per element, row by row, was
+        // a strided store per element and stalled on it).
+        for i0 in (0..nb).step_by(16) {
+            let i1 = (i0 + 16).min(nb);
+            for t in 0..rows {
+                let dst = &mut out[t * w.n_out + o0 + i0..t * w.n_out + o0 + i1];
+                for (k, y) in dst.iter_mut().enumerate() {
+                    *y = tile[(i0 + k) * rows + t];
+                }
             }
         }
         o0 += nb;

@@ -104,9 +104,21 @@ pub(super) fn left_taps(
     sum
 }
 
-/// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
-/// (`j = K−1` multiplies the current token), then silu; advances `window`.
-pub fn conv_silu(
+super::ops::fma_dispatch!(
+    /// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
+    /// (`j = K−1` multiplies the current token), then silu; advances `window`.
+    pub fn conv_silu(
+        w: &[f32],
+        k: usize,
+        window: &mut [f32],
+        mixed: &[f32],
+        ch: usize,
+        out: &mut [f32]
+    ) => conv_silu_body
+);
+
+#[inline(always)]
+fn conv_silu_body(
     w: &[f32],
     k: usize,
     window: &mut [f32],

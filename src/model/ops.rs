@@ -86,38 +86,45 @@ fn pow2(n: i32) -> f64 {
     f64::from_bits(((n + 1023) as u64) << 52)
 }
 
-/// Whether the host has FMA (checked once).
-#[cfg(target_arch = "x86_64")]
+/// Whether the host has FMA: the row functions below then run a copy
+/// compiled with it, so `mul_add` is one instruction instead of a libm
+/// `fmaf` call (the same fused result either way).
 #[inline]
-fn has_fma() -> bool {
-    static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
+pub(crate) fn has_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
-/// Defines `fn $name` that runs `$body` (an `#[inline(always)]` fn of
-/// the same arguments) compiled with FMA where the host has it: the
-/// `mul_add`s of [`v_expf`] are then one instruction each instead of a libm
-/// `fmaf` call. Both are correctly rounded, so the bits are the same.
-macro_rules! with_fma {
-    ($(#[$m:meta])* $vis:vis fn $name:ident, $fma:ident, $body:ident, ($($a:ident: $t:ty),*)) => {
+/// Defines `$name($args)` that runs `$body` (an `#[inline(always)]` fn)
+/// compiled with FMA when the host has it, plain otherwise.
+macro_rules! fma_dispatch {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($a:ident: $t:ty),*) => $body:ident) => {
         $(#[$m])*
         $vis fn $name($($a: $t),*) {
             #[cfg(target_arch = "x86_64")]
-            if has_fma() {
-                // SAFETY: FMA was detected on this host (`has_fma`).
-                unsafe { $fma($($a),*) };
-                return;
+            {
+                #[target_feature(enable = "fma")]
+                unsafe fn with_fma($($a: $t),*) {
+                    $body($($a),*)
+                }
+                if $crate::model::ops::has_fma() {
+                    // SAFETY: FMA was detected on this host (`has_fma`).
+                    unsafe { with_fma($($a),*) };
+                    return;
+                }
             }
-            $body($($a),*)
-        }
-
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "fma")]
-        fn $fma($($a: $t),*) {
             $body($($a),*)
         }
     };
 }
+pub(crate) use fma_dispatch;
 
 /// `ggml_v_silu`: `x / (1 + v_expf(0 − x))`.
 #[inline(always)]
@@ -125,9 +132,9 @@ pub fn v_silu(x: f32) -> f32 {
     x / (1.0 + v_expf(0.0 - x))
 }
 
-with_fma!(
+fma_dispatch!(
     /// In place silu of one ggml row (`ggml_vec_silu_f32`).
-    pub fn silu_row, silu_row_fma, silu_row_body, (x: &mut [f32])
+    pub fn silu_row(x: &mut [f32]) => silu_row_body
 );
 
 #[inline(always)]
@@ -138,9 +145,9 @@ fn silu_row_body(x: &mut [f32]) {
     tail.iter_mut().for_each(|v| *v = silu(*v));
 }
 
-with_fma!(
+fma_dispatch!(
     /// `h = silu(g) ⊙ up` of one ggml row (`ggml_vec_swiglu_f32`).
-    pub fn swiglu_row, swiglu_row_fma, swiglu_row_body, (g: &[f32], up: &[f32], h: &mut [f32])
+    pub fn swiglu_row(g: &[f32], up: &[f32], h: &mut [f32]) => swiglu_row_body
 );
 
 #[inline(always)]
@@ -221,7 +228,7 @@ pub fn softmax_padded_inplace(x: &mut [f32]) {
     softmax_split(x, x.len());
 }
 
-with_fma!(fn softmax_split, softmax_split_fma, softmax_split_body, (x: &mut [f32], bulk: usize));
+fma_dispatch!(fn softmax_split(x: &mut [f32], bulk: usize) => softmax_split_body);
 
 #[inline(always)]
 fn softmax_split_body(x: &mut [f32], bulk: usize) {
@@ -293,6 +300,38 @@ mod tests {
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn fma_compiled_row_ops_equal_the_plain_build_bit_for_bit() {
+        // The dispatched row ops (the FMA copy on FMA hosts) against their
+        // bodies compiled without FMA (libm fmaf): the same fused results.
+        let mut s = 7u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % 4001) as f32 / 100.0 - 20.0
+        };
+        let n = 16 * 9 + 5;
+        let g: Vec<f32> = (0..n).map(|_| next()).collect();
+        let up: Vec<f32> = (0..n).map(|_| next()).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+        let (mut a, mut b) = (g.clone(), g.clone());
+        silu_row(&mut a);
+        silu_row_body(&mut b);
+        assert_eq!(bits(&a), bits(&b), "silu_row");
+
+        let (mut a, mut b) = (vec![0.0; n], vec![0.0; n]);
+        swiglu_row(&g, &up, &mut a);
+        swiglu_row_body(&g, &up, &mut b);
+        assert_eq!(bits(&a), bits(&b), "swiglu_row");
+
+        let (mut a, mut b) = (g.clone(), g.clone());
+        softmax_inplace(&mut a);
+        softmax_split_body(&mut b, n - n % GGML_LANES);
+        assert_eq!(bits(&a), bits(&b), "softmax");
     }
 
     #[test]
@@ -384,25 +423,5 @@ mod tests {
         for n in -192..=192 {
             assert_eq!(pow2(n).to_bits(), 2f64.powi(n).to_bits(), "2^{n}");
         }
-    }
-
-    #[test]
-    fn the_fma_compiled_row_ops_equal_the_plain_ones_bit_for_bit() {
-        // 37 = two ggml vector blocks and a libm tail; values across exp's range.
-        let x: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 1.37).collect();
-        let up: Vec<f32> = (0..37).map(|i| 0.5 - i as f32 * 0.03).collect();
-        let bits = |v: &[f32]| v.iter().map(|y| y.to_bits()).collect::<Vec<_>>();
-        let (mut a, mut b) = (x.clone(), x.clone());
-        silu_row(&mut a);
-        silu_row_body(&mut b);
-        assert_eq!(bits(&a), bits(&b));
-        let (mut a, mut b) = (vec![0.0; 37], vec![0.0; 37]);
-        swiglu_row(&x, &up, &mut a);
-        swiglu_row_body(&x, &up, &mut b);
-        assert_eq!(bits(&a), bits(&b));
-        let (mut a, mut b) = (x.clone(), x.clone());
-        softmax_split(&mut a, 32);
-        softmax_split_body(&mut b, 32);
-        assert_eq!(bits(&a), bits(&b));
     }
 }

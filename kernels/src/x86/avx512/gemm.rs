@@ -1,5 +1,6 @@
 //! AVX-512 VNNI multi-row products (`GemmFn`): one weight row against up to
-//! [`COLS`] activation rows at once, for Q4_K (Q8_K activations) and the
+//! [`COLS`] activation rows at once, for Q3_K, Q4_K, Q5_K and Q6_K (Q8_K
+//! activations; the bodies other than Q4_K's are in `gemm_kq`) and the
 //! signed-level 32-element types Q8_0, Q4_0, Q5_0 and IQ4_NL (Q8_0
 //! activations).
 //!
@@ -21,19 +22,27 @@ use std::arch::x86_64::*;
 use crate::blocks::as_blocks;
 use crate::isa::GemmFn;
 use crate::scalar::iq4_nl::BlockIq4Nl;
+use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_0::BlockQ4_0;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_0::BlockQ5_0;
+use crate::scalar::q5_k::BlockQ5K;
+use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
+use crate::x86::avx512::gemm_kq::{q3_k_cols, q5_k_cols, q6_k_cols};
 use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack, q4_k};
 use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
 use crate::GgmlType;
 
 /// Activation rows one kernel call serves.
 pub const COLS: usize = 4;
+
+/// The same for Q3_K, Q5_K and Q6_K, whose per-block weight unpacking is
+/// the larger share (eight rows, then the rest four, three, two or one).
+pub const COLS_K: usize = 8;
 
 /// This tier's multi-row product for weight type `ty`, if it has one.
 pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
@@ -42,6 +51,9 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
     }
     match ty {
         GgmlType::Q4_K => Some(gemm_q4_k),
+        GgmlType::Q3_K => Some(gemm_q3_k),
+        GgmlType::Q5_K => Some(gemm_q5_k),
+        GgmlType::Q6_K => Some(gemm_q6_k),
         GgmlType::Q8_0 => Some(gemm_q8_0),
         GgmlType::Q4_0 => Some(gemm_q4_0),
         GgmlType::Q5_0 => Some(gemm_q5_0),
@@ -51,19 +63,25 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
 }
 
 /// The shared driver: for every weight row, groups of up to [`COLS`]
-/// activation rows, each group one call of `kernel::<C>`.
+/// activation rows (`eight`: [`COLS_K`]), each group one call of
+/// `kernel::<C>`; `rows2`: a two-weight-row kernel for a mat-vec.
 macro_rules! gemm_entry {
-    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
-        gemm_entry!(
-            $name,
-            $wb,
-            $ab,
-            $qk,
-            $kernel,
-            |_: &[&[$wb]; 2], _: &[$ab]| None
-        );
+    (@eight true, $o:ident, $kernel:ident, $x:ident, $a_row:ident, $t:ident) => {
+        $o.copy_from_slice(&$kernel::<8>($x, std::array::from_fn(|k| $a_row($t + k))))
     };
-    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $rows2:expr) => {
+    (@eight false, $o:ident, $kernel:ident, $x:ident, $a_row:ident, $t:ident) => {
+        unreachable!("eight-row groups only for the eight-row kernels")
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, |_: &[&[$wb]; 2], _: &[$ab]| None);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, eight) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, true, |_: &[&[$wb]; 2], _: &[$ab]| None);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, rows2 $rows2:expr) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, $rows2);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $eight:tt, $rows2:expr) => {
         fn $name(
             n: usize,
             w: &[u8],
@@ -108,13 +126,15 @@ macro_rules! gemm_entry {
                 let o = &mut out[i * out_stride..i * out_stride + act_rows];
                 let mut t = 0;
                 while t < act_rows {
-                    let c = (act_rows - t).min(COLS);
+                    let r = act_rows - t;
+                    let c = if $eight && r >= 8 { 8 } else { r.min(4) };
                     let o = &mut o[t..t + c];
                     // SAFETY: `gemm_fn` hands this out only after detecting
                     // AVX512-VNNI and `Isa::Avx512.available()` (AVX512
                     // F/BW/VL, AVX2, FMA, F16C): every feature the kernel enables.
                     unsafe {
                         match c {
+                            8 => gemm_entry!(@eight $eight, o, $kernel, x, a_row, t),
                             4 => o.copy_from_slice(&$kernel::<4>(
                                 x,
                                 [a_row(t), a_row(t + 1), a_row(t + 2), a_row(t + 3)],
@@ -134,6 +154,9 @@ macro_rules! gemm_entry {
     };
 }
 
+gemm_entry!(gemm_q3_k, BlockQ3K, BlockQ8K, 256, q3_k_cols, eight);
+gemm_entry!(gemm_q5_k, BlockQ5K, BlockQ8K, 256, q5_k_cols, eight);
+gemm_entry!(gemm_q6_k, BlockQ6K, BlockQ8K, 256, q6_k_cols, eight);
 // A mat-vec: the one-row kernel per weight row (same bits, no column setup).
 gemm_entry!(
     gemm_q4_k,
@@ -141,7 +164,7 @@ gemm_entry!(
     BlockQ8K,
     256,
     q4_k_cols,
-    |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
+    rows2 |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
         // SAFETY: as for `q4_k_cols`: `gemm_fn` hands the entry out only after
         // detecting AVX512-VNNI and `Isa::Avx512.available()`.
         Some(unsafe { [q4_k(x[0], y), q4_k(x[1], y)] })
@@ -153,7 +176,7 @@ gemm_entry!(
     BlockQ8_0,
     32,
     q8_0_cols,
-    |x: &[&[BlockQ8_0]; 2], y: &[BlockQ8_0]| {
+    rows2 |x: &[&[BlockQ8_0]; 2], y: &[BlockQ8_0]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
         // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
         Some(unsafe { sym_rows2::<BlockQ8_0, false>(x[0], x[1], y) })
@@ -165,7 +188,7 @@ gemm_entry!(
     BlockQ8_0,
     32,
     q4_0_cols,
-    |x: &[&[BlockQ4_0]; 2], y: &[BlockQ8_0]| {
+    rows2 |x: &[&[BlockQ4_0]; 2], y: &[BlockQ8_0]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
         // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
         Some(unsafe { sym_rows2::<BlockQ4_0, false>(x[0], x[1], y) })
@@ -177,7 +200,7 @@ gemm_entry!(
     BlockQ8_0,
     32,
     q5_0_cols,
-    |x: &[&[BlockQ5_0]; 2], y: &[BlockQ8_0]| {
+    rows2 |x: &[&[BlockQ5_0]; 2], y: &[BlockQ8_0]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
         // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
         Some(unsafe { sym_rows2::<BlockQ5_0, false>(x[0], x[1], y) })
@@ -189,7 +212,7 @@ gemm_entry!(
     BlockQ8_0,
     32,
     iq4_nl_cols,
-    |x: &[&[BlockIq4Nl]; 2], y: &[BlockQ8_0]| {
+    rows2 |x: &[&[BlockIq4Nl]; 2], y: &[BlockQ8_0]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
         // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
         Some(unsafe { sym_rows2::<BlockIq4Nl, true>(x[0], x[1], y) })

@@ -91,13 +91,13 @@ fn vec_dot_iq4_xs_vbmi(n: usize, w: &[u8], act: &[u8]) -> f32 {
 
 /// 64 bytes starting at `off` of a block field.
 #[inline(always)]
-fn at64<T, const N: usize>(a: &[T; N], off: usize) -> &[T; 64] {
+pub(crate) fn at64<T, const N: usize>(a: &[T; N], off: usize) -> &[T; 64] {
     a[off..off + 64].try_into().unwrap()
 }
 
 #[inline]
 #[target_feature(enable = "avx512f")]
-fn load64<T: bytemuck::Pod>(b: &[T; 64]) -> __m512i {
+pub(crate) fn load64<T: bytemuck::Pod>(b: &[T; 64]) -> __m512i {
     // SAFETY: `b` is 64 readable bytes (T is a byte type here) and `loadu`
     // has no alignment requirement.
     unsafe { _mm512_loadu_si512(b.as_ptr().cast()) }
@@ -106,7 +106,7 @@ fn load64<T: bytemuck::Pod>(b: &[T; 64]) -> __m512i {
 /// `a` in every i16 lane of the low 256 bits, `b` in the high 256 bits.
 #[inline]
 #[target_feature(enable = "avx512f,avx2")]
-fn halves_i16(a: i16, b: i16) -> __m512i {
+pub(crate) fn halves_i16(a: i16, b: i16) -> __m512i {
     _mm512_inserti64x4::<1>(
         _mm512_castsi256_si512(_mm256_set1_epi16(a)),
         _mm256_set1_epi16(b),
@@ -117,7 +117,7 @@ fn halves_i16(a: i16, b: i16) -> __m512i {
 /// `b` to the high 256 bits (`v` holds the same eight i16 in every lane).
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx2")]
-fn bcast_pair(v: __m512i, a: usize, b: usize) -> __m512i {
+pub(crate) fn bcast_pair(v: __m512i, a: usize, b: usize) -> __m512i {
     let sel = |j: usize| (2 * j as i16) | ((2 * j as i16 + 1) << 8);
     _mm512_shuffle_epi8(v, halves_i16(sel(a), sel(b)))
 }
@@ -133,7 +133,7 @@ pub(crate) fn fold8(v: __m512i) -> __m256i {
 /// Sum of the four i32 lanes (exact).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn hsum_i32_4(v: __m128i) -> i32 {
+pub(crate) fn hsum_i32_4(v: __m128i) -> i32 {
     let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
     _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<1>(s)))
 }

@@ -114,7 +114,7 @@ entry!(
 /// # Safety
 /// The caller must have AVX-512F enabled.
 #[inline(always)]
-unsafe fn load64(a: &[i8; 256], off: usize) -> __m512i {
+pub(crate) unsafe fn load64(a: &[i8; 256], off: usize) -> __m512i {
     let s: &[i8; 64] = a[off..off + 64].try_into().unwrap();
     // SAFETY: `s` is 64 readable bytes and `loadu` has no alignment requirement.
     unsafe { _mm512_loadu_si512(s.as_ptr().cast()) }
@@ -125,7 +125,7 @@ unsafe fn load64(a: &[i8; 256], off: usize) -> __m512i {
 /// # Safety
 /// The caller must have AVX-512F and AVX enabled.
 #[inline(always)]
-unsafe fn halves_i16(a: i16, b: i16) -> __m512i {
+pub(crate) unsafe fn halves_i16(a: i16, b: i16) -> __m512i {
     // SAFETY: register-only intrinsics; the features are enabled by the caller.
     unsafe {
         _mm512_inserti64x4::<1>(
@@ -140,7 +140,7 @@ unsafe fn halves_i16(a: i16, b: i16) -> __m512i {
 /// # Safety
 /// The caller must have AVX-512F enabled.
 #[inline(always)]
-unsafe fn lane_index(base: i16) -> __m512i {
+pub(crate) unsafe fn lane_index(base: i16) -> __m512i {
     // SAFETY: register-only intrinsics; AVX-512F is enabled by the caller.
     unsafe {
         let i = |l: i16| (base + l) as i32 | (((base + l) as i32) << 16);
@@ -170,7 +170,7 @@ unsafe fn lane_index(base: i16) -> __m512i {
 /// # Safety
 /// The caller must have AVX-512BW enabled, and AVX512-VNNI when `VNNI`.
 #[inline(always)]
-unsafe fn dot_scale<const VNNI: bool>(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
+pub(crate) unsafe fn dot_scale<const VNNI: bool>(acc: __m512i, p: __m512i, s: __m512i) -> __m512i {
     // SAFETY: register-only intrinsics; the features are enabled by the caller.
     unsafe {
         if VNNI {
@@ -227,7 +227,7 @@ unsafe fn q2_k<const VNNI: bool>(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
 /// # Safety
 /// The caller must have SSE2 enabled.
 #[inline(always)]
-unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
+pub(crate) unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
     const KMASK1: u32 = 0x0303_0303;
     const KMASK2: u32 = 0x0f0f_0f0f;
     let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);

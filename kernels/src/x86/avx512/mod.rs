@@ -7,6 +7,7 @@ use crate::GgmlType;
 
 pub mod gemm;
 pub mod gemm_f32;
+mod gemm_kq;
 pub mod kquants;
 pub mod legacy;
 pub mod lowbit;

@@ -1,0 +1,189 @@
+//! AVX-512 multi-row bodies for Q3_K, Q5_K and Q6_K (one weight row against
+//! `C` Q8_K activation rows; the drivers are in [`super::gemm`]).
+//!
+//! Each is the tier's one-row kernel (`lowbit::q3_k::<true>`,
+//! `kquants::q5_k`, `kquants::q6_k`, all in ggml's order) with its
+//! per-block work split in two: the weight side (levels, their high bits,
+//! the sub-block scales and their lane broadcasts) is unpacked once per
+//! block, then every activation row runs the one-row kernel's per-block
+//! arithmetic against it — the same `maddubs` / `dpwssd` integer sums in
+//! the same i32 lanes (exact), folded to ggml's eight lanes, the same f32
+//! scale products, one 8-lane FMA per block into its own accumulator (Q5_K:
+//! the same scalar `summs` FMA), and the same final horizontal sum. So each
+//! output is the one-row `vec_dot` bit for bit.
+
+use std::arch::x86_64::*;
+
+use crate::scalar::q3_k::BlockQ3K;
+use crate::scalar::q5_k::BlockQ5K;
+use crate::scalar::q6_k::BlockQ6K;
+use crate::scalar::q8_k::BlockQ8K;
+use crate::x86::avx2::kquants::{
+    at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_u8, load_u8_128, mins_dot_bsums,
+};
+use crate::x86::avx512::kquants::{at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64};
+use crate::x86::avx512::lowbit;
+
+// ---------------------------------------------------------------- Q3_K
+
+/// One Q3_K row against `C` Q8_K rows: `lowbit::q3_k::<true>` per output.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    // SAFETY: loads read whole block fields (bounds-checked); this function
+    // enables every feature the `lowbit` helpers need (VNNI included).
+    unsafe {
+        let m3 = _mm512_set1_epi8(3);
+        let one = _mm512_set1_epi8(1);
+        let four = _mm512_set1_epi8(4);
+        let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
+        let idx = [
+            lowbit::lane_index(0),
+            lowbit::lane_index(4),
+            lowbit::lane_index(8),
+            lowbit::lane_index(12),
+        ];
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (b, xb) in x.iter().enumerate() {
+            let xd = f16_to_f32(xb.d);
+            let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xb.scales));
+            let sc = _mm512_castsi256_si512(sc16);
+            let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
+            // Weight side, piece 2h + p: levels + 4 and the scale per lane.
+            let mut q = [_mm512_setzero_si512(); 4];
+            let mut s = [_mm512_setzero_si512(); 4];
+            for h in 0..2 {
+                let q2 =
+                    _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
+                for p in 0..2 {
+                    let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                    let bit = (4 * h + 2 * p) as i16;
+                    let hb = _mm512_and_si512(
+                        _mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)),
+                        one,
+                    );
+                    q[2 * h + p] = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+                    s[2 * h + p] = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
+                }
+            }
+            for c in 0..C {
+                let yb = &y[c][b];
+                let d = yb.d * xd;
+                let mut sumi = _mm512_setzero_si512();
+                for j in 0..4 {
+                    // The +4 bias off each i16 pair, as the one-row kernel.
+                    let a = lowbit::load64(&yb.qs, 64 * j);
+                    let prod = _mm512_sub_epi16(
+                        _mm512_maddubs_epi16(q[j], a),
+                        _mm512_maddubs_epi16(four, a),
+                    );
+                    sumi = lowbit::dot_scale::<true>(sumi, prod, s[j]);
+                }
+                acc[c] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
+            }
+        }
+        std::array::from_fn(|c| hsum_ps(acc[c]))
+    }
+}
+
+// ---------------------------------------------------------------- Q5_K
+
+/// One Q5_K row against `C` Q8_K rows: `kquants::q5_k` per output.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q5_k_cols<const C: usize>(x: &[BlockQ5K], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    let m4 = _mm512_set1_epi8(0xF);
+    let one = _mm512_set1_epi8(1);
+    let nib_shift = halves_i16(0, 4);
+    let mut acc = [_mm256_setzero_ps(); C];
+    let mut summs = [0f32; C];
+    for (b, xb) in x.iter().enumerate() {
+        let (xd, xdmin) = (f16_to_f32(xb.d), f16_to_f32(xb.dmin));
+        let (sc, mins) = k4_scales_mins(&xb.scales);
+        let sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
+        let qh = _mm512_broadcast_i64x4(load_u8(&xb.qh));
+        let mut q = [_mm512_setzero_si512(); 4];
+        let mut s = [_mm512_setzero_si512(); 4];
+        for j in 0..4 {
+            let v = _mm512_broadcast_i64x4(load_u8(at(&xb.qs, 32 * j)));
+            let v = _mm512_and_si512(_mm512_srlv_epi16(v, nib_shift), m4);
+            let hb = _mm512_srlv_epi16(qh, halves_i16(2 * j as i16, 2 * j as i16 + 1));
+            let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(hb, one));
+            q[j] = _mm512_or_si512(v, hb);
+            s[j] = bcast_pair(sc, 2 * j, 2 * j + 1);
+        }
+        for c in 0..C {
+            let yb = &y[c][b];
+            let d = yb.d * xd;
+            let dmin = -yb.d * xdmin;
+            let prod = mins_dot_bsums(mins, &yb.bsums);
+            summs[c] = dmin.mul_add(hsum_i32_4(prod) as f32, summs[c]);
+            let mut sumi = _mm512_setzero_si512();
+            for j in 0..4 {
+                let p = _mm512_maddubs_epi16(q[j], load64(at64(&yb.qs, 64 * j)));
+                sumi = _mm512_dpwssd_epi32(sumi, p, s[j]);
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]) + summs[c])
+}
+
+// ---------------------------------------------------------------- Q6_K
+
+/// i16 lane indices giving 128-bit lane L the scale of sub-block `base + L`
+/// (as `kquants::q6_k`).
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+fn q6_index(base: i16) -> __m512i {
+    let lo = _mm256_inserti128_si256::<1>(_mm256_set1_epi16(base), _mm_set1_epi16(base + 1));
+    let hi = _mm256_inserti128_si256::<1>(_mm256_set1_epi16(base + 2), _mm_set1_epi16(base + 3));
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// One Q6_K row against `C` Q8_K rows: `kquants::q6_k` per output.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    let m4 = _mm512_set1_epi8(0xF);
+    let m3 = _mm512_set1_epi8(3);
+    let sh02 = halves_i16(0, 2);
+    let sh46 = halves_i16(4, 6);
+    let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
+    let mut acc = [_mm256_setzero_ps(); C];
+    for (b, xb) in x.iter().enumerate() {
+        let xd = f16_to_f32(xb.d);
+        let s8: &[u8; 16] = bytemuck::cast_ref(&xb.scales);
+        let sc16 = _mm256_cvtepi8_epi16(load_u8_128(s8));
+        let sc = _mm512_castsi256_si512(sc16);
+        // Weight side, piece 2h (+1): levels (offset by +32) and the scales.
+        let mut q = [_mm512_setzero_si512(); 4];
+        let mut s = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let ql = load64(at64(&xb.ql, 64 * h));
+            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
+            let hi_a = _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m3);
+            let hi_b = _mm512_and_si512(_mm512_srlv_epi16(qh, sh46), m3);
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hi_a));
+            q[2 * h + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                _mm512_slli_epi16::<4>(hi_b),
+            );
+            s[2 * h] = _mm512_permutexvar_epi16(idxs[2 * h], sc);
+            s[2 * h + 1] = _mm512_permutexvar_epi16(idxs[2 * h + 1], sc);
+        }
+        for c in 0..C {
+            let yb = &y[c][b];
+            let d = yb.d * xd;
+            let corr = _mm256_madd_epi16(sc16, load_bsums(&yb.bsums));
+            let mut sumi = _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)),
+            );
+            for j in 0..4 {
+                let p = _mm512_maddubs_epi16(q[j], load64(at64(&yb.qs, 64 * j)));
+                sumi = _mm512_dpwssd_epi32(sumi, p, s[j]);
+            }
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
+        }
+    }
+    std::array::from_fn(|c| hsum_ps(acc[c]))
+}
