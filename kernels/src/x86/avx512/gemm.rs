@@ -62,6 +62,31 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
+/// Panics unless `w_rows` weight rows and `act_rows` activation rows of
+/// `n` elements (`(bytes, row bytes, rows)` each) fit their buffers and every
+/// output `out[i·out_stride + t]` fits `out`; `false` when there is nothing
+/// to compute. Shared by every `GemmFn` of this tier.
+pub(super) fn check_shapes(
+    n: usize,
+    (w_len, wr, w_rows): (usize, usize, usize),
+    (act_len, ar, act_rows): (usize, usize, usize),
+    out_len: usize,
+    out_stride: usize,
+) -> bool {
+    assert!(
+        w_len >= w_rows * wr && act_len >= act_rows * ar,
+        "gemm: {w_rows} x {act_rows} rows of {n} do not fit the bytes"
+    );
+    if w_rows == 0 || act_rows == 0 {
+        return false;
+    }
+    assert!(
+        out_len >= (w_rows - 1) * out_stride + act_rows && act_rows <= out_stride,
+        "gemm: output too short"
+    );
+    true
+}
+
 /// The shared driver: for every weight row, groups of up to [`COLS`]
 /// activation rows (`eight`: [`COLS_K`]), each group one call of
 /// `kernel::<C>`; `rows2`: a two-weight-row kernel for a mat-vec.
@@ -94,17 +119,9 @@ macro_rules! gemm_entry {
             assert!(n.is_multiple_of($qk), "gemm: {n} is not whole blocks");
             let nb = n / $qk;
             let (wr, ar) = (nb * size_of::<$wb>(), nb * size_of::<$ab>());
-            assert!(
-                w.len() >= w_rows * wr && act.len() >= act_rows * ar,
-                "gemm: {w_rows} x {act_rows} rows of {n} do not fit the bytes"
-            );
-            if w_rows == 0 || act_rows == 0 {
+            if !check_shapes(n, (w.len(), wr, w_rows), (act.len(), ar, act_rows), out.len(), out_stride) {
                 return;
             }
-            assert!(
-                out.len() >= (w_rows - 1) * out_stride + act_rows && act_rows <= out_stride,
-                "gemm: output too short"
-            );
             let a_row = |t: usize| -> &[$ab] { as_blocks(&act[t * ar..(t + 1) * ar]) };
             let w_row = |i: usize| -> &[$wb] { as_blocks(&w[i * wr..(i + 1) * wr]) };
             // One activation row (a mat-vec): weight rows two at a time

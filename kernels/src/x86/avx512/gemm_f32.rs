@@ -21,6 +21,7 @@ use std::arch::x86_64::*;
 use crate::blocks::as_blocks;
 use crate::isa::GemmFn;
 
+use super::gemm::check_shapes;
 use super::legacy::{f32_leftovers, reduce16};
 
 /// Activation rows one kernel call serves (4 × 4 accumulators and the four
@@ -42,17 +43,15 @@ fn gemm_f32(
     out_stride: usize,
 ) {
     let row = n * 4;
-    assert!(
-        w.len() >= w_rows * row && act.len() >= act_rows * row,
-        "gemm_f32: {w_rows} x {act_rows} rows of {n} do not fit the bytes"
-    );
-    if w_rows == 0 || act_rows == 0 {
+    if !check_shapes(
+        n,
+        (w.len(), row, w_rows),
+        (act.len(), row, act_rows),
+        out.len(),
+        out_stride,
+    ) {
         return;
     }
-    assert!(
-        out.len() >= (w_rows - 1) * out_stride + act_rows && act_rows <= out_stride,
-        "gemm_f32: output too short"
-    );
     let a_row = |t: usize| -> &[f32] { as_blocks(&act[t * row..(t + 1) * row]) };
     for i in 0..w_rows {
         let x: &[f32] = as_blocks(&w[i * row..(i + 1) * row]);
