@@ -86,6 +86,63 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
     }
 }
 
+/// Two Q3_K rows against one Q8_K row: `lowbit::q3_k::<true>` per output.
+/// Each row keeps its own 8-lane accumulator fed block after block as the
+/// one-row kernel feeds its one (same integer sums, same `d`, same FMA,
+/// same final sum), so each output is that kernel's bits; the two chains
+/// are independent, and the activation loads and the `4·a` bias products
+/// are shared between the rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f32; 2] {
+    // SAFETY: loads read whole block fields (bounds-checked); this function
+    // enables every feature the `lowbit` helpers need (VNNI included).
+    unsafe {
+        let m3 = _mm512_set1_epi8(3);
+        let one = _mm512_set1_epi8(1);
+        let four = _mm512_set1_epi8(4);
+        let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
+        let idx = [
+            lowbit::lane_index(0),
+            lowbit::lane_index(4),
+            lowbit::lane_index(8),
+            lowbit::lane_index(12),
+        ];
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for ((xa, xb), yb) in x0.iter().zip(x1).zip(y) {
+            let a: [__m512i; 4] = std::array::from_fn(|j| lowbit::load64(&yb.qs, 64 * j));
+            let bias: [__m512i; 4] = std::array::from_fn(|j| _mm512_maddubs_epi16(four, a[j]));
+            for (r, xr) in [xa, xb].into_iter().enumerate() {
+                let d = yb.d * f16_to_f32(xr.d);
+                let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xr.scales));
+                let sc = _mm512_castsi256_si512(sc16);
+                let hm = _mm512_broadcast_i64x4(load_u8(&xr.hmask));
+                let mut sumi = _mm512_setzero_si512();
+                for h in 0..2 {
+                    let q2 = _mm512_broadcast_i64x4(load_u8(
+                        xr.qs[32 * h..32 * h + 32].try_into().unwrap(),
+                    ));
+                    for p in 0..2 {
+                        let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                        let bit = (4 * h + 2 * p) as i16;
+                        let hb = _mm512_and_si512(
+                            _mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)),
+                            one,
+                        );
+                        let q = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+                        let j = 2 * h + p;
+                        let prod = _mm512_sub_epi16(_mm512_maddubs_epi16(q, a[j]), bias[j]);
+                        let s = _mm512_permutexvar_epi16(idx[j], sc);
+                        sumi = lowbit::dot_scale::<true>(sumi, prod, s);
+                    }
+                }
+                acc[r] =
+                    _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[r]);
+            }
+        }
+        [hsum_ps(acc[0]), hsum_ps(acc[1])]
+    }
+}
+
 // ---------------------------------------------------------------- Q5_K
 
 /// One Q5_K row against `C` Q8_K rows: `kquants::q5_k` per output.
