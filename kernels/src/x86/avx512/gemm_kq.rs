@@ -121,8 +121,8 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
                     let q2 = _mm512_broadcast_i64x4(load_u8(
                         xr.qs[32 * h..32 * h + 32].try_into().unwrap(),
                     ));
-                    for p in 0..2 {
-                        let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                    for (p, &shift) in shifts.iter().enumerate() {
+                        let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shift), m3);
                         let bit = (4 * h + 2 * p) as i16;
                         let hb = _mm512_and_si512(
                             _mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)),
