@@ -562,6 +562,44 @@ unsafe fn dot_by8(
     }
 }
 
+/// `ggml_vec_dot_f32` / `_f16`'s AVX2 blocks of 64 (`GGML_F32_STEP`), given
+/// a loader of 8 converted lanes at `i`: four accumulators of two 8-lane
+/// halves, folded `(s0+s2) + (s1+s3)` per half, the halves added (1 + 0) and
+/// summed. Returns where the scalar leftovers start and the sum so far.
+///
+/// # Safety
+/// The caller must have AVX2 and FMA enabled; `load(i)` must be valid for
+/// every `i + 8 ≤ n − n % 64`.
+#[inline(always)]
+unsafe fn step64(
+    n: usize,
+    load_a: impl Fn(usize) -> __m256,
+    load_b: impl Fn(usize) -> __m256,
+) -> (usize, f32) {
+    // SAFETY: register-only intrinsics; the loads are the caller's.
+    unsafe {
+        let np = n - n % 64;
+        let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+        let mut i = 0;
+        while i < np {
+            for (r, ar) in acc.iter_mut().enumerate() {
+                for (h, a8) in ar.iter_mut().enumerate() {
+                    let o = i + 16 * r + 8 * h;
+                    *a8 = _mm256_fmadd_ps(load_a(o), load_b(o), *a8);
+                }
+            }
+            i += 64;
+        }
+        let fold = |h: usize| {
+            _mm256_add_ps(
+                _mm256_add_ps(acc[0][h], acc[2][h]),
+                _mm256_add_ps(acc[1][h], acc[3][h]),
+            )
+        };
+        (np, hsum_ps(_mm256_add_ps(fold(1), fold(0))))
+    }
+}
+
 /// Σ a·b in the order of ggml's `ggml_vec_dot_f32` as llama.cpp's x86
 /// builds compile it on AVX-512 hosts (the oracle's order; `GGML_F32_STEP`
 /// 64, 16 lanes): four 16-lane accumulators (here two 8-lane halves each)
@@ -574,26 +612,8 @@ fn f32_avx2(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     // SAFETY: reads the 8 floats at i..i+8, bounds-checked by the slice index.
     let load = |s: &[f32], i: usize| unsafe { _mm256_loadu_ps(s[i..i + 8].as_ptr()) };
-    let np = n - n % 64;
-    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    let mut i = 0;
-    while i < np {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            for (h, a8) in ar.iter_mut().enumerate() {
-                let o = i + 16 * r + 8 * h;
-                *a8 = _mm256_fmadd_ps(load(a, o), load(b, o), *a8);
-            }
-        }
-        i += 64;
-    }
-    let fold = |h: usize| {
-        _mm256_add_ps(
-            _mm256_add_ps(acc[0][h], acc[2][h]),
-            _mm256_add_ps(acc[1][h], acc[3][h]),
-        )
-    };
-    // SAFETY: register-only intrinsics; AVX is enabled here.
-    let mut sum = unsafe { hsum_ps(_mm256_add_ps(fold(1), fold(0))) };
+    // SAFETY: AVX2 and FMA are enabled here; loads stay below n.
+    let (np, mut sum) = unsafe { step64(n, |i| load(a, i), |i| load(b, i)) };
     let fused_from = n - (n - np) % 8;
     for j in np..fused_from {
         sum += a[j] * b[j];
@@ -649,26 +669,9 @@ fn f16_avx2(a: &[f16], b: &[f16]) -> f32 {
     let load = |s: &[f16], i: usize| unsafe {
         _mm256_cvtph_ps(_mm_loadu_si128(s[i..i + 8].as_ptr().cast()))
     };
-    let np = n - n % 64;
-    let mut acc = [[_mm256_setzero_ps(); 2]; 4];
-    let mut i = 0;
-    while i < np {
-        for (r, ar) in acc.iter_mut().enumerate() {
-            for (h, a8) in ar.iter_mut().enumerate() {
-                let o = i + 16 * r + 8 * h;
-                *a8 = _mm256_fmadd_ps(load(a, o), load(b, o), *a8);
-            }
-        }
-        i += 64;
-    }
-    let fold = |h: usize| {
-        _mm256_add_ps(
-            _mm256_add_ps(acc[0][h], acc[2][h]),
-            _mm256_add_ps(acc[1][h], acc[3][h]),
-        )
-    };
-    // SAFETY: register-only intrinsics; AVX is enabled here.
-    let mut sum = unsafe { hsum_ps(_mm256_add_ps(fold(1), fold(0))) } as f64;
+    // SAFETY: AVX2 and FMA are enabled here; loads stay below n.
+    let (np, sum) = unsafe { step64(n, |i| load(a, i), |i| load(b, i)) };
+    let mut sum = sum as f64;
     for j in np..n {
         sum += (a[j].to_f32() * b[j].to_f32()) as f64;
     }
