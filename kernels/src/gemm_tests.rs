@@ -32,8 +32,9 @@ fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
                 let (xb, _) = acts(&kt, ty, n, max_t, &mut rng);
                 let x = QActs::new(ty.vec_dot_type(), n, max_t, xb.bytes()).unwrap();
                 // One activation column against 2, 3 and 5 weight rows is
-                // the mat-vec path: weight rows two at a time through the
-                // two-row kernels, then an odd one left to the one-row path.
+                // the mat-vec path: row i of the first half paired with row
+                // i of the second through the two-row kernels, then an odd
+                // last row left to the one-row path.
                 for (o, rows_w) in [(0, 1), (1, 2), (0, 5), (2, 3)] {
                     for (t0, cols) in [
                         (0, 1),

@@ -128,20 +128,22 @@ macro_rules! gemm_entry {
             let a_row = |t: usize| -> &[$ab] { as_blocks(&act[t * ar..(t + 1) * ar]) };
             let w_row = |i: usize| -> &[$wb] { as_blocks(&w[i * wr..(i + 1) * wr]) };
             // One activation row (a mat-vec): weight rows two at a time
-            // where the type has a two-row kernel.
-            let mut i0 = 0;
-            if act_rows == 1 {
-                while i0 + 2 <= w_rows {
-                    let rows2: fn(&[&[$wb]; 2], &[$ab]) -> Option<[f32; 2]> = $rows2;
-                    let Some(r) = rows2(&[w_row(i0), w_row(i0 + 1)], a_row(0)) else {
-                        break;
-                    };
-                    out[i0 * out_stride] = r[0];
-                    out[(i0 + 1) * out_stride] = r[1];
-                    i0 += 2;
-                }
+            // where the type has a two-row kernel, row i of the first half
+            // with row i of the second, so that each half is read as one
+            // long sequential stream (adjacent pairs restart the hardware
+            // prefetcher every other row: three times slower from DRAM).
+            let (half, mut i0) = (if act_rows == 1 { w_rows / 2 } else { 0 }, 0);
+            while i0 < half {
+                let rows2: fn(&[&[$wb]; 2], &[$ab]) -> Option<[f32; 2]> = $rows2;
+                let Some(r) = rows2(&[w_row(i0), w_row(half + i0)], a_row(0)) else {
+                    break;
+                };
+                out[i0 * out_stride] = r[0];
+                out[(half + i0) * out_stride] = r[1];
+                i0 += 1;
             }
-            for i in i0..w_rows {
+            // The rows no pair covered: all of them without a two-row kernel.
+            for i in (i0..half).chain(half + i0..w_rows) {
                 let x: &[$wb] = as_blocks(&w[i * wr..(i + 1) * wr]);
                 let o = &mut out[i * out_stride..i * out_stride + act_rows];
                 let mut t = 0;
