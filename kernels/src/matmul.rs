@@ -398,12 +398,13 @@ fn matmul_with(
     } else {
         None
     };
-    let per_task = rows_per_task(w.n_out);
     let mut o0 = 0;
     while o0 < w.n_out {
         let nb = ROW_BLOCK.min(w.n_out - o0);
         let tile = &mut tile[..nb * rows];
-        let per = per_task.min(nb);
+        // Split each block, not the whole matrix, across the pool: a block
+        // is one parallel region.
+        let per = rows_per_task(nb).min(nb);
         // One task: weight rows o0+c·per … (per of them) × all activation rows,
         // written [o][t] into its disjoint slice of the tile.
         let run = |c: usize, ys: &mut [f32]| {
@@ -439,15 +440,28 @@ fn matmul_with(
         }
         // Transposed 16 weight rows at a time: each output row gets 64
         // contiguous bytes per step (one store per element, row by row, was
-        // a strided store per element and stalled on it).
-        for i0 in (0..nb).step_by(16) {
-            let i1 = (i0 + 16).min(nb);
-            for t in 0..rows {
-                let dst = &mut out[t * w.n_out + o0 + i0..t * w.n_out + o0 + i1];
-                for (k, y) in dst.iter_mut().enumerate() {
-                    *y = tile[(i0 + k) * rows + t];
+        // a strided store per element and stalled on it); 16 activation rows
+        // per task.
+        let tile: &[f32] = tile;
+        let n_out = w.n_out;
+        let transpose = |c: usize, dst_rows: &mut [f32]| {
+            for i0 in (0..nb).step_by(16) {
+                let i1 = (i0 + 16).min(nb);
+                for (j, dst_row) in dst_rows.chunks_exact_mut(n_out).enumerate() {
+                    let t = c * 16 + j;
+                    let dst = &mut dst_row[o0 + i0..o0 + i1];
+                    for (k, y) in dst.iter_mut().enumerate() {
+                        *y = tile[(i0 + k) * rows + t];
+                    }
                 }
             }
+        };
+        if rows <= 16 {
+            transpose(0, out);
+        } else {
+            out.par_chunks_mut(16 * n_out)
+                .enumerate()
+                .for_each(|(c, d)| transpose(c, d));
         }
         o0 += nb;
     }

@@ -161,6 +161,13 @@ impl ActCache {
         }
     }
 
+    /// The conversion of `x` into `ty` made by [`ActCache::get`] since the
+    /// last `invalidate`, if any.
+    pub fn find(&self, ty: GgmlType, x: &[f32]) -> Option<&Activations> {
+        let key = (x.as_ptr() as usize, x.len());
+        self.slots.iter().find(|s| s.ty == Some(ty) && s.src == key)
+    }
+
     /// `x` in `ty`, converted now unless this same slice was already
     /// converted since the last `invalidate`.
     pub fn get(&mut self, kt: &KernelTable, ty: GgmlType, x: &[f32], n: usize) -> &Activations {

@@ -12,11 +12,12 @@
 //! A batch is grouped by expert: each selected expert's weights are streamed
 //! once for all the tokens routed to it (an expert-gather product).
 
-use kernels::{GgmlType, KernelTable};
+use kernels::KernelTable;
+use rayon::prelude::*;
 
 use super::config::ModelConfig;
 use super::dump;
-use super::linear::{matmul, matmul_expert, Activations, MatScratch, Matrix};
+use super::linear::{matmul, matmul_expert, Activations, MatScratch};
 use super::ops::{sigmoid, softmax_inplace, swiglu_row};
 use super::weights::{Experts, FfnWeights, GateUp};
 
@@ -70,6 +71,8 @@ pub struct MoeScratch {
     weights: Vec<f32>,
     /// Tokens per expert: `(token, slot)` grouped by expert, with offsets.
     routed: Vec<(usize, usize)>,
+    /// `[T][k]`: the index in `routed` (the row of `dn`) of each slot.
+    row_of: Vec<usize>,
     offsets: Vec<usize>,
     fill: Vec<usize>,
     idx: Vec<usize>,
@@ -83,9 +86,9 @@ pub struct MoeScratch {
     /// `[T][n_ff]` silu(gate) ⊙ up and its conversion.
     h: Vec<f32>,
     h_act: Activations,
-    /// `[T][n_embd]` one expert's down output.
+    /// `[T·k][n_embd]` the experts' down outputs, in routed order.
     dn: Vec<f32>,
-    /// `[T][k][n_embd]` each slot's expert output.
+    /// `[T][k][n_embd]` each slot's expert output (filled for the dump only).
     slots: Vec<f32>,
     /// Shared expert: `[T][n_ff_s]` ×2, `[T]` gate.
     sh_g: Vec<f32>,
@@ -103,6 +106,7 @@ impl MoeScratch {
             sel: vec![0; t * k],
             weights: vec![0.0; t * k],
             routed: vec![(0, 0); t * k],
+            row_of: vec![0; t * k],
             offsets: vec![0; cfg.n_expert + 1],
             fill: vec![0; cfg.n_expert],
             idx: Vec::with_capacity(t * k),
@@ -174,6 +178,7 @@ pub fn forward(
         for slot in 0..k {
             let x = sc.sel[ti * k + slot];
             sc.routed[sc.fill[x]] = (ti, slot);
+            sc.row_of[ti * k + slot] = sc.fill[x];
             sc.fill[x] += 1;
         }
     }
@@ -217,16 +222,23 @@ pub fn forward(
     );
 
     if dump::on() {
+        for (r, &(ti, slot)) in sc.routed[..t * k].iter().enumerate() {
+            sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
+                .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
+        }
         dump::here("ffn_moe_down", &sc.slots[..t * k * e]);
         dump::here("ffn_shexp", &sc.sh_out[..t * e]);
         dump::here("shared_expert_gate", &sc.sh_gate[..t]);
     }
-    // 5. Weighted sum in slot order, plus the gated shared expert.
-    for ti in 0..t {
-        let o = &mut out[ti * e..(ti + 1) * e];
+    // 5. Weighted sum in slot order, plus the gated shared expert (the
+    //    expert outputs are `dn`'s rows, in routed order).
+    let (weights, row_of, dn, sh_gate, sh_out) =
+        (&sc.weights, &sc.row_of, &sc.dn, &sc.sh_gate, &sc.sh_out);
+    let sum = |ti: usize, o: &mut [f32]| {
         for slot in 0..k {
-            let wt = sc.weights[ti * k + slot];
-            let y = &sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e];
+            let wt = weights[ti * k + slot];
+            let r = row_of[ti * k + slot];
+            let y = &dn[r * e..(r + 1) * e];
             if slot == 0 {
                 for (oi, &yi) in o.iter_mut().zip(y) {
                     *oi = yi * wt;
@@ -237,16 +249,37 @@ pub fn forward(
                 }
             }
         }
-        let g = sigmoid(sc.sh_gate[ti]);
-        let sh = &sc.sh_out[ti * e..(ti + 1) * e];
+        let g = sigmoid(sh_gate[ti]);
+        let sh = &sh_out[ti * e..(ti + 1) * e];
         for (oi, &si) in o.iter_mut().zip(sh) {
             *oi += si * g;
         }
+    };
+    if t == 1 {
+        sum(0, &mut out[..e]);
+    } else {
+        out[..t * e]
+            .par_chunks_mut(e)
+            .enumerate()
+            .for_each(|(ti, o)| sum(ti, o));
     }
 }
 
+/// One worker's buffers for one expert's products (grouped path).
+#[derive(Debug, Default)]
+struct ExpertBufs {
+    idx: Vec<usize>,
+    gathered: Activations,
+    gu: Vec<f32>,
+    up: Vec<f32>,
+    h: Vec<f32>,
+    h_act: Activations,
+    tile: Vec<f32>,
+}
+
 /// Each selected expert on the tokens routed to it: its rows are streamed
-/// once for all of them.
+/// once for all of them. Experts run in parallel, one whole expert (gate,
+/// up, down) per task, writing its rows of `sc.dn` (routed order).
 fn experts_grouped(
     kt: &KernelTable,
     cfg: &ModelConfig,
@@ -255,43 +288,64 @@ fn experts_grouped(
     sc: &mut MoeScratch,
     lin: &mut MatScratch,
 ) {
-    let (e, ne, k, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp);
+    let (e, ne, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp);
+    let (g_ty, u_ty) = match w.gate_up {
+        GateUp::Fused(gu) => (gu.ty.vec_dot_type(), gu.ty.vec_dot_type()),
+        GateUp::Split { gate, up } => (gate.ty.vec_dot_type(), up.ty.vec_dot_type()),
+    };
+    lin.cache.get(kt, g_ty, u, e);
+    lin.cache.get(kt, u_ty, u, e);
+    let (a_g, a_u) = (lin.cache.find(g_ty, u), lin.cache.find(u_ty, u));
+    let (Some(a_g), Some(a_u)) = (a_g, a_u) else {
+        unreachable!("both conversions were just made");
+    };
+    let off = &sc.offsets;
+    let mut jobs = Vec::with_capacity(ne);
+    let mut rest = &mut sc.dn[..off[ne] * e];
     for x in 0..ne {
-        let (a, b) = (sc.offsets[x], sc.offsets[x + 1]);
-        if a == b {
-            continue;
-        }
-        let n = b - a;
-        sc.idx.clear();
-        sc.idx.extend(sc.routed[a..b].iter().map(|&(ti, _)| ti));
-        match w.gate_up {
-            GateUp::Fused(gu) => {
-                let m = gu.expert(x);
-                expert_product(kt, &m, u, e, lin, sc, ProductDst::Gu, n);
-                for r in 0..n {
-                    let row = &sc.gu[r * 2 * ff..(r + 1) * 2 * ff];
-                    let (g, up) = row.split_at(ff);
-                    swiglu(g, up, &mut sc.h[r * ff..(r + 1) * ff]);
-                }
-            }
-            GateUp::Split { gate, up } => {
-                expert_product(kt, &gate.expert(x), u, e, lin, sc, ProductDst::Gu, n);
-                expert_product(kt, &up.expert(x), u, e, lin, sc, ProductDst::Up, n);
-                for r in 0..n {
-                    let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
-                    swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
-                }
-            }
-        }
-        let down = w.down.expert(x);
-        sc.h_act
-            .quantize(kt, down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
-        matmul_expert(kt, &down, &sc.h_act, &mut sc.dn[..n * e], &mut lin.tile);
-        for (r, &(ti, slot)) in sc.routed[a..b].iter().enumerate() {
-            sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
-                .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
+        let n = off[x + 1] - off[x];
+        if n > 0 {
+            let (mine, r) = rest.split_at_mut(n * e);
+            jobs.push((x, off[x], mine));
+            rest = r;
         }
     }
+    let routed = &sc.routed;
+    jobs.into_par_iter()
+        .for_each_init(ExpertBufs::default, |b, (x, a, dn)| {
+            let n = dn.len() / e;
+            b.idx.clear();
+            b.idx.extend(routed[a..a + n].iter().map(|&(ti, _)| ti));
+            b.h.resize(n * ff, 0.0);
+            match w.gate_up {
+                GateUp::Fused(gu) => {
+                    b.gu.resize(n * 2 * ff, 0.0);
+                    b.gathered.gather(a_g, &b.idx);
+                    matmul_expert(kt, &gu.expert(x), &b.gathered, &mut b.gu, &mut b.tile);
+                    for r in 0..n {
+                        let (g, up) = b.gu[r * 2 * ff..(r + 1) * 2 * ff].split_at(ff);
+                        swiglu(g, up, &mut b.h[r * ff..(r + 1) * ff]);
+                    }
+                }
+                GateUp::Split { gate, up } => {
+                    b.gu.resize(n * ff, 0.0);
+                    b.up.resize(n * ff, 0.0);
+                    b.gathered.gather(a_g, &b.idx);
+                    matmul_expert(kt, &gate.expert(x), &b.gathered, &mut b.gu, &mut b.tile);
+                    if u_ty != g_ty {
+                        b.gathered.gather(a_u, &b.idx);
+                    }
+                    matmul_expert(kt, &up.expert(x), &b.gathered, &mut b.up, &mut b.tile);
+                    for r in 0..n {
+                        let (g, upr) = (&b.gu[r * ff..(r + 1) * ff], &b.up[r * ff..(r + 1) * ff]);
+                        swiglu(g, upr, &mut b.h[r * ff..(r + 1) * ff]);
+                    }
+                }
+            }
+            let down = w.down.expert(x);
+            b.h_act.quantize(kt, down.ty.vec_dot_type(), &b.h, ff);
+            matmul_expert(kt, &down, &b.h_act, dn, &mut b.tile);
+        });
 }
 
 /// Every (token, slot) pair at once, in routed order: one parallel product
@@ -349,10 +403,6 @@ fn experts_flat(
     sc.h_act
         .quantize(kt, w.down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
     rows_product(kt, &w.down, &sc.expert_of, &sc.h_act, &mut sc.dn[..n * e]);
-    for (r, &(ti, slot)) in sc.routed[..n].iter().enumerate() {
-        sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
-            .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
-    }
 }
 
 /// `out[r] = M_{expert_of[r]} · acts[r]` for every row r, in one parallel
@@ -371,31 +421,4 @@ fn rows_product(
 #[inline]
 fn swiglu(g: &[f32], up: &[f32], h: &mut [f32]) {
     swiglu_row(g, up, h);
-}
-
-enum ProductDst {
-    Gu,
-    Up,
-}
-
-/// One expert matrix on the tokens `sc.idx` of `u`.
-#[allow(clippy::too_many_arguments)]
-fn expert_product(
-    kt: &KernelTable,
-    m: &Matrix,
-    u: &[f32],
-    e: usize,
-    lin: &mut MatScratch,
-    sc: &mut MoeScratch,
-    dst: ProductDst,
-    n: usize,
-) {
-    let ty: GgmlType = m.ty.vec_dot_type();
-    let acts = lin.cache.get(kt, ty, u, e);
-    sc.gathered.gather(acts, &sc.idx);
-    let out = match dst {
-        ProductDst::Gu => &mut sc.gu[..n * m.n_out],
-        ProductDst::Up => &mut sc.up[..n * m.n_out],
-    };
-    matmul_expert(kt, m, &sc.gathered, out, &mut lin.tile);
 }
