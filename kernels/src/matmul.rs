@@ -32,7 +32,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
-use crate::isa::VecDotFn;
+use crate::isa::{GemmFn, VecDotFn};
 use crate::{GgmlType, KernelTable};
 
 /// Fewest output rows one rayon task computes: below this, scheduling costs
@@ -488,9 +488,17 @@ pub fn expert_gather(
     for &x in expert_of {
         *routed.entry(x).or_default() += 1;
     }
-    let dots: Vec<VecDotFn> = expert_of
+    // Where the tier's multi-row kernel gives `dot`'s bits it takes the
+    // chunk (weight rows in pairs: see `gemm_for_batch`).
+    let dots: Vec<(VecDotFn, Option<GemmFn>)> = expert_of
         .iter()
-        .map(|x| kt.batch_dot(e.ty, n_out, routed[x]))
+        .map(|x| {
+            let rows = routed[x];
+            (
+                kt.batch_dot(e.ty, n_out, rows),
+                kt.gemm_for_batch(e.ty, n_out, rows),
+            )
+        })
         .collect();
     let per = rows_per_task(n_out * expert_of.len()).min(n_out);
     let chunks_per_row = n_out.div_ceil(per);
@@ -498,9 +506,13 @@ pub fn expert_gather(
     let run = |r: usize, c: usize, ys: &mut [f32]| {
         let m = e.expert(expert_of[r]);
         let a = x.row(r);
-        let dot = dots[r];
-        for (i, y) in ys.iter_mut().enumerate() {
-            *y = dot(n, m.row(c * per + i), a);
+        match dots[r] {
+            (_, Some(g)) => g(n, m.rows(c * per, ys.len()), ys.len(), a, 1, ys, 1),
+            (dot, None) => {
+                for (i, y) in ys.iter_mut().enumerate() {
+                    *y = dot(n, m.row(c * per + i), a);
+                }
+            }
         }
     };
     if expert_of.len() * chunks_per_row == 1 {
