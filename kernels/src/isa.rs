@@ -14,6 +14,11 @@ pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
 /// `act_rows` contiguous activation rows (`act`), all of `n` elements, into
 /// `out[i * out_stride + t] = vec_dot(n, w_i, act_t)`. A tier's kernel equals
 /// that tier's `VecDotFn` bit for bit on every output.
+/// One token of the gated delta rule over one value head's state rows
+/// (`s`, `q`, `k`, `v`, decay `e^g`, `β`, read-out scale, `out`; `out` empty:
+/// the update alone): see `x86::avx512::legacy::delta_rows`.
+pub type DeltaRowsFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, f32, &mut [f32]);
+
 pub type GemmFn = fn(
     n: usize,
     w: &[u8],
@@ -138,6 +143,7 @@ pub struct KernelTable {
     repacked: [Option<VecDotFn>; GgmlType::ALL.len()],
     tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
+    delta_rows: Option<DeltaRowsFn>,
     ggml_batch: bool,
 }
 
@@ -252,6 +258,14 @@ fn tier_repacked_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
+fn tier_delta_rows(isa: Isa) -> Option<DeltaRowsFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(crate::x86::avx512::legacy::delta_rows),
+        _ => None,
+    }
+}
+
 fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -313,6 +327,7 @@ impl KernelTable {
             tiled: GgmlType::ALL.map(|t| tier_tiled(isa, t)),
             repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
             ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
+            delta_rows: tier_delta_rows(isa),
         }
     }
 
@@ -410,6 +425,14 @@ impl KernelTable {
             return None;
         }
         self.gemm(ty)
+    }
+
+    /// The tier's gated-delta-rule token step over a value head's state
+    /// rows, when it has one: the same bits as decaying, dotting (this
+    /// tier's F32 `vec_dot`) and updating the rows one by one.
+    #[inline]
+    pub fn delta_rows(&self) -> Option<DeltaRowsFn> {
+        self.delta_rows
     }
 
     /// The tier's multi-row kernel for weight type `ty`, when it has one

@@ -167,6 +167,11 @@ pub fn delta_step(
 ) {
     let dk = k.len();
     let decay = g.exp();
+    // The tier's interleaved row step where it has one (the same bits).
+    if let Some(rows) = kernels::isa::active().delta_rows() {
+        rows(s, q, k, v, decay, beta, scale, out);
+        return;
+    }
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
         // Rows are independent: decay, predict, correct, read out.
         let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
@@ -198,6 +203,10 @@ fn axpy(row: &mut [f32], k: &[f32], a: f32) {
 pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
     let dk = k.len();
     let decay = g.exp();
+    if let Some(rows) = kernels::isa::active().delta_rows() {
+        rows(s, &[], k, v, decay, beta, 0.0, &mut []);
+        return;
+    }
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
         let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
         axpy(row, k, delta);

@@ -593,6 +593,139 @@ fn f32_avx512(a: &[f32], b: &[f32]) -> f32 {
     unsafe { dot_step64::<false>(n, |i| load(a, i), |i| load(b, i), prod, fused) }
 }
 
+/// One token of the gated delta rule over the rows of one value head's
+/// state (`s` is `[d_v][d_k]`, `s[j]` row j): per row, `row *= decay`
+/// (`ggml_vec_scale_f32`), `m = row·k` (this tier's F32 dot, [`f32_avx512`]),
+/// `δ = (v_j − m)·β`, `row += δ·k` (`ggml_vec_mad_f32`, fused) and
+/// `out_j = (row·q)·scale` (with `out` empty, no read-out: the state update
+/// alone, and `q` may be empty too). Four rows at a time when `d_k` is whole 64-steps:
+/// their dots are independent chains, interleaved (one row's dot is a short
+/// serial chain, mostly reduction latency); each row keeps exactly
+/// `f32_avx512`'s lanes and order, so the bits are those of the steps one by
+/// one through the table.
+#[allow(clippy::too_many_arguments)]
+pub fn delta_rows(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert!(
+        crate::Isa::Avx512.available(),
+        "delta_rows needs the AVX-512 tier"
+    );
+    let dk = k.len();
+    assert!(s.len() >= v.len() * dk, "delta_rows: state shape");
+    if out.is_empty() {
+        // SAFETY: as below; no read-out reads `q`.
+        unsafe { delta_rows_avx512::<false>(s, q, k, v, decay, beta, scale, out) }
+    } else {
+        assert!(q.len() == dk && out.len() >= v.len(), "delta_rows: shapes");
+        // SAFETY: the features `delta_rows_avx512` enables were checked above;
+        // the shapes it indexes by pointer were checked too.
+        unsafe { delta_rows_avx512::<true>(s, q, k, v, decay, beta, scale, out) }
+    }
+}
+
+/// # Safety
+/// AVX-512F, AVX2 and FMA available; `s.len() ≥ v.len()·k.len()`; with
+/// `OUT`, `q.len() == k.len()` and `out.len() ≥ v.len()`.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn delta_rows_avx512<const OUT: bool>(
+    s: &mut [f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    decay: f32,
+    beta: f32,
+    scale: f32,
+    out: &mut [f32],
+) {
+    const G: usize = 4;
+    let dk = k.len();
+    let dv = v.len();
+    let grouped = if dk.is_multiple_of(64) {
+        dv - dv % G
+    } else {
+        0
+    };
+    let fold = |a: &[__m512; 4]| {
+        // SAFETY: register-only; the features are enabled on this function.
+        unsafe {
+            reduce16(_mm512_add_ps(
+                _mm512_add_ps(a[0], a[2]),
+                _mm512_add_ps(a[1], a[3]),
+            ))
+        }
+    };
+    // SAFETY: every pointer below is `s`'s row `j + r < dv` at
+    // `i + 16·c + 16 ≤ dk`, or `k` / `q` (read-out only) at `i + 16·c + 16 ≤ dk`.
+    unsafe {
+        let (dvec, sp) = (_mm512_set1_ps(decay), s.as_mut_ptr());
+        let mut j = 0;
+        while j < grouped {
+            let row = |r: usize, i: usize| sp.add((j + r) * dk + i);
+            // Decay the rows and predict: m_r = row_r · k.
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            for i in (0..dk).step_by(64) {
+                for c in 0..4 {
+                    let kc = _mm512_loadu_ps(k.as_ptr().add(i + 16 * c));
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let x = _mm512_mul_ps(_mm512_loadu_ps(row(r, i + 16 * c)), dvec);
+                        _mm512_storeu_ps(row(r, i + 16 * c), x);
+                        a[c] = _mm512_fmadd_ps(x, kc, a[c]);
+                    }
+                }
+            }
+            let delta: [__m512; G] =
+                std::array::from_fn(|r| _mm512_set1_ps((v[j + r] - fold(&acc[r])) * beta));
+            // Correct and read out: row_r += δ_r·k, o_r = row_r · q.
+            let mut acc = [[_mm512_setzero_ps(); 4]; G];
+            for i in (0..dk).step_by(64) {
+                for c in 0..4 {
+                    let kc = _mm512_loadu_ps(k.as_ptr().add(i + 16 * c));
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let x = _mm512_fmadd_ps(kc, delta[r], _mm512_loadu_ps(row(r, i + 16 * c)));
+                        _mm512_storeu_ps(row(r, i + 16 * c), x);
+                        if OUT {
+                            a[c] = _mm512_fmadd_ps(
+                                x,
+                                _mm512_loadu_ps(q.as_ptr().add(i + 16 * c)),
+                                a[c],
+                            );
+                        }
+                    }
+                }
+            }
+            if OUT {
+                for (r, a) in acc.iter().enumerate() {
+                    out[j + r] = fold(a) * scale;
+                }
+            }
+            j += G;
+        }
+    }
+    for j in grouped..dv {
+        let row = &mut s[j * dk..(j + 1) * dk];
+        for x in row.iter_mut() {
+            *x *= decay;
+        }
+        // `f32_avx512`'s features are this function's.
+        let delta = (v[j] - f32_avx512(row, k)) * beta;
+        for (x, &ki) in row.iter_mut().zip(k) {
+            *x = ki.mul_add(delta, *x);
+        }
+        if OUT {
+            out[j] = f32_avx512(row, q) * scale;
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn f16_avx512(a: &[f16], b: &[f16]) -> f32 {
     let n = a.len().min(b.len());
