@@ -179,3 +179,69 @@ fn grouping_rows_by_expert_gives_every_row_what_the_per_row_gather_gives() {
         }
     }
 }
+
+#[test]
+fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
+    // Their own f32 order, exact integer sums: each output within a few
+    // ulps of the summed magnitudes of the one-row dot, at token counts
+    // that are not whole lane groups and weight rows not whole row groups.
+    let mut checked = 0;
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            let Some(g) = kt.prompt_gemm(ty) else {
+                continue;
+            };
+            checked += 1;
+            let dot = kt.vec_dot(ty);
+            let n = 3 * ty.block_size();
+            let mut rng = Rng(900 + ty.id() as u64);
+            let (w_rows, act_rows) = (11, 37);
+            let (wb, _) = quantized(ty, n, w_rows, &mut rng);
+            let m = QMatrix::new(ty, n, w_rows, wb.bytes()).unwrap();
+            let (xb, _) = acts(&kt, ty, n, act_rows, &mut rng);
+            let x = QActs::new(ty.vec_dot_type(), n, act_rows, xb.bytes()).unwrap();
+            let stride = act_rows + 2;
+            let mut out = vec![f32::NAN; w_rows * stride];
+            g(
+                n,
+                m.rows(0, w_rows),
+                w_rows,
+                x.rows(0, act_rows),
+                act_rows,
+                &mut out,
+                stride,
+            );
+            // The magnitude scale of each dot: Σ|w|·|a| through the same dot
+            // on sign-stripped copies is not available for packed types, so
+            // bound by the largest |dot| over the batch (the sums are short).
+            let mut worst = 0f32;
+            let mut scale = 0f32;
+            for i in 0..w_rows {
+                for t in 0..act_rows {
+                    let want = dot(n, m.row(i), x.row(t));
+                    let got = out[i * stride + t];
+                    worst = worst.max((got - want).abs());
+                    scale = scale.max(want.abs());
+                }
+                assert!(
+                    out[i * stride + act_rows].is_nan(),
+                    "{isa} {ty} wrote past its columns"
+                );
+            }
+            assert!(scale > 0.0, "{isa} {ty}: a zero batch tests nothing");
+            assert!(
+                worst <= 1e-5 * scale,
+                "{isa} {ty}: prompt kernel off by {worst} (largest |dot| {scale})"
+            );
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if Isa::Avx512.available() && std::is_x86_feature_detected!("avx512vnni") {
+        assert!(
+            checked >= 2,
+            "the AVX-512 tier has Q6_K and Q3_K prompt kernels"
+        );
+    }
+    let _ = checked;
+}

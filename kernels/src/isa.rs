@@ -143,6 +143,7 @@ pub struct KernelTable {
     repacked: [Option<VecDotFn>; GgmlType::ALL.len()],
     tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
+    prompt_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     ggml_batch: bool,
 }
@@ -292,6 +293,17 @@ fn tier_gemm_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
+fn tier_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::x86::avx512::prompt::gemm_fn(ty),
+        _ => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
 fn tier_quantize(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Scalar => None,
@@ -328,6 +340,7 @@ impl KernelTable {
             repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
             ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
             delta_rows: tier_delta_rows(isa),
+            prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
         }
     }
 
@@ -433,6 +446,17 @@ impl KernelTable {
     #[inline]
     pub fn delta_rows(&self) -> Option<DeltaRowsFn> {
         self.delta_rows
+    }
+
+    /// The tier's product for a prompt batch of weight type `ty`, when it
+    /// has one and the table is not in llama.cpp's batch order: faster, in
+    /// its own f32 order (not `vec_dot`'s bits), so never for a verify pass.
+    #[inline]
+    pub fn prompt_gemm(&self, ty: GgmlType) -> Option<GemmFn> {
+        if self.ggml_batch {
+            return None;
+        }
+        self.prompt_gemm[type_index(ty)]
     }
 
     /// The tier's multi-row kernel for weight type `ty`, when it has one

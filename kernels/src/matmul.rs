@@ -355,8 +355,29 @@ pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &
     // its gemv the last `rows % 4`.
     let split = x.rows - x.rows % 4;
     match kt.repacked_gemm_dot(w.ty, w.n_out) {
-        Some(gemm) if split > 0 => matmul_with(kt, w, x, out, tile, (gemm, split, dot)),
-        _ => matmul_with(kt, w, x, out, tile, (dot, x.rows, dot)),
+        Some(gemm) if split > 0 => matmul_with(kt, w, x, out, tile, (gemm, split, dot), None),
+        _ => matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), None),
+    }
+}
+
+/// Fewest activation rows [`matmul_prompt`] takes its prompt kernel for.
+pub const PROMPT_MIN_ROWS: usize = 8;
+
+/// Activation rows per prompt-kernel call (its weight unpacking is shared
+/// by all of them).
+const PROMPT_ACT_TILE: usize = 128;
+
+/// [`matmul`] for a prompt batch, which need not reproduce single-token
+/// decoding bit for bit: the tier's prompt kernel where it has one
+/// ([`KernelTable::prompt_gemm`]) and the batch has at least
+/// [`PROMPT_MIN_ROWS`] rows, else exactly [`matmul`].
+pub fn matmul_prompt(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
+    match kt.prompt_gemm(w.ty) {
+        Some(g) if x.rows >= PROMPT_MIN_ROWS => {
+            let dot = kt.vec_dot(w.ty);
+            matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), Some(g));
+        }
+        _ => matmul(kt, w, x, out, tile),
     }
 }
 
@@ -365,7 +386,7 @@ pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &
 /// to it.
 pub fn matmul_vec_dot(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
     let dot = kt.batch_dot(w.ty, w.n_out, x.rows);
-    matmul_with(kt, w, x, out, tile, (dot, x.rows, dot));
+    matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), None);
 }
 
 fn matmul_with(
@@ -375,6 +396,7 @@ fn matmul_with(
     out: &mut [f32],
     tile: &mut [f32],
     (dot, split, dot_tail): (VecDotFn, usize, VecDotFn),
+    prompt: Option<GemmFn>,
 ) {
     check_pair(w, x.ty, x.n);
     let rows = x.rows;
@@ -393,10 +415,17 @@ fn matmul_with(
         tile.len()
     );
     let n = w.n_in;
-    let rows_kernel = if split == rows {
+    let rows_kernel = if prompt.is_some() {
+        prompt
+    } else if split == rows {
         kt.gemm_for_batch(w.ty, w.n_out, rows)
     } else {
         None
+    };
+    let act_tile = if prompt.is_some() {
+        PROMPT_ACT_TILE
+    } else {
+        ACT_TILE
     };
     let mut o0 = 0;
     while o0 < w.n_out {
@@ -410,8 +439,8 @@ fn matmul_with(
         let run = |c: usize, ys: &mut [f32]| {
             let first = o0 + c * per;
             let n_rows = ys.len() / rows;
-            for t0 in (0..rows).step_by(ACT_TILE) {
-                let t1 = (t0 + ACT_TILE).min(rows);
+            for t0 in (0..rows).step_by(act_tile) {
+                let t1 = (t0 + act_tile).min(rows);
                 match rows_kernel {
                     // Same per-output arithmetic as `dot` (see `gemm_for_batch`).
                     Some(g) => {

@@ -329,11 +329,15 @@ impl<'a> Model<'a> {
     ) {
         let t = tokens.len();
         self.embed(tokens, &mut state.scratch.x[..t * self.config.n_embd]);
+        // A prompt batch may take the prompt kernels; a verify pass must
+        // give every row single-token decoding's bits (DESIGN §4.1).
+        state.scratch.lin.prompt = !verify;
         for il in 0..self.config.n_layer {
             dump::set_layer(il);
             self.mixer_block(kt, state, il, pos0, t, verify);
             self.moe_block(kt, state, il, t);
         }
+        state.scratch.lin.prompt = false;
         state.kv.set_len(pos0 + t);
         state.stats.tokens += t as u64;
         self.head(kt, state);

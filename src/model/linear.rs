@@ -205,6 +205,10 @@ impl ActCache {
 pub struct MatScratch {
     pub cache: ActCache,
     pub tile: Vec<f32>,
+    /// The batch is a prompt (not a verify or draft pass): products may take
+    /// the prompt kernels, which need not give single-token decoding's bits
+    /// (`kernels::matmul::matmul_prompt`). Set for one batch at a time.
+    pub prompt: bool,
 }
 
 impl MatScratch {
@@ -213,13 +217,19 @@ impl MatScratch {
         MatScratch {
             cache: ActCache::with_capacity(rows * max_in * 4),
             tile: vec![0.0; km::matmul_tile_len(rows.max(1))],
+            prompt: false,
         }
     }
 
     /// `out = x · Wᵀ`, converting `x` at most once per dot type until the
     /// next `new_input`.
     pub fn project(&mut self, kt: &KernelTable, w: &Matrix, x: &[f32], out: &mut [f32]) {
-        project(kt, w, x, &mut self.cache, out, &mut self.tile);
+        if self.prompt {
+            let acts = self.cache.get(kt, w.ty.vec_dot_type(), x, w.n_in);
+            matmul_prompt(kt, w, acts, out, &mut self.tile);
+        } else {
+            project(kt, w, x, &mut self.cache, out, &mut self.tile);
+        }
     }
 
     /// Call whenever the f32 input of the next products changes.
@@ -236,6 +246,21 @@ pub fn matmul(kt: &KernelTable, w: &Matrix, x: &Activations, out: &mut [f32], ti
         tile.resize(need, 0.0);
     }
     km::matmul(kt, &w.q(), &x.q(), out, tile);
+}
+
+/// [`matmul`] for a prompt batch (see [`MatScratch::prompt`]).
+pub fn matmul_prompt(
+    kt: &KernelTable,
+    w: &Matrix,
+    x: &Activations,
+    out: &mut [f32],
+    tile: &mut Vec<f32>,
+) {
+    let need = km::matmul_tile_len(x.rows);
+    if x.rows > 1 && tile.len() < need {
+        tile.resize(need, 0.0);
+    }
+    km::matmul_prompt(kt, &w.q(), &x.q(), out, tile);
 }
 
 /// [`matmul`] of one routed expert (ggml's `MUL_MAT_ID`: always `vec_dot`).

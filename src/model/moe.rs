@@ -17,7 +17,7 @@ use rayon::prelude::*;
 
 use super::config::ModelConfig;
 use super::dump;
-use super::linear::{matmul, matmul_expert, Activations, MatScratch};
+use super::linear::{matmul, matmul_expert, matmul_prompt, Activations, MatScratch, Matrix};
 use super::ops::{sigmoid, softmax_inplace, swiglu_row};
 use super::weights::{Experts, FfnWeights, GateUp};
 
@@ -311,6 +311,16 @@ fn experts_grouped(
         }
     }
     let routed = &sc.routed;
+    // A prompt batch: an expert with enough tokens takes the prompt kernels.
+    let prompt = lin.prompt;
+    let product = |m: &Matrix, x: &Activations, out: &mut [f32], tile: &mut Vec<f32>| {
+        if prompt && x.rows() >= kernels::matmul::PROMPT_MIN_ROWS && kt.prompt_gemm(m.ty).is_some()
+        {
+            matmul_prompt(kt, m, x, out, tile);
+        } else {
+            matmul_expert(kt, m, x, out, tile);
+        }
+    };
     jobs.into_par_iter()
         .for_each_init(ExpertBufs::default, |b, (x, a, dn)| {
             let n = dn.len() / e;
@@ -321,7 +331,7 @@ fn experts_grouped(
                 GateUp::Fused(gu) => {
                     b.gu.resize(n * 2 * ff, 0.0);
                     b.gathered.gather(a_g, &b.idx);
-                    matmul_expert(kt, &gu.expert(x), &b.gathered, &mut b.gu, &mut b.tile);
+                    product(&gu.expert(x), &b.gathered, &mut b.gu, &mut b.tile);
                     for r in 0..n {
                         let (g, up) = b.gu[r * 2 * ff..(r + 1) * 2 * ff].split_at(ff);
                         swiglu(g, up, &mut b.h[r * ff..(r + 1) * ff]);
@@ -331,11 +341,11 @@ fn experts_grouped(
                     b.gu.resize(n * ff, 0.0);
                     b.up.resize(n * ff, 0.0);
                     b.gathered.gather(a_g, &b.idx);
-                    matmul_expert(kt, &gate.expert(x), &b.gathered, &mut b.gu, &mut b.tile);
+                    product(&gate.expert(x), &b.gathered, &mut b.gu, &mut b.tile);
                     if u_ty != g_ty {
                         b.gathered.gather(a_u, &b.idx);
                     }
-                    matmul_expert(kt, &up.expert(x), &b.gathered, &mut b.up, &mut b.tile);
+                    product(&up.expert(x), &b.gathered, &mut b.up, &mut b.tile);
                     for r in 0..n {
                         let (g, upr) = (&b.gu[r * ff..(r + 1) * ff], &b.up[r * ff..(r + 1) * ff]);
                         swiglu(g, upr, &mut b.h[r * ff..(r + 1) * ff]);
@@ -344,7 +354,7 @@ fn experts_grouped(
             }
             let down = w.down.expert(x);
             b.h_act.quantize(kt, down.ty.vec_dot_type(), &b.h, ff);
-            matmul_expert(kt, &down, &b.h_act, dn, &mut b.tile);
+            product(&down, &b.h_act, dn, &mut b.tile);
         });
 }
 

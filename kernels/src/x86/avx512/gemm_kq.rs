@@ -31,14 +31,41 @@ use crate::x86::avx512::lowbit;
 
 // ---------------------------------------------------------------- Q3_K
 
+/// The 256 levels + 4 (0..=7) of a Q3_K block in element order: piece
+/// j = 2h + p holds elements 64j..64j+64 (`shifts`: 16-bit shifts 0 | 2 and
+/// 4 | 6 by 256-bit half).
+///
+/// # Safety
+/// The caller must have AVX-512F/BW and AVX2 enabled.
+#[inline(always)]
+pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, shifts: [__m512i; 2]) -> [__m512i; 4] {
+    // SAFETY: loads read whole block fields (bounds-checked); the features
+    // are enabled by the caller.
+    unsafe {
+        let (m3, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
+        let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
+        let mut q = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let q2 =
+                _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
+            for p in 0..2 {
+                let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                let bit = (4 * h + 2 * p) as i16;
+                let hb =
+                    _mm512_and_si512(_mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)), one);
+                q[2 * h + p] = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+            }
+        }
+        q
+    }
+}
+
 /// One Q3_K row against `C` Q8_K rows: `lowbit::q3_k::<true>` per output.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> [f32; C] {
     // SAFETY: loads read whole block fields (bounds-checked); this function
     // enables every feature the `lowbit` helpers need (VNNI included).
     unsafe {
-        let m3 = _mm512_set1_epi8(3);
-        let one = _mm512_set1_epi8(1);
         let four = _mm512_set1_epi8(4);
         let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
         let idx = [
@@ -52,24 +79,9 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
             let xd = f16_to_f32(xb.d);
             let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xb.scales));
             let sc = _mm512_castsi256_si512(sc16);
-            let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
-            // Weight side, piece 2h + p: levels + 4 and the scale per lane.
-            let mut q = [_mm512_setzero_si512(); 4];
-            let mut s = [_mm512_setzero_si512(); 4];
-            for h in 0..2 {
-                let q2 =
-                    _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
-                for p in 0..2 {
-                    let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
-                    let bit = (4 * h + 2 * p) as i16;
-                    let hb = _mm512_and_si512(
-                        _mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)),
-                        one,
-                    );
-                    q[2 * h + p] = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
-                    s[2 * h + p] = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
-                }
-            }
+            // Weight side, piece j = 2h + p: levels + 4 and the scale per lane.
+            let q = q3_k_levels(xb, shifts);
+            let s: [__m512i; 4] = std::array::from_fn(|j| _mm512_permutexvar_epi16(idx[j], sc));
             for c in 0..C {
                 let yb = &y[c][b];
                 let d = yb.d * xd;
@@ -243,6 +255,39 @@ fn q6_index(base: i16) -> __m512i {
     _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
 }
 
+/// The 256 levels of a Q6_K block offset by +32 (0..=63), in element
+/// order: piece j holds elements 64j..64j+64. `m4`, `m3`: bytes 0xF and 3;
+/// `sh02` / `sh46`: 16-bit shifts 0 | 2 and 4 | 6 by 256-bit half.
+///
+/// # Safety
+/// The caller must have AVX-512F/BW and AVX2 enabled.
+#[inline(always)]
+pub(crate) unsafe fn q6_k_levels(
+    xb: &BlockQ6K,
+    m4: __m512i,
+    m3: __m512i,
+    sh02: __m512i,
+    sh46: __m512i,
+) -> [__m512i; 4] {
+    // SAFETY: loads read whole block fields (bounds-checked); the features
+    // are enabled by the caller.
+    unsafe {
+        let mut q = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let ql = load64(at64(&xb.ql, 64 * h));
+            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
+            let hi_a = _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m3);
+            let hi_b = _mm512_and_si512(_mm512_srlv_epi16(qh, sh46), m3);
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hi_a));
+            q[2 * h + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                _mm512_slli_epi16::<4>(hi_b),
+            );
+        }
+        q
+    }
+}
+
 /// One Q6_K row against `C` Q8_K rows: `kquants::q6_k` per output.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> [f32; C] {
@@ -257,22 +302,10 @@ pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> 
         let s8: &[u8; 16] = bytemuck::cast_ref(&xb.scales);
         let sc16 = _mm256_cvtepi8_epi16(load_u8_128(s8));
         let sc = _mm512_castsi256_si512(sc16);
-        // Weight side, piece 2h (+1): levels (offset by +32) and the scales.
-        let mut q = [_mm512_setzero_si512(); 4];
-        let mut s = [_mm512_setzero_si512(); 4];
-        for h in 0..2 {
-            let ql = load64(at64(&xb.ql, 64 * h));
-            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
-            let hi_a = _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m3);
-            let hi_b = _mm512_and_si512(_mm512_srlv_epi16(qh, sh46), m3);
-            q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hi_a));
-            q[2 * h + 1] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                _mm512_slli_epi16::<4>(hi_b),
-            );
-            s[2 * h] = _mm512_permutexvar_epi16(idxs[2 * h], sc);
-            s[2 * h + 1] = _mm512_permutexvar_epi16(idxs[2 * h + 1], sc);
-        }
+        // Weight side, piece j: levels (offset by +32) and the scales.
+        // SAFETY: this function enables AVX-512F/BW and AVX2.
+        let q = unsafe { q6_k_levels(xb, m4, m3, sh02, sh46) };
+        let s: [__m512i; 4] = std::array::from_fn(|j| _mm512_permutexvar_epi16(idxs[j], sc));
         for c in 0..C {
             let yb = &y[c][b];
             let d = yb.d * xd;

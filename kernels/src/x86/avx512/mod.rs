@@ -11,6 +11,7 @@ mod gemm_kq;
 pub mod kquants;
 pub mod legacy;
 pub mod lowbit;
+pub mod prompt;
 pub mod quant;
 
 /// This tier's dot product for weight type `ty`, if it has one.

@@ -1,0 +1,283 @@
+//! Prompt-batch products (AVX-512 VNNI), for batches that need not match
+//! single-token decoding bit for bit: the prompt of a prefill, never a
+//! speculative verify pass. They sum in their own order, so they stand
+//! beside the multi-row kernels of [`super::gemm`] (which keep the one-row
+//! dot's bits) rather than replacing them.
+//!
+//! **Q6_K** (`gemm_q6_k_prompt`): tokens are the lanes. Per call, the
+//! activation rows are transposed in groups of 16 tokens (per block, 64
+//! groups of four elements, each 16 tokens × 4 bytes) and eight weight rows
+//! at a time are unpacked once into their levels (+32, 0..=63) and their
+//! sub-block scales `d·sᵢ` (f32). Then one `vpdpbusd` takes four levels of
+//! one row (a broadcast dword) against four elements of 16 tokens: 64
+//! products per instruction where the decode-order kernels need three
+//! instructions for 64. Per 16-element sub-block the i32 sums start at
+//! `−32·bsum` (removing the +32 from every level exactly), are converted and
+//! scaled by `d·sᵢ`, and per block by each token's `d`. The integer sums are
+//! exact; only the f32 summation order differs from `vec_dot`.
+
+use std::arch::x86_64::*;
+
+use crate::blocks::as_blocks;
+use crate::scalar::q3_k::BlockQ3K;
+use crate::scalar::q6_k::BlockQ6K;
+use crate::scalar::q8_k::BlockQ8K;
+use crate::x86::avx2::kquants::f16_to_f32;
+use crate::x86::avx512::gemm::check_shapes;
+use crate::x86::avx512::gemm_kq::{q3_k_levels, q6_k_levels};
+use crate::x86::avx512::kquants::halves_i16;
+use crate::x86::avx512::lowbit;
+use crate::GgmlType;
+
+/// This tier's prompt-batch product for weight type `ty`, if it has one.
+pub fn gemm_fn(ty: GgmlType) -> Option<crate::isa::GemmFn> {
+    if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
+        return None;
+    }
+    match ty {
+        GgmlType::Q6_K => Some(gemm_q6_k_prompt),
+        GgmlType::Q3_K => Some(gemm_q3_k_prompt),
+        _ => None,
+    }
+}
+
+/// Tokens per lane group.
+const TOK: usize = 16;
+/// Weight rows per register group.
+const ROWS: usize = 8;
+
+/// One group of up to 16 activation rows, transposed for `vpdpbusd`.
+struct ActGroup {
+    /// `[block][64][16]` dwords: elements 4g..4g+4 of each token.
+    qs: Vec<u32>,
+    /// `[block][16]` each token's `d` (0 for padding).
+    d: Vec<f32>,
+    /// `[block][16 sub-blocks][16]`: `−bias·bsum` per token.
+    bias: Vec<i32>,
+}
+
+impl ActGroup {
+    fn new(y: &[&[BlockQ8K]], nb: usize, bias: i32) -> ActGroup {
+        let mut g = ActGroup {
+            qs: vec![0; nb * 64 * TOK],
+            d: vec![0.0; nb * TOK],
+            bias: vec![0; nb * 16 * TOK],
+        };
+        for (t, row) in y.iter().enumerate() {
+            for (b, yb) in row[..nb].iter().enumerate() {
+                let q: &[u32] = bytemuck::cast_slice(&yb.qs);
+                for (k, &w) in q.iter().enumerate() {
+                    g.qs[(b * 64 + k) * TOK + t] = w;
+                }
+                g.d[b * TOK + t] = yb.d;
+                for (s, &bs) in yb.bsums.iter().enumerate() {
+                    g.bias[(b * 16 + s) * TOK + t] = -bias * bs as i32;
+                }
+            }
+        }
+        g
+    }
+}
+
+/// Eight weight rows unpacked: levels `[row][n]` as dwords of four, and
+/// `[row][n / 16]` sub-block scales.
+struct RowGroup {
+    levels: Vec<u32>,
+    scales: Vec<f32>,
+}
+
+/// `out[i·out_stride + t] = W_i · x_t` for Q6_K weights and Q8_K
+/// activations, in this module's order (see the module doc). A `GemmFn`.
+fn gemm_q6_k_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let shape = (w_rows, act_rows, out_stride);
+    prompt_gemm::<BlockQ6K>(n, w, act, out, shape, 32, |x, rg, r, n| {
+        // SAFETY: `prompt_gemm` checked the features.
+        unsafe { unpack_q6_k(x, rg, r, n) }
+    });
+}
+
+/// The same for Q3_K weights (levels + 4, 0..=7; bias 4).
+fn gemm_q3_k_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let shape = (w_rows, act_rows, out_stride);
+    prompt_gemm::<BlockQ3K>(n, w, act, out, shape, 4, |x, rg, r, n| {
+        // SAFETY: `prompt_gemm` checked the features.
+        unsafe { unpack_q3_k(x, rg, r, n) }
+    });
+}
+
+/// The driver: activation groups of 16 tokens, weight rows eight at a
+/// time, each unpacked once by `unpack` (levels offset by `bias` to be
+/// unsigned) and then run against every group.
+fn prompt_gemm<B: bytemuck::Pod>(
+    n: usize,
+    w: &[u8],
+    act: &[u8],
+    out: &mut [f32],
+    (w_rows, act_rows, out_stride): (usize, usize, usize),
+    bias: i32,
+    unpack: impl Fn(&[B], &mut RowGroup, usize, usize),
+) {
+    assert!(n.is_multiple_of(256), "gemm: {n} is not whole blocks");
+    let nb = n / 256;
+    let (wr, ar) = (nb * size_of::<B>(), nb * size_of::<BlockQ8K>());
+    if !check_shapes(
+        n,
+        (w.len(), wr, w_rows),
+        (act.len(), ar, act_rows),
+        out.len(),
+        out_stride,
+    ) {
+        return;
+    }
+    assert!(
+        crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
+        "the prompt kernels need AVX512-VNNI"
+    );
+    let a_row = |t: usize| -> &[BlockQ8K] { as_blocks(&act[t * ar..(t + 1) * ar]) };
+    let groups: Vec<ActGroup> = (0..act_rows)
+        .step_by(TOK)
+        .map(|t0| {
+            let rows: Vec<&[BlockQ8K]> = (t0..(t0 + TOK).min(act_rows)).map(a_row).collect();
+            ActGroup::new(&rows, nb, bias)
+        })
+        .collect();
+    let mut rg = RowGroup {
+        levels: vec![0; ROWS * n / 4],
+        scales: vec![0.0; ROWS * n / 16],
+    };
+    let mut res = [[0f32; TOK]; ROWS];
+    for i0 in (0..w_rows).step_by(ROWS) {
+        let nr = ROWS.min(w_rows - i0);
+        rg.levels.fill(0);
+        rg.scales.fill(0.0);
+        for r in 0..nr {
+            unpack(
+                as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]),
+                &mut rg,
+                r,
+                n,
+            );
+        }
+        for (gi, g) in groups.iter().enumerate() {
+            // SAFETY: the features were checked above; the group and the
+            // unpacked rows hold `nb` blocks each.
+            unsafe { tile(&rg, g, nb, n, &mut res) };
+            let t0 = gi * TOK;
+            let nt = TOK.min(act_rows - t0);
+            for (r, lanes) in res[..nr].iter().enumerate() {
+                out[(i0 + r) * out_stride + t0..][..nt].copy_from_slice(&lanes[..nt]);
+            }
+        }
+    }
+}
+
+/// Unpacks Q3_K row `x` into slot `r` of `rg`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_q3_k(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
+    let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
+    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+    for (b, xb) in x.iter().enumerate() {
+        // SAFETY: this function enables every feature the helpers need.
+        let q = unsafe { q3_k_levels(xb, shifts) };
+        for (j, qj) in q.iter().enumerate() {
+            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+            // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
+            unsafe { _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj) };
+        }
+        let d = f16_to_f32(xb.d);
+        // SAFETY: SSE2 is enabled here.
+        let s16: [i8; 16] = unsafe { std::mem::transmute(lowbit::q3_k_scales(&xb.scales)) };
+        for (s, &si) in s16.iter().enumerate() {
+            sc[b * 16 + s] = d * si as f32;
+        }
+    }
+}
+
+/// Unpacks Q6_K row `x` into slot `r` of `rg`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_q6_k(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
+    let m4 = _mm512_set1_epi8(0xF);
+    let m3 = _mm512_set1_epi8(3);
+    let (sh02, sh46) = (halves_i16(0, 2), halves_i16(4, 6));
+    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+    for (b, xb) in x.iter().enumerate() {
+        // SAFETY: this function enables every feature `q6_k_levels` needs.
+        let q = unsafe { q6_k_levels(xb, m4, m3, sh02, sh46) };
+        for (j, qj) in q.iter().enumerate() {
+            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+            // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
+            unsafe { _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj) };
+        }
+        let d = f16_to_f32(xb.d);
+        for (s, &si) in xb.scales.iter().enumerate() {
+            sc[b * 16 + s] = d * si as f32;
+        }
+    }
+}
+
+/// The eight unpacked rows of `rg` against the 16 tokens of `g`: `res[r][t]`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut [[f32; TOK]; ROWS]) {
+    let (q4, q16) = (n / 4, n / 16);
+    assert!(
+        rg.levels.len() >= ROWS * q4
+            && rg.scales.len() >= ROWS * q16
+            && g.qs.len() >= nb * 64 * TOK
+            && g.bias.len() >= nb * 16 * TOK
+            && g.d.len() >= nb * TOK
+            && n >= nb * 256,
+        "tile: shapes"
+    );
+    let (lv, sc) = (rg.levels.as_ptr(), rg.scales.as_ptr());
+    let (qs, bias, dp) = (g.qs.as_ptr(), g.bias.as_ptr(), g.d.as_ptr());
+    // SAFETY: every offset below is within the lengths asserted above
+    // (row r < ROWS, block b < nb, sub-block s < 16, group k < 4); the
+    // features are enabled on this function.
+    unsafe {
+        let mut acc_f = [_mm512_setzero_ps(); ROWS];
+        for b in 0..nb {
+            let mut blk = [_mm512_setzero_ps(); ROWS];
+            for s in 0..16 {
+                let init = _mm512_loadu_si512(bias.add((b * 16 + s) * TOK).cast());
+                let mut acc = [init; ROWS];
+                let kk0 = b * 64 + 4 * s;
+                for k in 0..4 {
+                    let a = _mm512_loadu_si512(qs.add((kk0 + k) * TOK).cast());
+                    for (r, ac) in acc.iter_mut().enumerate() {
+                        let wq = _mm512_set1_epi32(*lv.add(r * q4 + kk0 + k) as i32);
+                        *ac = _mm512_dpbusd_epi32(*ac, wq, a);
+                    }
+                }
+                for (r, bl) in blk.iter_mut().enumerate() {
+                    let scale = _mm512_set1_ps(*sc.add(r * q16 + b * 16 + s));
+                    *bl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), scale, *bl);
+                }
+            }
+            let d = _mm512_loadu_ps(dp.add(b * TOK));
+            for (r, af) in acc_f.iter_mut().enumerate() {
+                *af = _mm512_fmadd_ps(blk[r], d, *af);
+            }
+        }
+        for (r, af) in acc_f.iter().enumerate() {
+            _mm512_storeu_ps(res[r].as_mut_ptr(), *af);
+        }
+    }
+}
