@@ -15,12 +15,18 @@
 //! `−32·bsum` (removing the +32 from every level exactly), are converted and
 //! scaled by `d·sᵢ`, and per block by each token's `d`. The integer sums are
 //! exact; only the f32 summation order differs from `vec_dot`.
+//!
+//! **Q3_K** (`gemm_q3_k_prompt`): the same with levels + 4 (0..=7) and bias 4.
+//! **Q8_0** (`gemm_q8_0_prompt`): levels + 128 against Q8_0 activations,
+//! the +128 taken off per 32-element block through each token's sum, then
+//! `d_w·d_a` per block.
 
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q6_k::BlockQ6K;
+use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::f16_to_f32;
 use crate::x86::avx512::gemm::check_shapes;
@@ -37,6 +43,7 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::isa::GemmFn> {
     match ty {
         GgmlType::Q6_K => Some(gemm_q6_k_prompt),
         GgmlType::Q3_K => Some(gemm_q3_k_prompt),
+        GgmlType::Q8_0 => Some(gemm_q8_0_prompt),
         _ => None,
     }
 }
@@ -274,6 +281,147 @@ fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut [[f32; TOK];
             let d = _mm512_loadu_ps(dp.add(b * TOK));
             for (r, af) in acc_f.iter_mut().enumerate() {
                 *af = _mm512_fmadd_ps(blk[r], d, *af);
+            }
+        }
+        for (r, af) in acc_f.iter().enumerate() {
+            _mm512_storeu_ps(res[r].as_mut_ptr(), *af);
+        }
+    }
+}
+
+/// One group of up to 16 Q8_0 activation rows, transposed: per 32-element
+/// block, 8 groups of four elements × 16 tokens; each token's `d` and
+/// `−128·Σa` per block.
+struct ActGroup32 {
+    qs: Vec<u32>,
+    d: Vec<f32>,
+    bias: Vec<i32>,
+}
+
+impl ActGroup32 {
+    fn new(y: &[&[BlockQ8_0]], nb: usize) -> ActGroup32 {
+        let mut g = ActGroup32 {
+            qs: vec![0; nb * 8 * TOK],
+            d: vec![0.0; nb * TOK],
+            bias: vec![0; nb * TOK],
+        };
+        for (t, row) in y.iter().enumerate() {
+            for (b, yb) in row[..nb].iter().enumerate() {
+                for k in 0..8 {
+                    let q = &yb.qs[4 * k..4 * k + 4];
+                    g.qs[(b * 8 + k) * TOK + t] =
+                        u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
+                }
+                g.d[b * TOK + t] = yb.d.to_f32();
+                g.bias[b * TOK + t] = -128 * yb.qs.iter().map(|&q| q as i32).sum::<i32>();
+            }
+        }
+        g
+    }
+}
+
+/// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
+/// levels + 128 (unsigned) against 16 tokens per `vpdpbusd`, the +128 taken
+/// off per block through each token's sum, then `d_w·d_a` per block.
+fn gemm_q8_0_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    assert!(n.is_multiple_of(32), "gemm: {n} is not whole blocks");
+    let nb = n / 32;
+    let (wr, ar) = (nb * size_of::<BlockQ8_0>(), nb * size_of::<BlockQ8_0>());
+    if !check_shapes(
+        n,
+        (w.len(), wr, w_rows),
+        (act.len(), ar, act_rows),
+        out.len(),
+        out_stride,
+    ) {
+        return;
+    }
+    assert!(
+        crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
+        "the prompt kernels need AVX512-VNNI"
+    );
+    let a_row = |t: usize| -> &[BlockQ8_0] { as_blocks(&act[t * ar..(t + 1) * ar]) };
+    let groups: Vec<ActGroup32> = (0..act_rows)
+        .step_by(TOK)
+        .map(|t0| {
+            let rows: Vec<&[BlockQ8_0]> = (t0..(t0 + TOK).min(act_rows)).map(a_row).collect();
+            ActGroup32::new(&rows, nb)
+        })
+        .collect();
+    let mut rg = RowGroup {
+        levels: vec![0; ROWS * n / 4],
+        scales: vec![0.0; ROWS * nb],
+    };
+    let mut res = [[0f32; TOK]; ROWS];
+    for i0 in (0..w_rows).step_by(ROWS) {
+        let nr = ROWS.min(w_rows - i0);
+        rg.levels.fill(0x8080_8080);
+        rg.scales.fill(0.0);
+        for r in 0..nr {
+            let x: &[BlockQ8_0] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
+            for (b, xb) in x.iter().enumerate() {
+                for k in 0..8 {
+                    let q = &xb.qs[4 * k..4 * k + 4];
+                    let u = |i: usize| (q[i] as i32 + 128) as u8;
+                    rg.levels[r * n / 4 + b * 8 + k] = u32::from_le_bytes([u(0), u(1), u(2), u(3)]);
+                }
+                rg.scales[r * nb + b] = xb.d.to_f32();
+            }
+        }
+        for (gi, g) in groups.iter().enumerate() {
+            // SAFETY: the features were checked above; the group and the
+            // unpacked rows hold `nb` blocks each.
+            unsafe { tile_q8_0(&rg, g, nb, &mut res) };
+            let t0 = gi * TOK;
+            let nt = TOK.min(act_rows - t0);
+            for (r, lanes) in res[..nr].iter().enumerate() {
+                out[(i0 + r) * out_stride + t0..][..nt].copy_from_slice(&lanes[..nt]);
+            }
+        }
+    }
+}
+
+/// The eight unpacked Q8_0 rows of `rg` against the 16 tokens of `g`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile_q8_0(rg: &RowGroup, g: &ActGroup32, nb: usize, res: &mut [[f32; TOK]; ROWS]) {
+    let q4 = nb * 8;
+    assert!(
+        rg.levels.len() >= ROWS * q4
+            && rg.scales.len() >= ROWS * nb
+            && g.qs.len() >= nb * 8 * TOK
+            && g.bias.len() >= nb * TOK
+            && g.d.len() >= nb * TOK,
+        "tile_q8_0: shapes"
+    );
+    let (lv, sc) = (rg.levels.as_ptr(), rg.scales.as_ptr());
+    let (qs, bias, dp) = (g.qs.as_ptr(), g.bias.as_ptr(), g.d.as_ptr());
+    // SAFETY: every offset below is within the lengths asserted above
+    // (row r < ROWS, block b < nb, group k < 8); the features are enabled
+    // on this function.
+    unsafe {
+        let mut acc_f = [_mm512_setzero_ps(); ROWS];
+        for b in 0..nb {
+            let init = _mm512_loadu_si512(bias.add(b * TOK).cast());
+            let mut acc = [init; ROWS];
+            for k in 0..8 {
+                let a = _mm512_loadu_si512(qs.add((b * 8 + k) * TOK).cast());
+                for (r, ac) in acc.iter_mut().enumerate() {
+                    let wq = _mm512_set1_epi32(*lv.add(r * q4 + b * 8 + k) as i32);
+                    *ac = _mm512_dpbusd_epi32(*ac, wq, a);
+                }
+            }
+            let da = _mm512_loadu_ps(dp.add(b * TOK));
+            for (r, af) in acc_f.iter_mut().enumerate() {
+                let d = _mm512_mul_ps(_mm512_set1_ps(*sc.add(r * nb + b)), da);
+                *af = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), d, *af);
             }
         }
         for (r, af) in acc_f.iter().enumerate() {
