@@ -238,13 +238,18 @@ impl MatScratch {
     }
 }
 
+/// Grows `tile` to what a product of `rows` activation rows needs.
+fn grow_tile(tile: &mut Vec<f32>, rows: usize) {
+    let need = km::matmul_tile_len(rows);
+    if rows > 1 && tile.len() < need {
+        tile.resize(need, 0.0);
+    }
+}
+
 /// `out[t][o] = W[o] · x[t]` for every activation row `t`; `out` is
 /// `x.rows() x w.n_out`. `tile` is scratch, grown once when too small.
 pub fn matmul(kt: &KernelTable, w: &Matrix, x: &Activations, out: &mut [f32], tile: &mut Vec<f32>) {
-    let need = km::matmul_tile_len(x.rows);
-    if x.rows > 1 && tile.len() < need {
-        tile.resize(need, 0.0);
-    }
+    grow_tile(tile, x.rows);
     km::matmul(kt, &w.q(), &x.q(), out, tile);
 }
 
@@ -256,10 +261,7 @@ pub fn matmul_prompt(
     out: &mut [f32],
     tile: &mut Vec<f32>,
 ) {
-    let need = km::matmul_tile_len(x.rows);
-    if x.rows > 1 && tile.len() < need {
-        tile.resize(need, 0.0);
-    }
+    grow_tile(tile, x.rows);
     km::matmul_prompt(kt, &w.q(), &x.q(), out, tile);
 }
 
@@ -271,10 +273,7 @@ pub fn matmul_expert(
     out: &mut [f32],
     tile: &mut Vec<f32>,
 ) {
-    let need = km::matmul_tile_len(x.rows);
-    if x.rows > 1 && tile.len() < need {
-        tile.resize(need, 0.0);
-    }
+    grow_tile(tile, x.rows);
     km::matmul_vec_dot(kt, &w.q(), &x.q(), out, tile);
 }
 

@@ -53,18 +53,21 @@ const TOK: usize = 16;
 /// Weight rows per register group.
 const ROWS: usize = 8;
 
-/// One group of up to 16 activation rows, transposed for `vpdpbusd`.
+/// One group of up to 16 activation rows, transposed for `vpdpbusd`
+/// (padding tokens are zeros).
 struct ActGroup {
-    /// `[block][64][16]` dwords: elements 4g..4g+4 of each token.
+    /// `[block][groups][16]` dwords: elements 4g..4g+4 of each token.
     qs: Vec<u32>,
-    /// `[block][16]` each token's `d` (0 for padding).
+    /// `[block][16]` each token's `d`.
     d: Vec<f32>,
-    /// `[block][16 sub-blocks][16]`: `−bias·bsum` per token.
+    /// `[block][sub-blocks][16]`: `−bias·Σa` per sub-block and token.
     bias: Vec<i32>,
 }
 
 impl ActGroup {
-    fn new(y: &[&[BlockQ8K]], nb: usize, bias: i32) -> ActGroup {
+    /// Q8_K rows against K-quant levels offset by `BIAS`: per 256-block,
+    /// 64 groups of four elements; `−BIAS·bsum` per 16-element sub-block.
+    fn k_quant<const BIAS: i32>(y: &[&[BlockQ8K]], nb: usize) -> ActGroup {
         let mut g = ActGroup {
             qs: vec![0; nb * 64 * TOK],
             d: vec![0.0; nb * TOK],
@@ -78,8 +81,29 @@ impl ActGroup {
                 }
                 g.d[b * TOK + t] = yb.d;
                 for (s, &bs) in yb.bsums.iter().enumerate() {
-                    g.bias[(b * 16 + s) * TOK + t] = -bias * bs as i32;
+                    g.bias[(b * 16 + s) * TOK + t] = -BIAS * bs as i32;
                 }
+            }
+        }
+        g
+    }
+
+    /// Q8_0 rows against levels + 128: per 32-block, 8 groups of four
+    /// elements; `−128·Σa` per block.
+    fn q8_0(y: &[&[BlockQ8_0]], nb: usize) -> ActGroup {
+        let mut g = ActGroup {
+            qs: vec![0; nb * 8 * TOK],
+            d: vec![0.0; nb * TOK],
+            bias: vec![0; nb * TOK],
+        };
+        for (t, row) in y.iter().enumerate() {
+            for (b, yb) in row[..nb].iter().enumerate() {
+                for k in 0..8 {
+                    let q = |i: usize| yb.qs[4 * k + i] as u8;
+                    g.qs[(b * 8 + k) * TOK + t] = u32::from_le_bytes([q(0), q(1), q(2), q(3)]);
+                }
+                g.d[b * TOK + t] = yb.d.to_f32();
+                g.bias[b * TOK + t] = -128 * yb.qs.iter().map(|&q| q as i32).sum::<i32>();
             }
         }
         g
@@ -87,10 +111,27 @@ impl ActGroup {
 }
 
 /// Eight weight rows unpacked: levels `[row][n]` as dwords of four, and
-/// `[row][n / 16]` sub-block scales.
+/// `[row][n / per_scale]` scales (`Format::per_scale`).
 struct RowGroup {
     levels: Vec<u32>,
     scales: Vec<f32>,
+}
+
+/// The eight rows' results of one tile, `[row][token]`.
+type Res = [[f32; TOK]; ROWS];
+
+/// How one weight format runs through [`prompt_gemm`].
+struct Format<W, A> {
+    /// Elements per weight (and activation) block.
+    qk: usize,
+    /// Elements per weight-row scale.
+    per_scale: usize,
+    /// Up to 16 activation rows of `nb` blocks, transposed.
+    group: fn(&[&[A]], usize) -> ActGroup,
+    /// Unpacks a weight row into slot `r` of the group (`n` elements).
+    unpack: unsafe fn(&[W], &mut RowGroup, usize, usize),
+    /// The unpacked rows against one activation group (`nb`, `n`).
+    tile: unsafe fn(&RowGroup, &ActGroup, usize, usize, &mut Res),
 }
 
 /// `out[i·out_stride + t] = W_i · x_t` for Q6_K weights and Q8_K
@@ -104,11 +145,14 @@ fn gemm_q6_k_prompt(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let shape = (w_rows, act_rows, out_stride);
-    prompt_gemm::<BlockQ6K>(n, w, act, out, shape, 32, |x, rg, r, n| {
-        // SAFETY: `prompt_gemm` checked the features.
-        unsafe { unpack_q6_k(x, rg, r, n) }
-    });
+    let f = Format {
+        qk: 256,
+        per_scale: 16,
+        group: ActGroup::k_quant::<32>,
+        unpack: unpack_q6_k,
+        tile,
+    };
+    prompt_gemm::<BlockQ6K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
 
 /// The same for Q3_K weights (levels + 4, 0..=7; bias 4).
@@ -121,28 +165,51 @@ fn gemm_q3_k_prompt(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let shape = (w_rows, act_rows, out_stride);
-    prompt_gemm::<BlockQ3K>(n, w, act, out, shape, 4, |x, rg, r, n| {
-        // SAFETY: `prompt_gemm` checked the features.
-        unsafe { unpack_q3_k(x, rg, r, n) }
-    });
+    let f = Format {
+        qk: 256,
+        per_scale: 16,
+        group: ActGroup::k_quant::<4>,
+        unpack: unpack_q3_k,
+        tile,
+    };
+    prompt_gemm::<BlockQ3K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
+}
+
+/// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
+/// levels + 128 against 16 tokens per `vpdpbusd`, the +128 taken off per
+/// block through each token's sum, then `d_w·d_a` per block.
+fn gemm_q8_0_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let f = Format {
+        qk: 32,
+        per_scale: 32,
+        group: ActGroup::q8_0,
+        unpack: unpack_q8_0,
+        tile: tile_q8_0,
+    };
+    prompt_gemm::<BlockQ8_0, BlockQ8_0>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
 
 /// The driver: activation groups of 16 tokens, weight rows eight at a
-/// time, each unpacked once by `unpack` (levels offset by `bias` to be
-/// unsigned) and then run against every group.
-fn prompt_gemm<B: bytemuck::Pod>(
+/// time, each unpacked once and then run against every group.
+fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
+    f: &Format<W, A>,
     n: usize,
     w: &[u8],
     act: &[u8],
     out: &mut [f32],
     (w_rows, act_rows, out_stride): (usize, usize, usize),
-    bias: i32,
-    unpack: impl Fn(&[B], &mut RowGroup, usize, usize),
 ) {
-    assert!(n.is_multiple_of(256), "gemm: {n} is not whole blocks");
-    let nb = n / 256;
-    let (wr, ar) = (nb * size_of::<B>(), nb * size_of::<BlockQ8K>());
+    assert!(n.is_multiple_of(f.qk), "gemm: {n} is not whole blocks");
+    let nb = n / f.qk;
+    let (wr, ar) = (nb * size_of::<W>(), nb * size_of::<A>());
     if !check_shapes(
         n,
         (w.len(), wr, w_rows),
@@ -156,17 +223,17 @@ fn prompt_gemm<B: bytemuck::Pod>(
         crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
         "the prompt kernels need AVX512-VNNI"
     );
-    let a_row = |t: usize| -> &[BlockQ8K] { as_blocks(&act[t * ar..(t + 1) * ar]) };
+    let a_row = |t: usize| -> &[A] { as_blocks(&act[t * ar..(t + 1) * ar]) };
     let groups: Vec<ActGroup> = (0..act_rows)
         .step_by(TOK)
         .map(|t0| {
-            let rows: Vec<&[BlockQ8K]> = (t0..(t0 + TOK).min(act_rows)).map(a_row).collect();
-            ActGroup::new(&rows, nb, bias)
+            let rows: Vec<&[A]> = (t0..(t0 + TOK).min(act_rows)).map(a_row).collect();
+            (f.group)(&rows, nb)
         })
         .collect();
     let mut rg = RowGroup {
         levels: vec![0; ROWS * n / 4],
-        scales: vec![0.0; ROWS * n / 16],
+        scales: vec![0.0; ROWS * n / f.per_scale],
     };
     let mut res = [[0f32; TOK]; ROWS];
     for i0 in (0..w_rows).step_by(ROWS) {
@@ -174,17 +241,14 @@ fn prompt_gemm<B: bytemuck::Pod>(
         rg.levels.fill(0);
         rg.scales.fill(0.0);
         for r in 0..nr {
-            unpack(
-                as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]),
-                &mut rg,
-                r,
-                n,
-            );
+            let x: &[W] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
+            // SAFETY: the features were checked above.
+            unsafe { (f.unpack)(x, &mut rg, r, n) };
         }
         for (gi, g) in groups.iter().enumerate() {
             // SAFETY: the features were checked above; the group and the
             // unpacked rows hold `nb` blocks each.
-            unsafe { tile(&rg, g, nb, n, &mut res) };
+            unsafe { (f.tile)(&rg, g, nb, n, &mut res) };
             let t0 = gi * TOK;
             let nt = TOK.min(act_rows - t0);
             for (r, lanes) in res[..nr].iter().enumerate() {
@@ -242,7 +306,7 @@ fn unpack_q6_k(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
 
 /// The eight unpacked rows of `rg` against the 16 tokens of `g`: `res[r][t]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut [[f32; TOK]; ROWS]) {
+fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
     let (q4, q16) = (n / 4, n / 16);
     assert!(
         rg.levels.len() >= ROWS * q4
@@ -289,109 +353,21 @@ fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut [[f32; TOK];
     }
 }
 
-/// One group of up to 16 Q8_0 activation rows, transposed: per 32-element
-/// block, 8 groups of four elements × 16 tokens; each token's `d` and
-/// `−128·Σa` per block.
-struct ActGroup32 {
-    qs: Vec<u32>,
-    d: Vec<f32>,
-    bias: Vec<i32>,
-}
-
-impl ActGroup32 {
-    fn new(y: &[&[BlockQ8_0]], nb: usize) -> ActGroup32 {
-        let mut g = ActGroup32 {
-            qs: vec![0; nb * 8 * TOK],
-            d: vec![0.0; nb * TOK],
-            bias: vec![0; nb * TOK],
-        };
-        for (t, row) in y.iter().enumerate() {
-            for (b, yb) in row[..nb].iter().enumerate() {
-                for k in 0..8 {
-                    let q = &yb.qs[4 * k..4 * k + 4];
-                    g.qs[(b * 8 + k) * TOK + t] =
-                        u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
-                }
-                g.d[b * TOK + t] = yb.d.to_f32();
-                g.bias[b * TOK + t] = -128 * yb.qs.iter().map(|&q| q as i32).sum::<i32>();
-            }
-        }
-        g
-    }
-}
-
-/// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
-/// levels + 128 (unsigned) against 16 tokens per `vpdpbusd`, the +128 taken
-/// off per block through each token's sum, then `d_w·d_a` per block.
-fn gemm_q8_0_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    assert!(n.is_multiple_of(32), "gemm: {n} is not whole blocks");
+/// Unpacks Q8_0 row `x` into slot `r` of `rg`: levels + 128 and `d`.
+fn unpack_q8_0(x: &[BlockQ8_0], rg: &mut RowGroup, r: usize, n: usize) {
     let nb = n / 32;
-    let (wr, ar) = (nb * size_of::<BlockQ8_0>(), nb * size_of::<BlockQ8_0>());
-    if !check_shapes(
-        n,
-        (w.len(), wr, w_rows),
-        (act.len(), ar, act_rows),
-        out.len(),
-        out_stride,
-    ) {
-        return;
-    }
-    assert!(
-        crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
-        "the prompt kernels need AVX512-VNNI"
-    );
-    let a_row = |t: usize| -> &[BlockQ8_0] { as_blocks(&act[t * ar..(t + 1) * ar]) };
-    let groups: Vec<ActGroup32> = (0..act_rows)
-        .step_by(TOK)
-        .map(|t0| {
-            let rows: Vec<&[BlockQ8_0]> = (t0..(t0 + TOK).min(act_rows)).map(a_row).collect();
-            ActGroup32::new(&rows, nb)
-        })
-        .collect();
-    let mut rg = RowGroup {
-        levels: vec![0; ROWS * n / 4],
-        scales: vec![0.0; ROWS * nb],
-    };
-    let mut res = [[0f32; TOK]; ROWS];
-    for i0 in (0..w_rows).step_by(ROWS) {
-        let nr = ROWS.min(w_rows - i0);
-        rg.levels.fill(0x8080_8080);
-        rg.scales.fill(0.0);
-        for r in 0..nr {
-            let x: &[BlockQ8_0] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
-            for (b, xb) in x.iter().enumerate() {
-                for k in 0..8 {
-                    let q = &xb.qs[4 * k..4 * k + 4];
-                    let u = |i: usize| (q[i] as i32 + 128) as u8;
-                    rg.levels[r * n / 4 + b * 8 + k] = u32::from_le_bytes([u(0), u(1), u(2), u(3)]);
-                }
-                rg.scales[r * nb + b] = xb.d.to_f32();
-            }
+    for (b, xb) in x.iter().enumerate() {
+        for k in 0..8 {
+            let u = |i: usize| (xb.qs[4 * k + i] as i32 + 128) as u8;
+            rg.levels[r * n / 4 + b * 8 + k] = u32::from_le_bytes([u(0), u(1), u(2), u(3)]);
         }
-        for (gi, g) in groups.iter().enumerate() {
-            // SAFETY: the features were checked above; the group and the
-            // unpacked rows hold `nb` blocks each.
-            unsafe { tile_q8_0(&rg, g, nb, &mut res) };
-            let t0 = gi * TOK;
-            let nt = TOK.min(act_rows - t0);
-            for (r, lanes) in res[..nr].iter().enumerate() {
-                out[(i0 + r) * out_stride + t0..][..nt].copy_from_slice(&lanes[..nt]);
-            }
-        }
+        rg.scales[r * nb + b] = xb.d.to_f32();
     }
 }
 
 /// The eight unpacked Q8_0 rows of `rg` against the 16 tokens of `g`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile_q8_0(rg: &RowGroup, g: &ActGroup32, nb: usize, res: &mut [[f32; TOK]; ROWS]) {
+fn tile_q8_0(rg: &RowGroup, g: &ActGroup, nb: usize, _n: usize, res: &mut Res) {
     let q4 = nb * 8;
     assert!(
         rg.levels.len() >= ROWS * q4
