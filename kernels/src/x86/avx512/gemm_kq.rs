@@ -12,10 +12,11 @@
 //! the same scalar `summs` FMA), and the same final horizontal sum. So each
 //! output is the one-row `vec_dot` bit for bit.
 //!
-//! Q3_K and Q5_K also have a two-weight-row kernel for the mat-vec (one
-//! activation row): two independent accumulator chains where the one-row
-//! kernel has one, each fed exactly as that kernel feeds its own. (Tried for
-//! Q6_K too: no faster in cache, so Q6_K's mat-vec stays one row at a time.)
+//! Q3_K, Q5_K and Q6_K also have a two-weight-row kernel for the mat-vec
+//! (one activation row): two independent accumulator chains where the
+//! one-row kernel has one, each fed exactly as that kernel feeds its own.
+//! (Q6_K's was no faster in cache; from DRAM, with the driver pairing row i
+//! with row i + n/2, decode `-t 1` gained 4–9 %.)
 
 use std::arch::x86_64::*;
 
@@ -322,4 +323,40 @@ pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> 
         }
     }
     std::array::from_fn(|c| hsum_ps(acc[c]))
+}
+
+/// Two Q6_K rows against one Q8_K row: `kquants::q6_k` per output, each
+/// row's accumulator fed exactly as [`q6_k_cols`] feeds its one; the
+/// activation loads and bsums are shared, and the two chains independent.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q6_k_rows2(x0: &[BlockQ6K], x1: &[BlockQ6K], y: &[BlockQ8K]) -> [f32; 2] {
+    let m4 = _mm512_set1_epi8(0xF);
+    let m3 = _mm512_set1_epi8(3);
+    let sh02 = halves_i16(0, 2);
+    let sh46 = halves_i16(4, 6);
+    let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
+    let mut acc = [_mm256_setzero_ps(); 2];
+    for ((xa, xb), yb) in x0.iter().zip(x1).zip(y) {
+        let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
+        let bsums = load_bsums(&yb.bsums);
+        for (r, xr) in [xa, xb].into_iter().enumerate() {
+            let d = yb.d * f16_to_f32(xr.d);
+            let s8: &[u8; 16] = bytemuck::cast_ref(&xr.scales);
+            let sc16 = _mm256_cvtepi8_epi16(load_u8_128(s8));
+            let sc = _mm512_castsi256_si512(sc16);
+            // SAFETY: this function enables AVX-512F/BW and AVX2.
+            let q = unsafe { q6_k_levels(xr, m4, m3, sh02, sh46) };
+            let corr = _mm256_madd_epi16(sc16, bsums);
+            let mut sumi = _mm512_sub_epi32(
+                _mm512_setzero_si512(),
+                _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)),
+            );
+            for j in 0..4 {
+                let p = _mm512_maddubs_epi16(q[j], a[j]);
+                sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_permutexvar_epi16(idxs[j], sc));
+            }
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[r]);
+        }
+    }
+    [hsum_ps(acc[0]), hsum_ps(acc[1])]
 }
