@@ -27,39 +27,12 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{
     at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_u8, load_u8_128, mins_dot_bsums,
 };
-use crate::x86::avx512::kquants::{at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64};
-use crate::x86::avx512::lowbit;
+use crate::x86::avx512::kquants::{
+    at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64, q6_index, q6_k_levels,
+};
+use crate::x86::avx512::lowbit::{self, q3_k_levels};
 
 // ---------------------------------------------------------------- Q3_K
-
-/// The 256 levels + 4 (0..=7) of a Q3_K block in element order: piece
-/// j = 2h + p holds elements 64j..64j+64 (`shifts`: 16-bit shifts 0 | 2 and
-/// 4 | 6 by 256-bit half).
-///
-/// # Safety
-/// The caller must have AVX-512F/BW and AVX2 enabled.
-#[inline(always)]
-pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, shifts: [__m512i; 2]) -> [__m512i; 4] {
-    // SAFETY: loads read whole block fields (bounds-checked); the features
-    // are enabled by the caller.
-    unsafe {
-        let (m3, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
-        let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
-        let mut q = [_mm512_setzero_si512(); 4];
-        for h in 0..2 {
-            let q2 =
-                _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
-            for p in 0..2 {
-                let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
-                let bit = (4 * h + 2 * p) as i16;
-                let hb =
-                    _mm512_and_si512(_mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)), one);
-                q[2 * h + p] = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
-            }
-        }
-        q
-    }
-}
 
 /// One Q3_K row against `C` Q8_K rows: `lowbit::q3_k::<true>` per output.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -110,15 +83,11 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
 /// same final sum), so each output is that kernel's bits; the two chains
 /// are independent, and the activation loads and the `4·a` bias products
 /// are shared between the rows.
-// The index loop over `shifts` measured faster than its iterator form.
-#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f32; 2] {
     // SAFETY: loads read whole block fields (bounds-checked); this function
     // enables every feature the `lowbit` helpers need (VNNI included).
     unsafe {
-        let m3 = _mm512_set1_epi8(3);
-        let one = _mm512_set1_epi8(1);
         let four = _mm512_set1_epi8(4);
         let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
         let idx = [
@@ -135,25 +104,11 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
                 let d = yb.d * f16_to_f32(xr.d);
                 let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xr.scales));
                 let sc = _mm512_castsi256_si512(sc16);
-                let hm = _mm512_broadcast_i64x4(load_u8(&xr.hmask));
                 let mut sumi = _mm512_setzero_si512();
-                for h in 0..2 {
-                    let q2 = _mm512_broadcast_i64x4(load_u8(
-                        xr.qs[32 * h..32 * h + 32].try_into().unwrap(),
-                    ));
-                    for p in 0..2 {
-                        let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
-                        let bit = (4 * h + 2 * p) as i16;
-                        let hb = _mm512_and_si512(
-                            _mm512_srlv_epi16(hm, lowbit::halves_i16(bit, bit + 1)),
-                            one,
-                        );
-                        let q = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
-                        let j = 2 * h + p;
-                        let prod = _mm512_sub_epi16(_mm512_maddubs_epi16(q, a[j]), bias[j]);
-                        let s = _mm512_permutexvar_epi16(idx[j], sc);
-                        sumi = lowbit::dot_scale::<true>(sumi, prod, s);
-                    }
+                for (j, &q) in q3_k_levels(xr, shifts).iter().enumerate() {
+                    let prod = _mm512_sub_epi16(_mm512_maddubs_epi16(q, a[j]), bias[j]);
+                    let s = _mm512_permutexvar_epi16(idx[j], sc);
+                    sumi = lowbit::dot_scale::<true>(sumi, prod, s);
                 }
                 acc[r] =
                     _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[r]);
@@ -245,49 +200,6 @@ pub(crate) fn q5_k_rows2(x0: &[BlockQ5K], x1: &[BlockQ5K], y: &[BlockQ8K]) -> [f
 }
 
 // ---------------------------------------------------------------- Q6_K
-
-/// i16 lane indices giving 128-bit lane L the scale of sub-block `base + L`
-/// (as `kquants::q6_k`).
-#[inline]
-#[target_feature(enable = "avx512f,avx2")]
-fn q6_index(base: i16) -> __m512i {
-    let lo = _mm256_inserti128_si256::<1>(_mm256_set1_epi16(base), _mm_set1_epi16(base + 1));
-    let hi = _mm256_inserti128_si256::<1>(_mm256_set1_epi16(base + 2), _mm_set1_epi16(base + 3));
-    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
-}
-
-/// The 256 levels of a Q6_K block offset by +32 (0..=63), in element
-/// order: piece j holds elements 64j..64j+64. `m4`, `m3`: bytes 0xF and 3;
-/// `sh02` / `sh46`: 16-bit shifts 0 | 2 and 4 | 6 by 256-bit half.
-///
-/// # Safety
-/// The caller must have AVX-512F/BW and AVX2 enabled.
-#[inline(always)]
-pub(crate) unsafe fn q6_k_levels(
-    xb: &BlockQ6K,
-    m4: __m512i,
-    m3: __m512i,
-    sh02: __m512i,
-    sh46: __m512i,
-) -> [__m512i; 4] {
-    // SAFETY: loads read whole block fields (bounds-checked); the features
-    // are enabled by the caller.
-    unsafe {
-        let mut q = [_mm512_setzero_si512(); 4];
-        for h in 0..2 {
-            let ql = load64(at64(&xb.ql, 64 * h));
-            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
-            let hi_a = _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m3);
-            let hi_b = _mm512_and_si512(_mm512_srlv_epi16(qh, sh46), m3);
-            q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hi_a));
-            q[2 * h + 1] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                _mm512_slli_epi16::<4>(hi_b),
-            );
-        }
-        q
-    }
-}
 
 /// One Q6_K row against `C` Q8_K rows: `kquants::q6_k` per output.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]

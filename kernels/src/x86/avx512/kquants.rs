@@ -286,6 +286,48 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 
 // ---------------------------------------------------------------- Q6_K
 
+/// i16 lane indices giving 128-bit lane L the scale of sub-block `base + L`
+#[inline]
+#[target_feature(enable = "avx512f,avx2")]
+pub(crate) fn q6_index(base: i16) -> __m512i {
+    let lo = _mm256_inserti128_si256::<1>(_mm256_set1_epi16(base), _mm_set1_epi16(base + 1));
+    let hi = _mm256_inserti128_si256::<1>(_mm256_set1_epi16(base + 2), _mm_set1_epi16(base + 3));
+    _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+}
+
+/// The 256 levels of a Q6_K block offset by +32 (0..=63), in element
+/// order: piece j holds elements 64j..64j+64. `m4`, `m3`: bytes 0xF and 3;
+/// `sh02` / `sh46`: 16-bit shifts 0 | 2 and 4 | 6 by 256-bit half.
+///
+/// # Safety
+/// The caller must have AVX-512F/BW and AVX2 enabled.
+#[inline(always)]
+pub(crate) unsafe fn q6_k_levels(
+    xb: &BlockQ6K,
+    m4: __m512i,
+    m3: __m512i,
+    sh02: __m512i,
+    sh46: __m512i,
+) -> [__m512i; 4] {
+    // SAFETY: loads read whole block fields (bounds-checked); the features
+    // are enabled by the caller.
+    unsafe {
+        let mut q = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let ql = load64(at64(&xb.ql, 64 * h));
+            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
+            let hi_a = _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m3);
+            let hi_b = _mm512_and_si512(_mm512_srlv_epi16(qh, sh46), m3);
+            q[2 * h] = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hi_a));
+            q[2 * h + 1] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+                _mm512_slli_epi16::<4>(hi_b),
+            );
+        }
+        q
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm512_set1_epi8(0xF);
@@ -293,47 +335,7 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let sh02 = halves_i16(0, 2);
     let sh46 = halves_i16(4, 6);
     // i16 lane indices giving 128-bit lane L the scale of sub-block `base + L`.
-    let idx = |base: i16| {
-        _mm512_inserti64x4::<1>(
-            _mm512_castsi256_si512(_mm256_setr_epi16(
-                base,
-                base,
-                base,
-                base,
-                base,
-                base,
-                base,
-                base,
-                base + 1,
-                base + 1,
-                base + 1,
-                base + 1,
-                base + 1,
-                base + 1,
-                base + 1,
-                base + 1,
-            )),
-            _mm256_setr_epi16(
-                base + 2,
-                base + 2,
-                base + 2,
-                base + 2,
-                base + 2,
-                base + 2,
-                base + 2,
-                base + 2,
-                base + 3,
-                base + 3,
-                base + 3,
-                base + 3,
-                base + 3,
-                base + 3,
-                base + 3,
-                base + 3,
-            ),
-        )
-    };
-    let idxs = [idx(0), idx(4), idx(8), idx(12)];
+    let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
     let mut acc = _mm256_setzero_ps();
     for (xb, yb) in x.iter().zip(y) {
         let d = yb.d * f16_to_f32(xb.d);
@@ -346,20 +348,11 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
             _mm512_setzero_si512(),
             _mm512_zextsi256_si512(_mm256_slli_epi32::<5>(corr)),
         );
-        for h in 0..2 {
-            let ql = load64(at64(&xb.ql, 64 * h));
-            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
-            let hi_a = _mm512_and_si512(_mm512_srlv_epi16(qh, sh02), m3);
-            let hi_b = _mm512_and_si512(_mm512_srlv_epi16(qh, sh46), m3);
-            let a = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hi_a));
-            let b = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
-                _mm512_slli_epi16::<4>(hi_b),
-            );
-            let pa = _mm512_maddubs_epi16(a, load64(at64(&yb.qs, 128 * h)));
-            let pb = _mm512_maddubs_epi16(b, load64(at64(&yb.qs, 128 * h + 64)));
-            sumi = _mm512_dpwssd_epi32(sumi, pa, _mm512_permutexvar_epi16(idxs[2 * h], sc));
-            sumi = _mm512_dpwssd_epi32(sumi, pb, _mm512_permutexvar_epi16(idxs[2 * h + 1], sc));
+        // SAFETY: this function enables AVX-512F/BW and AVX2.
+        let q = unsafe { q6_k_levels(xb, m4, m3, sh02, sh46) };
+        for (j, &qj) in q.iter().enumerate() {
+            let p = _mm512_maddubs_epi16(qj, load64(at64(&yb.qs, 64 * j)));
+            sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_permutexvar_epi16(idxs[j], sc));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
     }

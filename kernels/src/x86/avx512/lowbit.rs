@@ -244,6 +244,34 @@ pub(crate) unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
     }
 }
 
+/// The 256 levels + 4 (0..=7) of a Q3_K block in element order: piece
+/// j = 2h + p holds elements 64j..64j+64 (`shifts`: 16-bit shifts 0 | 2 and
+/// 4 | 6 by 256-bit half).
+///
+/// # Safety
+/// The caller must have AVX-512F/BW and AVX2 enabled.
+#[inline(always)]
+pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, shifts: [__m512i; 2]) -> [__m512i; 4] {
+    // SAFETY: loads read whole block fields (bounds-checked); the features
+    // are enabled by the caller.
+    unsafe {
+        let (m3, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
+        let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
+        let mut q = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let q2 =
+                _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
+            for p in 0..2 {
+                let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
+                let bit = (4 * h + 2 * p) as i16;
+                let hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves_i16(bit, bit + 1)), one);
+                q[2 * h + p] = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+            }
+        }
+        q
+    }
+}
+
 /// Q3_K: `d·Σ_j s_j·Σ ((q + 4) − 4)·a` with `q + 4 = low | high << 2`.
 ///
 /// # Safety
@@ -254,8 +282,6 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     // SAFETY: loads read whole block fields (bounds-checked); the features are
     // enabled by the caller.
     unsafe {
-        let m3 = _mm512_set1_epi8(3);
-        let one = _mm512_set1_epi8(1);
         let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
         let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
         let four = _mm512_set1_epi8(4);
@@ -265,25 +291,16 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
             let sc16 = _mm256_cvtepi8_epi16(q3_k_scales(&xb.scales));
             let mut sumi = _mm512_setzero_si512();
             let sc = _mm512_castsi256_si512(sc16);
-            let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
-            for h in 0..2 {
-                let q2 =
-                    _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
-                for p in 0..2 {
-                    let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
-                    // Bit 4h + 2p + (half) of hmask, moved to bit 2.
-                    let b = (4 * h + 2 * p) as i16;
-                    let hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves_i16(b, b + 1)), one);
-                    let q = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
-                    // (level + 4)·a − 4·a in i16 pairs: ggml's per-lane
-                    // values (it subtracts the bias per element, not per
-                    // sub-block, so each i32 lane equals its lane exactly).
-                    let a = load64(&yb.qs, 128 * h + 64 * p);
-                    let prod =
-                        _mm512_sub_epi16(_mm512_maddubs_epi16(q, a), _mm512_maddubs_epi16(four, a));
-                    let s = _mm512_permutexvar_epi16(idx[2 * h + p], sc);
-                    sumi = dot_scale::<VNNI>(sumi, prod, s);
-                }
+            let levels = q3_k_levels(xb, shifts);
+            for (j, &q) in levels.iter().enumerate() {
+                // (level + 4)·a − 4·a in i16 pairs: ggml's per-lane
+                // values (it subtracts the bias per element, not per
+                // sub-block, so each i32 lane equals its lane exactly).
+                let a = load64(&yb.qs, 64 * j);
+                let prod =
+                    _mm512_sub_epi16(_mm512_maddubs_epi16(q, a), _mm512_maddubs_epi16(four, a));
+                let s = _mm512_permutexvar_epi16(idx[j], sc);
+                sumi = dot_scale::<VNNI>(sumi, prod, s);
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
         }

@@ -30,9 +30,9 @@ use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::f16_to_f32;
 use crate::x86::avx512::gemm::check_shapes;
-use crate::x86::avx512::gemm_kq::{q3_k_levels, q6_k_levels};
 use crate::x86::avx512::kquants::halves_i16;
-use crate::x86::avx512::lowbit;
+use crate::x86::avx512::kquants::q6_k_levels;
+use crate::x86::avx512::lowbit::{self, q3_k_levels};
 use crate::GgmlType;
 
 /// This tier's prompt-batch product for weight type `ty`, if it has one.
