@@ -512,30 +512,21 @@ pub fn expert_gather(
     }
     check_pair(&e.expert(expert_of[0]), x.ty, x.n);
     let (n, n_out) = (e.n_in, e.n_out);
-    // ggml picks the kernel per expert from the rows routed to it.
-    let mut routed = std::collections::HashMap::<usize, usize>::new();
-    for &x in expert_of {
-        *routed.entry(x).or_default() += 1;
-    }
-    // Where the tier's multi-row kernel gives `dot`'s bits it takes the
-    // chunk (weight rows in pairs: see `gemm_for_batch`).
-    let dots: Vec<(VecDotFn, Option<GemmFn>)> = expert_of
-        .iter()
-        .map(|x| {
-            let rows = routed[x];
-            (
-                kt.batch_dot(e.ty, n_out, rows),
-                kt.gemm_for_batch(e.ty, n_out, rows),
-            )
-        })
-        .collect();
     let per = rows_per_task(n_out * expert_of.len()).min(n_out);
     let chunks_per_row = n_out.div_ceil(per);
     let out = &mut out[..expert_of.len() * n_out];
     let run = |r: usize, c: usize, ys: &mut [f32]| {
         let m = e.expert(expert_of[r]);
         let a = x.row(r);
-        match dots[r] {
+        // ggml picks the kernel per expert from the rows routed to it (a
+        // count, not a map: no allocation on the decode path). Where the
+        // tier's multi-row kernel gives `dot`'s bits it takes the chunk
+        // (weight rows in pairs: see `gemm_for_batch`).
+        let rows = expert_of.iter().filter(|&&y| y == expert_of[r]).count();
+        match (
+            kt.batch_dot(e.ty, n_out, rows),
+            kt.gemm_for_batch(e.ty, n_out, rows),
+        ) {
             (_, Some(g)) => g(n, m.rows(c * per, ys.len()), ys.len(), a, 1, ys, 1),
             (dot, None) => {
                 for (i, y) in ys.iter_mut().enumerate() {
