@@ -222,7 +222,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     };
 
     let t_open = Instant::now();
-    let file = GgufFile::open(path).with_context(|| format!("{}", path.display()))?;
+    let file = GgufFile::open_populated(path).with_context(|| format!("{}", path.display()))?;
     let open_ms = ms(t_open.elapsed().as_nanos() as u64);
     let t_bind = Instant::now();
     let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;

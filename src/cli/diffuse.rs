@@ -167,7 +167,7 @@ pub fn run(args: DiffuseArgs) -> anyhow::Result<()> {
     if args.steps == 0 {
         bail!("--diffusion-steps must be at least 1");
     }
-    let file = GgufFile::open(&args.model)
+    let file = GgufFile::open_populated(&args.model)
         .with_context(|| format!("cannot open {}", args.model.display()))?;
     let model = Model::load(&file)?;
     if !model.has_diffusion() {

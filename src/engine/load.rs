@@ -50,7 +50,7 @@ impl LoadedModel {
     /// Maps `path` and builds the model. Every failure is an error, never a panic.
     pub fn open(path: &Path) -> Result<LoadedModel, EngineError> {
         let t0 = Instant::now();
-        let file = GgufFile::open(path)?;
+        let file = GgufFile::open_populated(path)?;
         // A loaded model lives for the rest of the process (see the module docs).
         let file: &'static GgufFile = Box::leak(Box::new(file));
         let model = Model::load(file)?;

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::path::Path;
 
 use kernels::GgmlType;
-use memmap2::Mmap;
+use memmap2::{Mmap, MmapOptions};
 
 use super::error::GgufError;
 use super::parse::{int_as_i128, parse_header};
@@ -101,8 +101,22 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Maps `path` into memory (no copy) and validates it.
+    /// Maps `path` into memory (no copy) and validates it. Pages are mapped
+    /// on first touch, so this is the open for reading a few tensors.
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
+        GgufFile::open_with(path, false)
+    }
+
+    /// [`GgufFile::open`] for running the model: the whole mapping is
+    /// populated at open (`MAP_POPULATE`, as llama.cpp maps by default), so
+    /// the file is read in and its page-table entries made here, not by a
+    /// page fault at the first touch of each expert during decoding. Still
+    /// no copy: the pages are the page cache's.
+    pub fn open_populated(path: &Path) -> Result<GgufFile, GgufError> {
+        GgufFile::open_with(path, true)
+    }
+
+    fn open_with(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
         let io = |cause| GgufError::Io {
             path: path.to_path_buf(),
             cause,
@@ -114,11 +128,15 @@ impl GgufFile {
                 "is a directory",
             )));
         }
+        let mut options = MmapOptions::new();
+        if populate {
+            options.populate();
+        }
         // SAFETY: the mapping is read-only and private to this process. Like
         // every mmap-based model loader, we rely on the file not being
         // truncated or rewritten by another process while it is mapped; all
         // parsing below is bounds-checked against the mapping's length.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let map = unsafe { options.map(&file) }.map_err(io)?;
         GgufFile::parse(Storage::Mmap(map))
     }
 

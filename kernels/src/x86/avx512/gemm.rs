@@ -450,6 +450,7 @@ fn sym_rows2<B: SymBlock, const PAIRS: bool>(x0: &[B], x1: &[B], y: &[BlockQ8_0]
         let q = y.len() / 4;
         let hi8 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
         for k in 0..q {
+            super::prefetch_rows2(x0, x1, 4 * k);
             let (xa, xb, yq) = (
                 &x0[4 * k..4 * k + 4],
                 &x1[4 * k..4 * k + 4],

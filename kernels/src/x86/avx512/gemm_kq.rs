@@ -30,7 +30,8 @@ use crate::x86::avx2::kquants::{
 use crate::x86::avx512::kquants::{
     at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64, q6_index, q6_k_levels,
 };
-use crate::x86::avx512::lowbit::{self, q3_k_levels};
+use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Masks};
+use crate::x86::avx512::prefetch_rows2;
 
 // ---------------------------------------------------------------- Q3_K
 
@@ -41,7 +42,7 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
     // enables every feature the `lowbit` helpers need (VNNI included).
     unsafe {
         let four = _mm512_set1_epi8(4);
-        let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
+        let k3 = Q3Masks::new();
         let idx = [
             lowbit::lane_index(0),
             lowbit::lane_index(4),
@@ -54,7 +55,7 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
             let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xb.scales));
             let sc = _mm512_castsi256_si512(sc16);
             // Weight side, piece j = 2h + p: levels + 4 and the scale per lane.
-            let q = q3_k_levels(xb, shifts);
+            let q = q3_k_levels(xb, &k3);
             let s: [__m512i; 4] = std::array::from_fn(|j| _mm512_permutexvar_epi16(idx[j], sc));
             for c in 0..C {
                 let yb = &y[c][b];
@@ -89,7 +90,7 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
     // enables every feature the `lowbit` helpers need (VNNI included).
     unsafe {
         let four = _mm512_set1_epi8(4);
-        let shifts = [lowbit::halves_i16(0, 2), lowbit::halves_i16(4, 6)];
+        let k3 = Q3Masks::new();
         let idx = [
             lowbit::lane_index(0),
             lowbit::lane_index(4),
@@ -97,7 +98,8 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
             lowbit::lane_index(12),
         ];
         let mut acc = [_mm256_setzero_ps(); 2];
-        for ((xa, xb), yb) in x0.iter().zip(x1).zip(y) {
+        for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+            prefetch_rows2(x0, x1, b);
             let a: [__m512i; 4] = std::array::from_fn(|j| lowbit::load64(&yb.qs, 64 * j));
             let bias: [__m512i; 4] = std::array::from_fn(|j| _mm512_maddubs_epi16(four, a[j]));
             for (r, xr) in [xa, xb].into_iter().enumerate() {
@@ -105,7 +107,7 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
                 let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xr.scales));
                 let sc = _mm512_castsi256_si512(sc16);
                 let mut sumi = _mm512_setzero_si512();
-                for (j, &q) in q3_k_levels(xr, shifts).iter().enumerate() {
+                for (j, &q) in q3_k_levels(xr, &k3).iter().enumerate() {
                     let prod = _mm512_sub_epi16(_mm512_maddubs_epi16(q, a[j]), bias[j]);
                     let s = _mm512_permutexvar_epi16(idx[j], sc);
                     sumi = lowbit::dot_scale::<true>(sumi, prod, s);
@@ -172,7 +174,8 @@ pub(crate) fn q5_k_rows2(x0: &[BlockQ5K], x1: &[BlockQ5K], y: &[BlockQ8K]) -> [f
     let nib_shift = halves_i16(0, 4);
     let mut acc = [_mm256_setzero_ps(); 2];
     let mut summs = [0f32; 2];
-    for ((xa, xb), yb) in x0.iter().zip(x1).zip(y) {
+    for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+        prefetch_rows2(x0, x1, b);
         let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
         for (r, xr) in [xa, xb].into_iter().enumerate() {
             let (xd, xdmin) = (f16_to_f32(xr.d), f16_to_f32(xr.dmin));
@@ -248,7 +251,8 @@ pub(crate) fn q6_k_rows2(x0: &[BlockQ6K], x1: &[BlockQ6K], y: &[BlockQ8K]) -> [f
     let sh46 = halves_i16(4, 6);
     let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
     let mut acc = [_mm256_setzero_ps(); 2];
-    for ((xa, xb), yb) in x0.iter().zip(x1).zip(y) {
+    for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+        prefetch_rows2(x0, x1, b);
         let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
         let bsums = load_bsums(&yb.bsums);
         for (r, xr) in [xa, xb].into_iter().enumerate() {

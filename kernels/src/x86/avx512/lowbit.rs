@@ -221,51 +221,87 @@ unsafe fn q2_k<const VNNI: bool>(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     }
 }
 
-/// Q3_K's sixteen 6-bit scales, unbiased (`s − 32`), as i8 (ggml's 32-bit
-/// masks on the twelve packed bytes).
+/// Q3_K's sixteen 6-bit scales, unbiased (`s − 32`), as i8, in vector
+/// registers: dwords 0..4 are ggml's `(a0 | a1 | a0 >> 4 | a1 >> 4) & 0x0F`
+/// with bits 4-5 from `tmp >> 0 | 2 | 4 | 6`.
 ///
 /// # Safety
-/// The caller must have SSE2 enabled.
+/// The caller must have AVX2 enabled.
 #[inline(always)]
 pub(crate) unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
-    const KMASK1: u32 = 0x0303_0303;
-    const KMASK2: u32 = 0x0f0f_0f0f;
-    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
-    let (a0, a1, tmp) = (w(0), w(1), w(2));
-    // SAFETY: register-only intrinsics; SSE2 is enabled by the caller.
+    let a: &[u8; 8] = s[..8].try_into().unwrap();
+    let t = i32::from_le_bytes([s[8], s[9], s[10], s[11]]);
+    // SAFETY: `a` is 8 readable bytes (`loadl` has no alignment
+    // requirement); the rest are register-only; AVX2 is enabled by the caller.
     unsafe {
-        let v = _mm_setr_epi32(
-            ((a0 & KMASK2) | ((tmp & KMASK1) << 4)) as i32,
-            ((a1 & KMASK2) | (((tmp >> 2) & KMASK1) << 4)) as i32,
-            (((a0 >> 4) & KMASK2) | (((tmp >> 4) & KMASK1) << 4)) as i32,
-            (((a1 >> 4) & KMASK2) | (((tmp >> 6) & KMASK1) << 4)) as i32,
+        let v = _mm_unpacklo_epi64(_mm_loadl_epi64(a.as_ptr().cast()), _mm_cvtsi32_si128(t));
+        let lo = _mm_srlv_epi32(
+            _mm_shuffle_epi32::<0b01_00_01_00>(v),
+            _mm_setr_epi32(0, 0, 4, 4),
         );
-        _mm_sub_epi8(v, _mm_set1_epi8(32))
+        let hi = _mm_srlv_epi32(
+            _mm_shuffle_epi32::<0b10_10_10_10>(v),
+            _mm_setr_epi32(0, 2, 4, 6),
+        );
+        let lo = _mm_and_si128(lo, _mm_set1_epi8(0xF));
+        let hi = _mm_slli_epi32::<4>(_mm_and_si128(hi, _mm_set1_epi8(3)));
+        _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32))
+    }
+}
+
+/// The constants [`q3_k_levels`] unpacks with.
+#[derive(Clone, Copy)]
+pub(crate) struct Q3Masks {
+    /// 16-bit shifts 0 | 2 and 4 | 6 by 256-bit half: a 2-bit plane to bits 0-1.
+    shifts: [__m512i; 2],
+    /// Bytes `1 << bit` | `1 << (bit + 1)` by 256-bit half: piece j's hmask bit.
+    bits: [__m512i; 4],
+    m3: __m512i,
+    four: __m512i,
+}
+
+impl Q3Masks {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx2")]
+    pub(crate) fn new() -> Self {
+        let bit = |b: u8| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_set1_epi8((1u8 << b) as i8)),
+                _mm256_set1_epi8((1u8 << (b + 1)) as i8),
+            )
+        };
+        // SAFETY: register-only; the features are enabled here.
+        let shifts = unsafe { [halves_i16(0, 2), halves_i16(4, 6)] };
+        Self {
+            shifts,
+            bits: [bit(0), bit(2), bit(4), bit(6)],
+            m3: _mm512_set1_epi8(3),
+            four: _mm512_set1_epi8(4),
+        }
     }
 }
 
 /// The 256 levels + 4 (0..=7) of a Q3_K block in element order: piece
-/// j = 2h + p holds elements 64j..64j+64 (`shifts`: 16-bit shifts 0 | 2 and
-/// 4 | 6 by 256-bit half).
+/// j = 2h + p holds elements 64j..64j+64. The hmask bit becomes a byte mask
+/// (`vptestmb`) that adds 4 where it is set, so a piece costs one shift.
 ///
 /// # Safety
 /// The caller must have AVX-512F/BW and AVX2 enabled.
 #[inline(always)]
-pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, shifts: [__m512i; 2]) -> [__m512i; 4] {
+pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, k: &Q3Masks) -> [__m512i; 4] {
     // SAFETY: loads read whole block fields (bounds-checked); the features
     // are enabled by the caller.
     unsafe {
-        let (m3, one) = (_mm512_set1_epi8(3), _mm512_set1_epi8(1));
         let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
         let mut q = [_mm512_setzero_si512(); 4];
         for h in 0..2 {
             let q2 =
                 _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
             for p in 0..2 {
-                let low = _mm512_and_si512(_mm512_srlv_epi16(q2, shifts[p]), m3);
-                let bit = (4 * h + 2 * p) as i16;
-                let hb = _mm512_and_si512(_mm512_srlv_epi16(hm, halves_i16(bit, bit + 1)), one);
-                q[2 * h + p] = _mm512_or_si512(low, _mm512_slli_epi16::<2>(hb));
+                let j = 2 * h + p;
+                let low = _mm512_and_si512(_mm512_srlv_epi16(q2, k.shifts[p]), k.m3);
+                let set = _mm512_test_epi8_mask(hm, k.bits[j]);
+                q[j] = _mm512_mask_add_epi8(low, set, low, k.four);
             }
         }
         q
@@ -282,7 +318,7 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     // SAFETY: loads read whole block fields (bounds-checked); the features are
     // enabled by the caller.
     unsafe {
-        let shifts = [halves_i16(0, 2), halves_i16(4, 6)];
+        let k3 = Q3Masks::new();
         let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
         let four = _mm512_set1_epi8(4);
         let mut acc = _mm256_setzero_ps();
@@ -291,7 +327,7 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
             let sc16 = _mm256_cvtepi8_epi16(q3_k_scales(&xb.scales));
             let mut sumi = _mm512_setzero_si512();
             let sc = _mm512_castsi256_si512(sc16);
-            let levels = q3_k_levels(xb, shifts);
+            let levels = q3_k_levels(xb, &k3);
             for (j, &q) in levels.iter().enumerate() {
                 // (level + 4)·a − 4·a in i16 pairs: ggml's per-lane
                 // values (it subtracts the bias per element, not per
@@ -305,5 +341,40 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
         }
         hsum_ps(acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scalar::q3_k::unpack_scales;
+
+    #[test]
+    fn the_vector_q3_k_scale_unpack_is_the_scalar_one() {
+        if !is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // Every byte value in every position, plus patterned words.
+        let mut cases: Vec<[u8; 12]> = (0..12 * 256)
+            .map(|i| {
+                let mut s = [0x5Au8; 12];
+                s[i / 256] = (i % 256) as u8;
+                s
+            })
+            .collect();
+        let mut x = 0x9E37_79B9u32;
+        for _ in 0..1000 {
+            cases.push(std::array::from_fn(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            }));
+        }
+        for s in cases {
+            // SAFETY: AVX2 was detected above.
+            let got: [i8; 16] = unsafe { std::mem::transmute(q3_k_scales(&s)) };
+            assert_eq!(got, unpack_scales(&s), "scales {s:?}");
+        }
     }
 }

@@ -14,6 +14,38 @@ pub mod lowbit;
 pub mod prompt;
 pub mod quant;
 
+use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+
+/// Prefetches the weight bytes [`PREFETCH_BYTES`] ahead of block `b` of
+/// both rows into L2 (`prefetcht1`), for the two-row mat-vec kernels. Rows
+/// are contiguous in a matrix, so past a row's end this reaches the rows
+/// that follow. A prefetch of an address outside the mapping is dropped,
+/// never faults.
+///
+/// Why: a decode step reads each selected expert's matrices once, in
+/// short runs of 4 KiB pages scattered over the file, and the hardware
+/// prefetchers restart at every page; on one thread the full apex-miniplus
+/// decode went from 6.47-7.06 to 7.32-7.53 t/s (three A/B pairs).
+#[inline(always)]
+pub(crate) fn prefetch_rows2<T>(x0: &[T], x1: &[T], b: usize) {
+    for x in [x0, x1] {
+        let p = x
+            .as_ptr()
+            .wrapping_add(b)
+            .cast::<i8>()
+            .wrapping_add(PREFETCH_BYTES);
+        // SAFETY: prefetching is a hint with no architectural effect; SSE is
+        // part of x86-64.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T1>(p);
+            _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(64));
+        }
+    }
+}
+
+/// How far ahead [`prefetch_rows2`] reaches.
+const PREFETCH_BYTES: usize = 1024;
+
 /// This tier's dot product for weight type `ty`, if it has one.
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     legacy::vec_dot_fn(ty)
