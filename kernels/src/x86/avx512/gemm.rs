@@ -33,7 +33,8 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{
-    q3_k_cols, q3_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2,
+    q3_k_cols, q3_k_rows2, q3_k_rows2_gfni, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2,
+    q6_k_rows2_gfni,
 };
 use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack, q4_k};
 use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
@@ -186,8 +187,15 @@ gemm_entry!(
     q3_k_cols,
     eight rows2 |x: &[&[BlockQ3K]; 2], y: &[BlockQ8K]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
-        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
-        Some(unsafe { q3_k_rows2(x[0], x[1], y) })
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C);
+        // the GFNI variant only when GFNI is detected too.
+        Some(unsafe {
+            if is_x86_feature_detected!("gfni") {
+                q3_k_rows2_gfni(x[0], x[1], y)
+            } else {
+                q3_k_rows2(x[0], x[1], y)
+            }
+        })
     }
 );
 gemm_entry!(
@@ -210,8 +218,15 @@ gemm_entry!(
     q6_k_cols,
     eight rows2 |x: &[&[BlockQ6K]; 2], y: &[BlockQ8K]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
-        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
-        Some(unsafe { q6_k_rows2(x[0], x[1], y) })
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C);
+        // the GFNI variant only when GFNI is detected too.
+        Some(unsafe {
+            if is_x86_feature_detected!("gfni") {
+                q6_k_rows2_gfni(x[0], x[1], y)
+            } else {
+                q6_k_rows2(x[0], x[1], y)
+            }
+        })
     }
 );
 // A mat-vec: the one-row kernel per weight row (same bits, no column setup).

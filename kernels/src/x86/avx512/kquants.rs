@@ -328,6 +328,65 @@ pub(crate) unsafe fn q6_k_levels(
     }
 }
 
+/// The affine matrices [`q6_k_levels_gfni`] unpacks with
+/// (`gf2p8affineqb`: output bit i is the parity of matrix byte 7 − i AND the
+/// input byte): `nib_hi` moves bits 4-7 to 0-3; `high[p]` moves the qh pair
+/// of piece 2h + p (bits 0-1 | 2-3, or 4-5 | 6-7, by 256-bit half) to bits
+/// 4-5. Each clears every other bit.
+#[derive(Clone, Copy)]
+pub(crate) struct Q6Affine {
+    m4: __m512i,
+    nib_hi: __m512i,
+    high: [__m512i; 2],
+}
+
+impl Q6Affine {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(crate) fn new() -> Self {
+        // Output bits 4, 5 from input bits s, s + 1.
+        let pair = |s: u32| ((1u64 << s) << 24 | (1u64 << (s + 1)) << 16) as i64;
+        let halves = |lo: i64, hi: i64| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_set1_epi64x(lo)),
+                _mm256_set1_epi64x(hi),
+            )
+        };
+        let nib = (0..4).fold(0u64, |m, i| m | (1u64 << (4 + i)) << (8 * (7 - i)));
+        Self {
+            m4: _mm512_set1_epi8(0xF),
+            nib_hi: _mm512_set1_epi64(nib as i64),
+            high: [halves(pair(0), pair(2)), halves(pair(4), pair(6))],
+        }
+    }
+}
+
+/// [`q6_k_levels`] with GFNI: five ops per 64-byte half (the low nibbles
+/// merged with their high bits by one ternary op; the high nibbles and both
+/// high-bit pairs by one affine transform each) where the shift form takes
+/// eleven. The same bytes.
+///
+/// # Safety
+/// The caller must have AVX-512F/BW, AVX2 and GFNI enabled.
+#[inline(always)]
+pub(crate) unsafe fn q6_k_levels_gfni(xb: &BlockQ6K, k: &Q6Affine) -> [__m512i; 4] {
+    // SAFETY: loads read whole block fields (bounds-checked); the features
+    // are enabled by the caller.
+    unsafe {
+        let mut q = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let ql = load64(at64(&xb.ql, 64 * h));
+            let qh = _mm512_broadcast_i64x4(load_u8(at(&xb.qh, 32 * h)));
+            let hi_a = _mm512_gf2p8affine_epi64_epi8::<0>(qh, k.high[0]);
+            let hi_b = _mm512_gf2p8affine_epi64_epi8::<0>(qh, k.high[1]);
+            // (ql & 0x0F) | hi_a
+            q[2 * h] = _mm512_ternarylogic_epi32::<0xEA>(ql, k.m4, hi_a);
+            q[2 * h + 1] = _mm512_or_si512(_mm512_gf2p8affine_epi64_epi8::<0>(ql, k.nib_hi), hi_b);
+        }
+        q
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let m4 = _mm512_set1_epi8(0xF);

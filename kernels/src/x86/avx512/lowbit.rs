@@ -308,6 +308,63 @@ pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, k: &Q3Masks) -> [__m512i; 4] {
     }
 }
 
+/// The affine matrices [`q3_k_levels_gfni`] unpacks with: per piece, one
+/// moving a 2-bit plane of `qs` to bits 0-1 and one moving its `hmask` bit to
+/// bit 2, each clearing every other bit (`gf2p8affineqb`: output bit i is
+/// the parity of matrix byte 7 − i AND the input byte).
+#[derive(Clone, Copy)]
+pub(crate) struct Q3Affine {
+    low: [__m512i; 2],
+    high: [__m512i; 4],
+}
+
+impl Q3Affine {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    pub(crate) fn new() -> Self {
+        // Output bits 0, 1 from input bits s, s + 1.
+        let low = |s: u32| ((1u64 << s) << 56 | (1u64 << (s + 1)) << 48) as i64;
+        // Output bit 2 from input bit b.
+        let high = |b: u32| ((1u64 << b) << 40) as i64;
+        let halves = |lo: i64, hi: i64| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_set1_epi64x(lo)),
+                _mm256_set1_epi64x(hi),
+            )
+        };
+        Self {
+            low: [halves(low(0), low(2)), halves(low(4), low(6))],
+            high: [0, 2, 4, 6].map(|b| halves(high(b), high(b + 1))),
+        }
+    }
+}
+
+/// [`q3_k_levels`] with GFNI: three ops a piece (two affine transforms and
+/// an OR) where the shift-and-mask form takes five.
+///
+/// # Safety
+/// The caller must have AVX-512F/BW, AVX2 and GFNI enabled.
+#[inline(always)]
+pub(crate) unsafe fn q3_k_levels_gfni(xb: &BlockQ3K, k: &Q3Affine) -> [__m512i; 4] {
+    // SAFETY: loads read whole block fields (bounds-checked); the features
+    // are enabled by the caller.
+    unsafe {
+        let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
+        let mut q = [_mm512_setzero_si512(); 4];
+        for h in 0..2 {
+            let q2 =
+                _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
+            for p in 0..2 {
+                let j = 2 * h + p;
+                let low = _mm512_gf2p8affine_epi64_epi8::<0>(q2, k.low[p]);
+                let high = _mm512_gf2p8affine_epi64_epi8::<0>(hm, k.high[j]);
+                q[j] = _mm512_or_si512(low, high);
+            }
+        }
+        q
+    }
+}
+
 /// Q3_K: `d·Σ_j s_j·Σ ((q + 4) − 4)·a` with `q + 4 = low | high << 2`.
 ///
 /// # Safety
