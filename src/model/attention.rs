@@ -29,7 +29,7 @@ use super::dump;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::ops::{
-    mad_f32, reduce_add_16, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
+    mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
 };
 use super::weights::AttentionWeights;
 
@@ -206,16 +206,28 @@ fn v_weighted_sum(
         let lane = s % span;
         mad_f32(&mut acc[lane * d..(lane + 1) * d], o, ps);
     }
+    // Per output j: lanes l = (a_l + a_{32+l}) + (a_{16+l} + a_{48+l}) (or
+    // a_l for `batch`), then `reduce_add_16`'s tree. Done row by row over j
+    // (each j's adds in the same association), so it vectorises.
+    let row = |l: usize| l * d..(l + 1) * d;
+    if !batch {
+        for l in 0..GGML_LANES {
+            for j in 0..d {
+                let a = |k: usize| acc[k * d + j];
+                acc[l * d + j] =
+                    (a(l) + a(2 * GGML_LANES + l)) + (a(GGML_LANES + l) + a(3 * GGML_LANES + l));
+            }
+        }
+    }
+    for half in [8, 4] {
+        let (lo, hi) = acc[..2 * half * d].split_at_mut(half * d);
+        for (x, y) in lo.iter_mut().zip(hi.iter()) {
+            *x += *y;
+        }
+    }
+    let (t0, t1, t2, t3) = (&acc[row(0)], &acc[row(1)], &acc[row(2)], &acc[row(3)]);
     for (j, oj) in o.iter_mut().enumerate() {
-        let a = |l: usize| acc[l * d + j];
-        let lanes: [f32; GGML_LANES] = if batch {
-            std::array::from_fn(a)
-        } else {
-            std::array::from_fn(|l| {
-                (a(l) + a(2 * GGML_LANES + l)) + (a(GGML_LANES + l) + a(3 * GGML_LANES + l))
-            })
-        };
-        *oj = reduce_add_16(&lanes);
+        *oj = (t0[j] + t2[j]) + (t1[j] + t3[j]);
     }
 }
 

@@ -70,38 +70,44 @@ impl DeltaNetScratch {
     }
 }
 
-/// The causal conv sum of channel `c` for row `t` of `mixed`, over
-/// concat(`window`, `mixed`): ggml_ssm_conv as GCC compiles it — the taps past
-/// the last whole 8 are fused multiply-adds (all of them for K ≤ 8), earlier
-/// ones rounded products added in order. The diffusion conv starts from it, so
-/// zero right taps give the AR conv bit for bit.
+/// The causal conv sums of every channel for row `t` of `mixed`, over
+/// concat(`window`, `mixed`), into `o`: ggml_ssm_conv as GCC compiles it —
+/// the taps past the last whole 8 are fused multiply-adds (all of them for
+/// K ≤ 8), earlier ones rounded products added in order. Tap by tap over the
+/// whole row (each channel's sum in the same order), so the loops vectorise.
+/// The diffusion conv starts from it, so zero right taps give the AR conv
+/// bit for bit.
 #[inline(always)]
-pub(super) fn left_taps(
+pub(super) fn left_taps_row(
     w: &[f32],
     k: usize,
     window: &[f32],
     mixed: &[f32],
     ch: usize,
     t: usize,
-    c: usize,
-) -> f32 {
+    o: &mut [f32],
+) {
     let hist = k - 1;
     let fused_from = k - k % 8;
-    let mut sum = 0.0f32;
+    o.fill(0.0);
     for j in 0..k {
-        let s = t + j; // index into concat(window, mixed)
+        let s = t + j; // row of concat(window, mixed)
         let x = if s < hist {
-            window[s * ch + c]
+            &window[s * ch..(s + 1) * ch]
         } else {
-            mixed[(s - hist) * ch + c]
+            &mixed[(s - hist) * ch..(s - hist + 1) * ch]
         };
+        let taps = w.chunks_exact(k).map(|wc| wc[j]);
         if j < fused_from {
-            sum += x * w[c * k + j];
+            for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
+                *oc += xc * wj;
+            }
         } else {
-            sum = x.mul_add(w[c * k + j], sum);
+            for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
+                *oc = xc.mul_add(wj, *oc);
+            }
         }
     }
-    sum
 }
 
 super::ops::fma_dispatch!(
@@ -129,9 +135,7 @@ fn conv_silu_body(
     let t_n = mixed.len() / ch;
     for t in 0..t_n {
         let o = &mut out[t * ch..(t + 1) * ch];
-        for (c, oc) in o.iter_mut().enumerate() {
-            *oc = left_taps(w, k, window, mixed, ch, t, c);
-        }
+        left_taps_row(w, k, window, mixed, ch, t, o);
         silu_row(o);
     }
     push_window(window, mixed, ch);

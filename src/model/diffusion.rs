@@ -84,9 +84,10 @@ pub fn conv_two_sided(
     let t_n = mixed.len() / ch;
     for i in 0..t_n {
         let o = &mut out[i * ch..(i + 1) * ch];
+        // The AR conv's left taps, so zero right taps give it bit for bit.
+        super::deltanet::left_taps_row(w, k, window, mixed, ch, i, o);
         for (c, oc) in o.iter_mut().enumerate() {
-            // The AR conv's left taps, so zero right taps give it bit for bit.
-            let mut sum = super::deltanet::left_taps(w, k, window, mixed, ch, i, c);
+            let mut sum = *oc;
             for j in 0..kr {
                 let s = i + 1 + j;
                 let x = if s < t_n { mixed[s * ch + c] } else { 0.0 };
