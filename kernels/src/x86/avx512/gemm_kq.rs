@@ -31,7 +31,7 @@ use crate::x86::avx512::kquants::{
     at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64, q6_index, q6_k_levels,
     q6_k_levels_gfni, Q6Affine,
 };
-use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Affine, Q3Masks};
+use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::x86::avx512::prefetch_rows2;
 
 // ---------------------------------------------------------------- Q3_K
@@ -43,7 +43,7 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
     // enables every feature the `lowbit` helpers need (VNNI included).
     unsafe {
         let four = _mm512_set1_epi8(4);
-        let k3 = Q3Masks::new();
+        let k3 = Q3Unpack::new();
         let idx = [
             lowbit::lane_index(0),
             lowbit::lane_index(4),
@@ -56,7 +56,7 @@ pub(crate) fn q3_k_cols<const C: usize>(x: &[BlockQ3K], y: [&[BlockQ8K]; C]) -> 
             let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xb.scales));
             let sc = _mm512_castsi256_si512(sc16);
             // Weight side, piece j = 2h + p: levels + 4 and the scale per lane.
-            let q = q3_k_levels(xb, &k3);
+            let q = q3_k_levels::<false>(xb, &k3);
             let s: [__m512i; 4] = std::array::from_fn(|j| _mm512_permutexvar_epi16(idx[j], sc));
             for c in 0..C {
                 let yb = &y[c][b];
@@ -91,7 +91,7 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
     unsafe { q3_k_rows2_body::<false>(x0, x1, y) }
 }
 
-/// [`q3_k_rows2`] unpacking levels with GFNI ([`lowbit::q3_k_levels_gfni`]):
+/// [`q3_k_rows2`] unpacking levels with GFNI ([`q3_k_levels`]`::<true>`):
 /// the same integers, so the same bits, in fewer ops (in cache 12.5 ->
 /// 13.7 GB/s for the 512 x 2048 expert shape).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
@@ -113,8 +113,7 @@ unsafe fn q3_k_rows2_body<const GFNI: bool>(
     // enables every feature the `lowbit` helpers need (VNNI included).
     unsafe {
         let four = _mm512_set1_epi8(4);
-        let k3 = Q3Masks::new();
-        let g3 = Q3Affine::new();
+        let k3 = Q3Unpack::new();
         let idx = [
             lowbit::lane_index(0),
             lowbit::lane_index(4),
@@ -130,8 +129,8 @@ unsafe fn q3_k_rows2_body<const GFNI: bool>(
             let bias: [__m512i; 4] = std::array::from_fn(|j| _mm512_maddubs_epi16(four, a[j]));
             let d0 = yb.d * f16_to_f32(xa.d);
             let d1 = yb.d * f16_to_f32(xb.d);
-            let s0 = q3_k_row_block::<GFNI>(xa, &a, &bias, &k3, &g3, &idx);
-            let s1 = q3_k_row_block::<GFNI>(xb, &a, &bias, &k3, &g3, &idx);
+            let s0 = q3_k_row_block::<GFNI>(xa, &a, &bias, &k3, &idx);
+            let s1 = q3_k_row_block::<GFNI>(xb, &a, &bias, &k3, &idx);
             acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(s0), acc0);
             acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(s1), acc1);
         }
@@ -150,8 +149,7 @@ unsafe fn q3_k_row_block<const GFNI: bool>(
     xr: &BlockQ3K,
     a: &[__m512i; 4],
     bias: &[__m512i; 4],
-    k3: &Q3Masks,
-    g3: &Q3Affine,
+    k3: &Q3Unpack,
     idx: &[__m512i; 4],
 ) -> __m256i {
     // SAFETY: loads read whole block fields (bounds-checked); the caller
@@ -159,11 +157,7 @@ unsafe fn q3_k_row_block<const GFNI: bool>(
     unsafe {
         let sc16 = _mm256_cvtepi8_epi16(lowbit::q3_k_scales(&xr.scales));
         let sc = _mm512_castsi256_si512(sc16);
-        let q = if GFNI {
-            lowbit::q3_k_levels_gfni(xr, g3)
-        } else {
-            q3_k_levels(xr, k3)
-        };
+        let q = q3_k_levels::<GFNI>(xr, k3);
         let mut sumi = _mm512_setzero_si512();
         for j in 0..4 {
             let prod = _mm512_sub_epi16(_mm512_maddubs_epi16(q[j], a[j]), bias[j]);

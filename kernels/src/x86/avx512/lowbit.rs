@@ -249,18 +249,24 @@ pub(crate) unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
     }
 }
 
-/// The constants [`q3_k_levels`] unpacks with.
+/// The constants [`q3_k_levels`] unpacks with: shifts and masks for the
+/// plain form; affine matrices for the GFNI form (`gf2p8affineqb`: output bit
+/// i is the parity of matrix byte 7 − i AND the input byte), one per piece
+/// moving a 2-bit plane of `qs` to bits 0-1 and one moving its `hmask` bit to
+/// bit 2, each clearing every other bit.
 #[derive(Clone, Copy)]
-pub(crate) struct Q3Masks {
+pub(crate) struct Q3Unpack {
     /// 16-bit shifts 0 | 2 and 4 | 6 by 256-bit half: a 2-bit plane to bits 0-1.
     shifts: [__m512i; 2],
     /// Bytes `1 << bit` | `1 << (bit + 1)` by 256-bit half: piece j's hmask bit.
     bits: [__m512i; 4],
     m3: __m512i,
     four: __m512i,
+    low: [__m512i; 2],
+    high: [__m512i; 4],
 }
 
-impl Q3Masks {
+impl Q3Unpack {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx2")]
     pub(crate) fn new() -> Self {
@@ -270,6 +276,16 @@ impl Q3Masks {
                 _mm256_set1_epi8((1u8 << (b + 1)) as i8),
             )
         };
+        let halves = |lo: i64, hi: i64| {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_set1_epi64x(lo)),
+                _mm256_set1_epi64x(hi),
+            )
+        };
+        // Output bits 0, 1 from input bits s, s + 1.
+        let low = |s: u32| ((1u64 << s) << 56 | (1u64 << (s + 1)) << 48) as i64;
+        // Output bit 2 from input bit b.
+        let high = |b: u32| ((1u64 << b) << 40) as i64;
         // SAFETY: register-only; the features are enabled here.
         let shifts = unsafe { [halves_i16(0, 2), halves_i16(4, 6)] };
         Self {
@@ -277,75 +293,22 @@ impl Q3Masks {
             bits: [bit(0), bit(2), bit(4), bit(6)],
             m3: _mm512_set1_epi8(3),
             four: _mm512_set1_epi8(4),
-        }
-    }
-}
-
-/// The 256 levels + 4 (0..=7) of a Q3_K block in element order: piece
-/// j = 2h + p holds elements 64j..64j+64. The hmask bit becomes a byte mask
-/// (`vptestmb`) that adds 4 where it is set, so a piece costs one shift.
-///
-/// # Safety
-/// The caller must have AVX-512F/BW and AVX2 enabled.
-#[inline(always)]
-pub(crate) unsafe fn q3_k_levels(xb: &BlockQ3K, k: &Q3Masks) -> [__m512i; 4] {
-    // SAFETY: loads read whole block fields (bounds-checked); the features
-    // are enabled by the caller.
-    unsafe {
-        let hm = _mm512_broadcast_i64x4(load_u8(&xb.hmask));
-        let mut q = [_mm512_setzero_si512(); 4];
-        for h in 0..2 {
-            let q2 =
-                _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
-            for p in 0..2 {
-                let j = 2 * h + p;
-                let low = _mm512_and_si512(_mm512_srlv_epi16(q2, k.shifts[p]), k.m3);
-                let set = _mm512_test_epi8_mask(hm, k.bits[j]);
-                q[j] = _mm512_mask_add_epi8(low, set, low, k.four);
-            }
-        }
-        q
-    }
-}
-
-/// The affine matrices [`q3_k_levels_gfni`] unpacks with: per piece, one
-/// moving a 2-bit plane of `qs` to bits 0-1 and one moving its `hmask` bit to
-/// bit 2, each clearing every other bit (`gf2p8affineqb`: output bit i is
-/// the parity of matrix byte 7 − i AND the input byte).
-#[derive(Clone, Copy)]
-pub(crate) struct Q3Affine {
-    low: [__m512i; 2],
-    high: [__m512i; 4],
-}
-
-impl Q3Affine {
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2")]
-    pub(crate) fn new() -> Self {
-        // Output bits 0, 1 from input bits s, s + 1.
-        let low = |s: u32| ((1u64 << s) << 56 | (1u64 << (s + 1)) << 48) as i64;
-        // Output bit 2 from input bit b.
-        let high = |b: u32| ((1u64 << b) << 40) as i64;
-        let halves = |lo: i64, hi: i64| {
-            _mm512_inserti64x4::<1>(
-                _mm512_castsi256_si512(_mm256_set1_epi64x(lo)),
-                _mm256_set1_epi64x(hi),
-            )
-        };
-        Self {
             low: [halves(low(0), low(2)), halves(low(4), low(6))],
             high: [0, 2, 4, 6].map(|b| halves(high(b), high(b + 1))),
         }
     }
 }
 
-/// [`q3_k_levels`] with GFNI: three ops a piece (two affine transforms and
-/// an OR) where the shift-and-mask form takes five.
+/// The 256 levels + 4 (0..=7) of a Q3_K block in element order: piece
+/// j = 2h + p holds elements 64j..64j+64. Plain: the hmask bit becomes a byte
+/// mask (`vptestmb`) that adds 4 where it is set. `GFNI`: three ops a piece
+/// (two affine transforms and an OR) where the plain form takes five. The
+/// same bytes either way.
 ///
 /// # Safety
-/// The caller must have AVX-512F/BW, AVX2 and GFNI enabled.
+/// The caller must have AVX-512F/BW and AVX2 enabled, and GFNI when `GFNI`.
 #[inline(always)]
-pub(crate) unsafe fn q3_k_levels_gfni(xb: &BlockQ3K, k: &Q3Affine) -> [__m512i; 4] {
+pub(crate) unsafe fn q3_k_levels<const GFNI: bool>(xb: &BlockQ3K, k: &Q3Unpack) -> [__m512i; 4] {
     // SAFETY: loads read whole block fields (bounds-checked); the features
     // are enabled by the caller.
     unsafe {
@@ -356,9 +319,15 @@ pub(crate) unsafe fn q3_k_levels_gfni(xb: &BlockQ3K, k: &Q3Affine) -> [__m512i; 
                 _mm512_broadcast_i64x4(load_u8(xb.qs[32 * h..32 * h + 32].try_into().unwrap()));
             for p in 0..2 {
                 let j = 2 * h + p;
-                let low = _mm512_gf2p8affine_epi64_epi8::<0>(q2, k.low[p]);
-                let high = _mm512_gf2p8affine_epi64_epi8::<0>(hm, k.high[j]);
-                q[j] = _mm512_or_si512(low, high);
+                q[j] = if GFNI {
+                    let low = _mm512_gf2p8affine_epi64_epi8::<0>(q2, k.low[p]);
+                    let high = _mm512_gf2p8affine_epi64_epi8::<0>(hm, k.high[j]);
+                    _mm512_or_si512(low, high)
+                } else {
+                    let low = _mm512_and_si512(_mm512_srlv_epi16(q2, k.shifts[p]), k.m3);
+                    let set = _mm512_test_epi8_mask(hm, k.bits[j]);
+                    _mm512_mask_add_epi8(low, set, low, k.four)
+                };
             }
         }
         q
@@ -375,7 +344,7 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     // SAFETY: loads read whole block fields (bounds-checked); the features are
     // enabled by the caller.
     unsafe {
-        let k3 = Q3Masks::new();
+        let k3 = Q3Unpack::new();
         let idx = [lane_index(0), lane_index(4), lane_index(8), lane_index(12)];
         let four = _mm512_set1_epi8(4);
         let mut acc = _mm256_setzero_ps();
@@ -384,7 +353,7 @@ unsafe fn q3_k<const VNNI: bool>(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
             let sc16 = _mm256_cvtepi8_epi16(q3_k_scales(&xb.scales));
             let mut sumi = _mm512_setzero_si512();
             let sc = _mm512_castsi256_si512(sc16);
-            let levels = q3_k_levels(xb, &k3);
+            let levels = q3_k_levels::<false>(xb, &k3);
             for (j, &q) in levels.iter().enumerate() {
                 // (level + 4)·a − 4·a in i16 pairs: ggml's per-lane
                 // values (it subtracts the bias per element, not per

@@ -32,7 +32,7 @@ use crate::x86::avx2::kquants::f16_to_f32;
 use crate::x86::avx512::gemm::check_shapes;
 use crate::x86::avx512::kquants::halves_i16;
 use crate::x86::avx512::kquants::q6_k_levels;
-use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Masks};
+use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::GgmlType;
 
 /// This tier's prompt-batch product for weight type `ty`, if it has one.
@@ -261,12 +261,12 @@ fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
 /// Unpacks Q3_K row `x` into slot `r` of `rg`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q3_k(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
-    let k3 = Q3Masks::new();
+    let k3 = Q3Unpack::new();
     let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
     let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
     for (b, xb) in x.iter().enumerate() {
         // SAFETY: this function enables every feature the helpers need.
-        let q = unsafe { q3_k_levels(xb, &k3) };
+        let q = unsafe { q3_k_levels::<false>(xb, &k3) };
         for (j, qj) in q.iter().enumerate() {
             let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
             // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
