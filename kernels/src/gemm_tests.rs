@@ -90,6 +90,7 @@ fn the_avx512_tier_has_multi_row_kernels_for_the_k_quants_and_q8_0() {
         GgmlType::Q4_0,
         GgmlType::Q5_0,
         GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
     ] {
         assert!(kt.gemm(ty).is_some(), "{ty}");
     }

@@ -22,6 +22,7 @@ use std::arch::x86_64::*;
 use crate::blocks::as_blocks;
 use crate::isa::GemmFn;
 use crate::scalar::iq4_nl::BlockIq4Nl;
+use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_0::BlockQ4_0;
 use crate::scalar::q4_k::BlockQ4K;
@@ -33,10 +34,10 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{
-    q3_k_cols, q3_k_rows2, q3_k_rows2_gfni, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2,
-    q6_k_rows2_gfni,
+    iq4_xs_cols, iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni,
+    q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
 };
-use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack, q4_k};
+use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack};
 use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
 use crate::GgmlType;
 
@@ -61,6 +62,9 @@ pub fn gemm_fn(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q4_0 => Some(gemm_q4_0),
         GgmlType::Q5_0 => Some(gemm_q5_0),
         GgmlType::IQ4_NL => Some(gemm_iq4_nl),
+        // The pair `kquants::vec_dot_fn` hands out: the same bits either way.
+        GgmlType::IQ4_XS if is_x86_feature_detected!("avx512vbmi") => Some(gemm_iq4_xs_vbmi),
+        GgmlType::IQ4_XS => Some(gemm_iq4_xs),
         _ => None,
     }
 }
@@ -229,7 +233,6 @@ gemm_entry!(
         })
     }
 );
-// A mat-vec: the one-row kernel per weight row (same bits, no column setup).
 gemm_entry!(
     gemm_q4_k,
     BlockQ4K,
@@ -239,7 +242,7 @@ gemm_entry!(
     rows2 |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
         // SAFETY: as for `q4_k_cols`: `gemm_fn` hands the entry out only after
         // detecting AVX512-VNNI and `Isa::Avx512.available()`.
-        Some(unsafe { [q4_k(x[0], y), q4_k(x[1], y)] })
+        Some(unsafe { q4_k_rows2(x[0], x[1], y) })
     }
 );
 gemm_entry!(
@@ -290,6 +293,45 @@ gemm_entry!(
         Some(unsafe { sym_rows2::<BlockIq4Nl, true>(x[0], x[1], y) })
     }
 );
+
+gemm_entry!(
+    gemm_iq4_xs,
+    BlockIq4Xs,
+    BlockQ8K,
+    256,
+    iq4_xs_cols_plain,
+    rows2 |x: &[&[BlockIq4Xs]; 2], y: &[BlockQ8K]| {
+        // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
+        // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
+        Some(unsafe { iq4_xs_rows2(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_iq4_xs_vbmi,
+    BlockIq4Xs,
+    BlockQ8K,
+    256,
+    iq4_xs_cols_vbmi,
+    rows2 |x: &[&[BlockIq4Xs]; 2], y: &[BlockQ8K]| {
+        // SAFETY: as for `gemm_iq4_xs`, and `gemm_fn` hands this one out only
+        // when AVX512-VBMI is detected too.
+        Some(unsafe { iq4_xs_rows2_vbmi(x[0], x[1], y) })
+    }
+);
+
+/// `gemm_kq::iq4_xs_cols` looking the grid up with `pshufb`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn iq4_xs_cols_plain<const C: usize>(x: &[BlockIq4Xs], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { iq4_xs_cols::<false, C>(x, y) }
+}
+
+/// `gemm_kq::iq4_xs_cols` looking the grid up with `vpermb`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+fn iq4_xs_cols_vbmi<const C: usize>(x: &[BlockIq4Xs], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { iq4_xs_cols::<true, C>(x, y) }
+}
 
 // ---------------------------------------------------------------- Q4_K
 

@@ -20,16 +20,20 @@
 
 use std::arch::x86_64::*;
 
+use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q3_k::BlockQ3K;
+use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{
-    at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_u8, load_u8_128, mins_dot_bsums,
+    at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_i8, load_u8, load_u8_128,
+    mins_dot_bsums,
 };
 use crate::x86::avx512::kquants::{
-    at64, bcast_pair, fold8, halves_i16, hsum_i32_4, load64, q6_index, q6_k_levels,
-    q6_k_levels_gfni, Q6Affine,
+    at64, bcast_pair, fold8, halves_i16, hsum128, hsum_i32_4, iq4_xs_acts, iq4_xs_hsum,
+    iq4_xs_levels, iq4_xs_sumi, k4_scale_bytes, k4_unpack2, load64, q6_index, q6_k_levels,
+    q6_k_levels_gfni, Iq4Consts, Q6Affine,
 };
 use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::x86::avx512::prefetch_rows2;
@@ -379,10 +383,179 @@ unsafe fn q6_k_row_block<const GFNI: bool>(
     }
 }
 
+// ---------------------------------------------------------------- Q4_K
+
+/// Two Q4_K rows against one Q8_K row: `kquants::q4_k`'s integer sums in
+/// its eight i32 lanes per row (exact, so the same integers), its
+/// `d`/`dmin` products, the same 8-lane FMA into `acc` and 4-lane FNMA into
+/// `acc_m` per row and block (lane for lane, so the same roundings), and its
+/// final sums: each output is the one-row dot bit for bit.
+///
+/// Shared between the two rows: the activation loads, and the per-block
+/// scalar-ish work done two rows per instruction (the f16 `d`/`dmin`
+/// conversion, the scale and min unpacking in one 256-bit register, the
+/// mins' dot, the `acc_m` FNMA). In cache this streams 33 GB/s against the
+/// one-row kernel's 24 (one thread).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q4_k_rows2(x0: &[BlockQ4K], x1: &[BlockQ4K], y: &[BlockQ8K]) -> [f32; 2] {
+    let m4 = _mm256_set1_epi8(0xF);
+    let lo16 = _mm256_set1_epi32(0xFFFF);
+    // f32 lanes of (d0, dmin0, d1, dmin1): dmin0 ×4 | dmin1 ×4.
+    let dmin_idx = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let mut acc_m = _mm256_setzero_ps();
+    let mut pairs = [0i32; 16];
+    for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+        prefetch_rows2(x0, x1, b);
+        let head =
+            |x: &BlockQ4K| i32::from_le_bytes(bytemuck::bytes_of(x)[..4].try_into().unwrap());
+        let dd = _mm_mul_ps(
+            _mm_cvtph_ps(_mm_setr_epi32(head(xa), head(xb), 0, 0)),
+            _mm_set1_ps(yb.d),
+        );
+        let d = [
+            _mm256_broadcastss_ps(dd),
+            _mm256_broadcastss_ps(_mm_movehl_ps(dd, dd)),
+        ];
+        let dmin = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), dmin_idx);
+        // Row 0's scale bytes in the low 128-bit lane, row 1's in the high:
+        // per lane the eight scales, then the eight mins.
+        let u = k4_unpack2(_mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(k4_scale_bytes(xa)),
+            k4_scale_bytes(xb),
+        ));
+        // ggml's four lanes of the mins' dot per row: lane l is
+        // m_2l·(b_4l + b_4l+1) + m_2l+1·(b_4l+2 + b_4l+3) (exact in i32).
+        let bs = load_bsums(&yb.bsums);
+        let b2 = _mm256_permute4x64_epi64::<0b10_00_10_00>(_mm256_hadd_epi16(bs, bs));
+        let mins = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(_mm256_permute4x64_epi64::<
+            0b11_01_11_01,
+        >(u)));
+        let prod = _mm256_madd_epi16(mins, b2);
+        acc_m = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m);
+        // i32 lanes 0..4: row 0's (scale 2j, 2j+1) pairs, 8..12 row 1's.
+        let v32 = _mm512_cvtepu8_epi16(u);
+        // Two 256-bit stores: a dword load forwarded from one 512-bit store
+        // stalled (this kernel ran at 16 GB/s in cache that way).
+        // SAFETY: `pairs` is 64 writable bytes; `storeu` has no alignment requirement.
+        unsafe {
+            _mm256_storeu_si256(pairs.as_mut_ptr().cast(), _mm512_castsi512_si256(v32));
+            _mm256_storeu_si256(
+                pairs[8..].as_mut_ptr().cast(),
+                _mm512_extracti64x4_epi64::<1>(v32),
+            );
+        }
+        // Read back through memory: each broadcast below is then a load.
+        let pairs = std::hint::black_box(&pairs);
+        let mut sumi = [_mm256_setzero_si256(); 2];
+        for j in 0..4 {
+            let al = load_i8(at(&yb.qs, 64 * j));
+            let ah = load_i8(at(&yb.qs, 64 * j + 32));
+            for (r, xr) in [xa, xb].into_iter().enumerate() {
+                let q = load_u8(at(&xr.qs, 32 * j));
+                let z = _mm256_setzero_si256();
+                let dl = _mm256_dpbusd_epi32(z, _mm256_and_si256(q, m4), al);
+                // The high nibbles in place: 16 times their dot, so
+                // `<< 12` is `dh << 16`.
+                let dh = _mm256_dpbusd_epi32(z, _mm256_andnot_si256(m4, q), ah);
+                // (dl & 0xFFFF) | dh << 16: the i16 pairs (dl, dh).
+                let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
+                // The saturating form, which never saturates here (|lane| ≤
+                // 8·63·2·7680), so that LLVM keeps one instruction instead
+                // of splitting it into `pmaddwd` + `paddd` (18 % slower).
+                let pair = _mm256_set1_epi32(pairs[8 * r + j]);
+                sumi[r] = _mm256_dpwssds_epi32(sumi[r], m, pair);
+            }
+        }
+        for r in 0..2 {
+            acc[r] = _mm256_fmadd_ps(d[r], _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        }
+    }
+    [
+        hsum_ps(acc[0]) + hsum128(_mm256_castps256_ps128(acc_m)),
+        hsum_ps(acc[1]) + hsum128(_mm256_extractf128_ps::<1>(acc_m)),
+    ]
+}
+
+// ---------------------------------------------------------------- IQ4_XS
+
+/// Two IQ4_XS rows against one Q8_K row: `kquants::iq4_xs` per output (the
+/// same i32 lanes, FMAs and final sum, so the same bits), the activation
+/// side ([`iq4_xs_acts`]: its half-swapped loads and the bias) built once
+/// per block for both rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn iq4_xs_rows2(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[BlockQ8K]) -> [f32; 2] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { iq4_xs_rows2_body::<false>(x0, x1, y) }
+}
+
+/// [`iq4_xs_rows2`] looking the grid up with `vpermb`: the same bits.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub(crate) fn iq4_xs_rows2_vbmi(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[BlockQ8K]) -> [f32; 2] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { iq4_xs_rows2_body::<true>(x0, x1, y) }
+}
+
+/// # Safety
+/// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled,
+/// and AVX512-VBMI when `VBMI`.
+#[inline(always)]
+unsafe fn iq4_xs_rows2_body<const VBMI: bool>(
+    x0: &[BlockIq4Xs],
+    x1: &[BlockIq4Xs],
+    y: &[BlockQ8K],
+) -> [f32; 2] {
+    // SAFETY: the caller enables every feature the helpers need.
+    unsafe {
+        let c = Iq4Consts::new();
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+            prefetch_rows2(x0, x1, b);
+            let (acts, bias) = iq4_xs_acts(yb, &c);
+            for (r, xr) in [xa, xb].into_iter().enumerate() {
+                let d = yb.d * f16_to_f32(xr.d);
+                let sumi = iq4_xs_sumi(&iq4_xs_levels::<VBMI>(xr, &c), &acts, bias);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+            }
+        }
+        acc.map(iq4_xs_hsum)
+    }
+}
+
+/// One IQ4_XS row against `C` Q8_K rows: `kquants::iq4_xs` per output, the
+/// weight side ([`iq4_xs_levels`]) unpacked once per block.
+///
+/// # Safety
+/// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled,
+/// and AVX512-VBMI when `VBMI`.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs_cols<const VBMI: bool, const C: usize>(
+    x: &[BlockIq4Xs],
+    y: [&[BlockQ8K]; C],
+) -> [f32; C] {
+    // SAFETY: the caller enables every feature the helpers need.
+    unsafe {
+        let c = Iq4Consts::new();
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (b, xb) in x.iter().enumerate() {
+            let lv = iq4_xs_levels::<VBMI>(xb, &c);
+            let xd = f16_to_f32(xb.d);
+            for (col, a) in acc.iter_mut().enumerate() {
+                let yb = &y[col][b];
+                let (acts, bias) = iq4_xs_acts(yb, &c);
+                let sumi = iq4_xs_sumi(&lv, &acts, bias);
+                *a = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * xd), _mm256_cvtepi32_ps(sumi), *a);
+            }
+        }
+        acc.map(iq4_xs_hsum)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::scalar;
+    use crate::x86::avx512::kquants::{iq4_xs as iq4_xs_plain, iq4_xs_vbmi as iq4_xs_vbmi_row};
     use crate::GgmlType;
 
     fn rnd_stream(mut x: u32) -> impl FnMut() -> f32 {
@@ -432,6 +605,90 @@ mod tests {
                 // SAFETY: and GFNI.
                 let gfni = unsafe { q6_k_rows2_gfni(x0, x1, y) };
                 assert_eq!(gfni.map(f32::to_bits), want.map(f32::to_bits));
+            }
+        }
+    }
+
+    /// The Q4_K two-row kernel gives, for each row, the bits of the one-row
+    /// dot (random rows, 3 blocks, a few seeds; and rows whose scales and
+    /// mins are all 63 against activations of 127 / −128, the widest sums).
+    #[test]
+    fn the_q4_k_two_row_kernel_is_the_one_row_dot() {
+        if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
+            return;
+        }
+        let n = 3 * 256;
+        let mut rnd = rnd_stream(0x0BAD_F00D);
+        let dot = crate::x86::avx512::kquants::vec_dot_fn(GgmlType::Q4_K).unwrap();
+        let check = |rows: &[Vec<u8>; 2], act: &[u8]| {
+            let want = [dot(n, &rows[0], act), dot(n, &rows[1], act)];
+            let x0: &[BlockQ4K] = bytemuck::cast_slice(&rows[0]);
+            let x1: &[BlockQ4K] = bytemuck::cast_slice(&rows[1]);
+            let y: &[BlockQ8K] = bytemuck::cast_slice(act);
+            // SAFETY: AVX-512 with VNNI was detected above.
+            let got = unsafe { q4_k_rows2(x0, x1, y) };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+        };
+        for _ in 0..8 {
+            let (rows, act) = rows_and_act(GgmlType::Q4_K, &mut rnd);
+            check(&rows, &act);
+        }
+        let (mut rows, mut act) = rows_and_act(GgmlType::Q4_K, &mut rnd);
+        for (r, row) in rows.iter_mut().enumerate() {
+            let x: &mut [BlockQ4K] = bytemuck::cast_slice_mut(row);
+            for (b, xb) in x.iter_mut().enumerate() {
+                xb.scales = [0xFF; 12];
+                xb.qs.fill(if (b + r) % 2 == 0 { 0xFF } else { 0xF0 });
+            }
+        }
+        let y: &mut [BlockQ8K] = bytemuck::cast_slice_mut(&mut act);
+        for (b, yb) in y.iter_mut().enumerate() {
+            for (i, q) in yb.qs.iter_mut().enumerate() {
+                *q = if (i + b) % 3 == 0 { -128 } else { 127 };
+            }
+            for (k, s) in yb.bsums.iter_mut().enumerate() {
+                *s = yb.qs[16 * k..16 * k + 16].iter().map(|&v| v as i16).sum();
+            }
+        }
+        check(&rows, &act);
+    }
+
+    /// The IQ4_XS one-row kernels (`pshufb` and, where the CPU has VBMI,
+    /// `vpermb` lookups) give the same bits, and so do both two-row kernels
+    /// for each of their rows (random blocks: every scale and nibble value).
+    #[test]
+    fn every_iq4_xs_kernel_gives_the_same_bits() {
+        if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
+            return;
+        }
+        let vbmi = is_x86_feature_detected!("avx512vbmi");
+        let n = 3 * 256;
+        let mut rnd = rnd_stream(0x7F4A_7C15);
+        for _ in 0..8 {
+            let (mut rows, act) = rows_and_act(GgmlType::IQ4_XS, &mut rnd);
+            // Random scale bits too (the quantiser's are a narrow set).
+            for row in rows.iter_mut() {
+                for blk in row.chunks_exact_mut(136) {
+                    for b in &mut blk[2..8] {
+                        *b = (rnd() * 1e4) as i32 as u8;
+                    }
+                }
+            }
+            let x0: &[BlockIq4Xs] = bytemuck::cast_slice(&rows[0]);
+            let x1: &[BlockIq4Xs] = bytemuck::cast_slice(&rows[1]);
+            let y: &[BlockQ8K] = bytemuck::cast_slice(&act);
+            // SAFETY: AVX-512 with VNNI was detected above.
+            let want = unsafe { [iq4_xs_plain(x0, y), iq4_xs_plain(x1, y)] };
+            // SAFETY: as above.
+            let got = unsafe { iq4_xs_rows2(x0, x1, y) };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+            if vbmi {
+                // SAFETY: and VBMI.
+                let one = unsafe { [iq4_xs_vbmi_row(x0, y), iq4_xs_vbmi_row(x1, y)] };
+                assert_eq!(one.map(f32::to_bits), want.map(f32::to_bits));
+                // SAFETY: and VBMI.
+                let two = unsafe { iq4_xs_rows2_vbmi(x0, x1, y) };
+                assert_eq!(two.map(f32::to_bits), want.map(f32::to_bits));
             }
         }
     }

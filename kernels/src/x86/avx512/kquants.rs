@@ -154,22 +154,44 @@ pub(crate) fn hsum128(v: __m128) -> f32 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512vl,avx2")]
 pub(crate) fn k4_unpack(s: __m128i) -> __m128i {
+    _mm256_castsi256_si128(k4_unpack2(_mm256_castsi128_si256(s)))
+}
+
+/// [`k4_unpack`] of two blocks' scale bytes at once, one per 128-bit lane.
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl,avx2")]
+pub(crate) fn k4_unpack2(s: __m256i) -> __m256i {
     // Low parts: sc0..3 = s[0..4] & 63, sc4..7 = s[8..12] & 15,
     // m0..3 = s[4..8] & 63, m4..7 = s[8..12] >> 4.
-    let lo = _mm_shuffle_epi8(
+    let lo = _mm256_shuffle_epi8(
         s,
-        _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11),
+        _mm256_setr_epi8(
+            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11, //
+            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+        ),
     );
-    let lo = _mm_srlv_epi32(lo, _mm_setr_epi32(0, 0, 0, 4));
+    let lo = _mm256_srlv_epi32(lo, _mm256_setr_epi32(0, 0, 0, 4, 0, 0, 0, 4));
     // High parts of sc4..7 and m4..7: bits 6..7 of s[0..4] and s[4..8], to bits 4..5.
-    let hi = _mm_shuffle_epi8(
+    let hi = _mm256_shuffle_epi8(
         s,
-        _mm_setr_epi8(-1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7),
+        _mm256_setr_epi8(
+            -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7, //
+            -1, -1, -1, -1, 0, 1, 2, 3, -1, -1, -1, -1, 4, 5, 6, 7,
+        ),
     );
-    let hi = _mm_and_si128(_mm_srli_epi16::<2>(hi), _mm_set1_epi8(0x30));
-    let keep = _mm_setr_epi32(0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f, 0x0f0f_0f0f);
+    let hi = _mm256_and_si256(_mm256_srli_epi16::<2>(hi), _mm256_set1_epi8(0x30));
+    let keep = _mm256_setr_epi32(
+        0x3f3f_3f3f,
+        0x0f0f_0f0f,
+        0x3f3f_3f3f,
+        0x0f0f_0f0f,
+        0x3f3f_3f3f,
+        0x0f0f_0f0f,
+        0x3f3f_3f3f,
+        0x0f0f_0f0f,
+    );
     // (lo & keep) | hi
-    _mm_ternarylogic_epi32::<0xEA>(lo, keep, hi)
+    _mm256_ternarylogic_epi32::<0xEA>(lo, keep, hi)
 }
 
 /// A Q4_K block's `d` and `dmin` (its first four bytes) times the
@@ -239,12 +261,12 @@ pub(crate) fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
         for (j, &pair) in pairs[..4].iter().enumerate() {
             let q = load_u8(at(&xb.qs, 32 * j));
             let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            let hi = _mm256_andnot_si256(m4, q);
             let z = _mm256_setzero_si256();
             let dl = _mm256_dpbusd_epi32(z, lo, load_i8(at(&yb.qs, 64 * j)));
             let dh = _mm256_dpbusd_epi32(z, hi, load_i8(at(&yb.qs, 64 * j + 32)));
             // (dl & 0xFFFF) | dh << 16
-            let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<16>(dh), lo16);
+            let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
             sumi = _mm256_dpwssd_epi32(sumi, m, _mm256_set1_epi32(pair));
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
@@ -433,113 +455,189 @@ const BIASED_GRID: [u8; 16] = {
     b
 };
 
-/// Per-block dot of IQ4_XS against Q8_K with the sub-block scales applied
-/// once per super-block: the four `dpbusd` results (sub-blocks 2p | 2p+1 in
-/// the two 128-bit lanes) are folded by three `hadd`s into one i32 per
-/// sub-block, in the order 0,2,4,6 | 1,3,5,7; the scales are unpacked
-/// straight into that order, and the +128 bias is removed per sub-block from
-/// the activation `bsums` before the single `mullo`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
-    let m4 = _mm256_set1_epi8(0xF);
-    // The grid biased to unsigned: G + 128 ∈ 1..=241.
-    let values = {
-        let v = load_u8_128(&BIASED_GRID);
-        _mm256_set_m128i(v, v)
-    };
-    // Lane i holds sub-block ORDER[i]: nibble 4·j of scales_l, bits 2·j of scales_h.
-    let order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    let shift_l = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28);
-    let shift_h = _mm256_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14);
-    let neg128 = _mm256_set1_epi16(-128);
-    let mut acc = _mm256_setzero_ps();
-    for (xb, yb) in x.iter().zip(y) {
-        let d = yb.d * f16_to_f32(xb.d);
-        let l = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from_le_bytes(xb.scales_l)), shift_l);
-        let h = _mm256_srlv_epi32(_mm256_set1_epi32(xb.scales_h as i32), shift_h);
+/// The constants of the IQ4_XS kernels.
+pub(crate) struct Iq4Consts {
+    /// The biased grid in both 128-bit halves: `pshufb` reads four index
+    /// bits per lane, the 256-bit `vpermb` five (bit 4, the neighbour's
+    /// bit after a 16-bit shift, then picks the same entry).
+    values: __m256i,
+    m4: __m256i,
+    /// Lane i holds sub-block ORDER[i] = 0,2,4,6,1,3,5,7: nibble ORDER[i]
+    /// of `scales_l`, bit pair ORDER[i] of `scales_h`.
+    order: __m256i,
+    shift_l: __m256i,
+    shift_h: __m256i,
+    neg128: __m256i,
+}
+
+impl Iq4Consts {
+    #[inline(always)]
+    pub(crate) fn new() -> Self {
+        // SAFETY: register-only AVX/AVX2 intrinsics; every caller is an
+        // AVX2 (or wider) `#[target_feature]` function that inlines this.
+        unsafe {
+            let v = load_u8_128(&BIASED_GRID);
+            Self {
+                values: _mm256_set_m128i(v, v),
+                m4: _mm256_set1_epi8(0xF),
+                order: _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7),
+                shift_l: _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28),
+                shift_h: _mm256_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14),
+                neg128: _mm256_set1_epi16(-128),
+            }
+        }
+    }
+}
+
+/// One IQ4_XS block's weight side: per 32-byte `qs` piece p, the biased
+/// grid values of the low nibbles (elements 0..16 of sub-blocks 2p | 2p+1 in
+/// the two 128-bit lanes) and of the high nibbles (elements 16..32), and the
+/// signed sub-block scales in the lane order of [`Iq4Consts`].
+pub(crate) struct Iq4Levels {
+    lo: [__m256i; 4],
+    hi: [__m256i; 4],
+    ls: __m256i,
+}
+
+/// [`Iq4Levels`] of `xb`, the grid looked up by `vpermb` (AVX512-VBMI) when
+/// `VBMI`, else by `pshufb` of the masked nibbles: the same bytes.
+///
+/// # Safety
+/// The caller must have AVX512 F/BW/VL and AVX2 enabled, and AVX512-VBMI
+/// when `VBMI`.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs_levels<const VBMI: bool>(xb: &BlockIq4Xs, c: &Iq4Consts) -> Iq4Levels {
+    // SAFETY: loads read whole block fields; the caller enables the features.
+    unsafe {
+        let l = _mm256_srlv_epi32(
+            _mm256_set1_epi32(i32::from_le_bytes(xb.scales_l)),
+            c.shift_l,
+        );
+        let h = _mm256_srlv_epi32(_mm256_set1_epi32(xb.scales_h as i32), c.shift_h);
         let ls = _mm256_or_si256(
             _mm256_and_si256(l, _mm256_set1_epi32(0xF)),
             _mm256_slli_epi32::<4>(_mm256_and_si256(h, _mm256_set1_epi32(3))),
         );
         let ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
-        // −128 · (sum of sub-block j's activations), j = 0..8, then reordered.
-        let bias = _mm256_madd_epi16(load_bsums(&yb.bsums), neg128);
-        let bias = _mm256_permutevar8x32_epi32(bias, order);
-        let mut dots = [_mm256_setzero_si256(); 4];
-        for (p, dot) in dots.iter_mut().enumerate() {
-            // Low nibbles: elements 0..16 of sub-blocks 2p | 2p+1; high: 16..32.
+        let mut lv = Iq4Levels {
+            lo: [_mm256_setzero_si256(); 4],
+            hi: [_mm256_setzero_si256(); 4],
+            ls,
+        };
+        for p in 0..4 {
             let q4 = load_u8(at(&xb.qs, 32 * p));
-            let lo = _mm256_shuffle_epi8(values, _mm256_and_si256(q4, m4));
-            let hi = _mm256_shuffle_epi8(values, _mm256_and_si256(_mm256_srli_epi16::<4>(q4), m4));
-            let a = &yb.qs[64 * p..64 * p + 64];
-            *dot = _mm256_dpbusd_epi32(
-                _mm256_setzero_si256(),
-                lo,
-                load_halves(&a[0..16], &a[32..48]),
-            );
-            *dot = _mm256_dpbusd_epi32(*dot, hi, load_halves(&a[16..32], &a[48..64]));
+            let q4h = _mm256_srli_epi16::<4>(q4);
+            if VBMI {
+                lv.lo[p] = _mm256_permutexvar_epi8(q4, c.values);
+                lv.hi[p] = _mm256_permutexvar_epi8(q4h, c.values);
+            } else {
+                lv.lo[p] = _mm256_shuffle_epi8(c.values, _mm256_and_si256(q4, c.m4));
+                lv.hi[p] = _mm256_shuffle_epi8(c.values, _mm256_and_si256(q4h, c.m4));
+            }
         }
+        lv
+    }
+}
+
+/// One Q8_K block's side of an IQ4_XS block dot: per piece p the
+/// activations of the low nibbles (`a[0..16] | a[32..48]` of its 64) and of
+/// the high ones (`a[16..32] | a[48..64]`), and −128·(sum of sub-block j's
+/// activations) in the lane order of [`Iq4Consts`] (the grid's bias).
+///
+/// # Safety
+/// The caller must have AVX2 enabled.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs_acts(yb: &BlockQ8K, c: &Iq4Consts) -> ([__m256i; 8], __m256i) {
+    // SAFETY: loads read whole block fields; the caller enables AVX2.
+    unsafe {
+        let bias = _mm256_madd_epi16(load_bsums(&yb.bsums), c.neg128);
+        let bias = _mm256_permutevar8x32_epi32(bias, c.order);
+        let acts = std::array::from_fn(|k| {
+            let a = &yb.qs[64 * (k / 2)..64 * (k / 2) + 64];
+            let o = 16 * (k % 2);
+            load_halves(&a[o..o + 16], &a[32 + o..48 + o])
+        });
+        (acts, bias)
+    }
+}
+
+/// The eight i32 lanes of one IQ4_XS block's dot (lane i: sub-block
+/// ORDER[i]'s exact `ls·Σ grid·a`): four `dpbusd` pairs, folded by three
+/// `hadd`s into one i32 per sub-block (order 0,2,4,6 | 1,3,5,7), the bias
+/// removed, one `mullo` by the scales.
+///
+/// # Safety
+/// The caller must have AVX512 F/VL/VNNI and AVX2 enabled.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs_sumi(lv: &Iq4Levels, acts: &[__m256i; 8], bias: __m256i) -> __m256i {
+    // SAFETY: register-only intrinsics; the caller enables the features.
+    unsafe {
+        let dots: [__m256i; 4] = std::array::from_fn(|p| {
+            let d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lv.lo[p], acts[2 * p]);
+            _mm256_dpbusd_epi32(d, lv.hi[p], acts[2 * p + 1])
+        });
         // [0,0,2,2 | 1,1,3,3] and [4,4,6,6 | 5,5,7,7], then [0,2,4,6 | 1,3,5,7].
         let h01 = _mm256_hadd_epi32(dots[0], dots[1]);
         let h23 = _mm256_hadd_epi32(dots[2], dots[3]);
         let per_sub = _mm256_add_epi32(_mm256_hadd_epi32(h01, h23), bias);
-        let sumi = _mm256_mullo_epi32(per_sub, ls);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        _mm256_mullo_epi32(per_sub, lv.ls)
     }
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-    hsum128(s)
 }
 
-/// IQ4_XS with the grid looked up by `vpermb` (AVX512-VBMI), one sub-block
-/// per 256-bit step: its 16 `qs` bytes broadcast to both halves, the high
-/// half shifted by a nibble, so one `vpermb` looks up elements 0..16 (low
-/// half) and 16..32 (high half) — the order of the activations, which are
-/// then read straight from the block (no activation shuffles, no `hadd`).
-/// Each sub-block dot (+128-biased grid, `dpbusd`) is scaled by a broadcast
-/// of its scale (`mullo`); the bias comes off once per block through the
-/// `bsums`. The i32 lanes are exact; a lane still holding bias (the bias
-/// cancels only across lanes) can pass 2^24 and round once when converted,
-/// which happens only when Σ|w·a| is far larger still (see the bias test).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
-    // Twice over: the 256-bit `vpermb` reads five index bits, so bit 4 (the
-    // neighbour's bit after the 16-bit shift) is ignored.
-    let values = {
-        let v = load_u8_128(&BIASED_GRID);
-        _mm256_set_m128i(v, v)
-    };
-    let nib_shift = _mm256_setr_epi16(0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4, 4, 4, 4, 4);
-    let shift_l = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    let shift_h = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
-    let neg128 = _mm256_set1_epi16(-128);
-    let mut acc = _mm256_setzero_ps();
-    let mut ls_mem = [0i32; 8];
-    for (xb, yb) in x.iter().zip(y) {
-        let d = _mm256_set1_ps(yb.d * f16_to_f32(xb.d));
-        let l = _mm256_srlv_epi32(_mm256_set1_epi32(i32::from_le_bytes(xb.scales_l)), shift_l);
-        let h = _mm256_srlv_epi32(_mm256_set1_epi32(xb.scales_h as i32), shift_h);
-        let ls = _mm256_or_si256(
-            _mm256_and_si256(l, _mm256_set1_epi32(0xF)),
-            _mm256_slli_epi32::<4>(_mm256_and_si256(h, _mm256_set1_epi32(3))),
-        );
-        let ls = _mm256_sub_epi32(ls, _mm256_set1_epi32(32));
-        // −128 · (sum of sub-block j's activations) · ls_j.
-        let bias = _mm256_madd_epi16(load_bsums(&yb.bsums), neg128);
-        let mut sumi = _mm256_mullo_epi32(bias, ls);
-        // SAFETY: `ls_mem` is 32 writable bytes; `storeu` has no alignment requirement.
-        unsafe { _mm256_storeu_si256(ls_mem.as_mut_ptr().cast(), ls) };
-        // Read back through memory: each broadcast below is then a load.
-        let ls_mem = std::hint::black_box(&ls_mem);
-        for (s, &l) in ls_mem.iter().enumerate() {
-            let q: &[u8; 16] = xb.qs[16 * s..16 * s + 16].try_into().unwrap();
-            let q = _mm256_broadcastsi128_si256(load_u8_128(q));
-            let v = _mm256_permutexvar_epi8(_mm256_srlv_epi16(q, nib_shift), values);
-            let dot = _mm256_dpbusd_epi32(_mm256_setzero_si256(), v, load_i8(at(&yb.qs, 32 * s)));
-            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(dot, _mm256_set1_epi32(l)));
-        }
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+/// The IQ4_XS row sum: the two 128-bit halves of `acc`, then
+/// [`hsum128`].
+#[inline(always)]
+pub(crate) fn iq4_xs_hsum(acc: __m256) -> f32 {
+    // SAFETY: register-only AVX intrinsics; every caller enables AVX2.
+    unsafe {
+        hsum128(_mm_add_ps(
+            _mm256_castps256_ps128(acc),
+            _mm256_extractf128_ps::<1>(acc),
+        ))
     }
-    hsum_ps(acc)
+}
+
+/// IQ4_XS against Q8_K with the sub-block scales applied once per
+/// super-block ([`iq4_xs_levels`], [`iq4_xs_acts`], [`iq4_xs_sumi`]): one
+/// 8-lane FMA per block, `d` times the lanes. The i32 lanes are exact; a
+/// lane still holding bias (the bias cancels only across lanes) can pass
+/// 2^24 and round once when converted, which happens only when Σ|w·a| is far
+/// larger still (see the bias test). The `pshufb` and `vpermb` forms give
+/// the same bits, and so does the two-row mat-vec kernel (`gemm_kq`).
+///
+/// # Safety
+/// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled,
+/// and AVX512-VBMI when `VBMI`.
+#[inline(always)]
+unsafe fn iq4_xs_body<const VBMI: bool>(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: the caller enables every feature the helpers need.
+    unsafe {
+        let c = Iq4Consts::new();
+        let mut acc = _mm256_setzero_ps();
+        for (xb, yb) in x.iter().zip(y) {
+            let d = yb.d * f16_to_f32(xb.d);
+            let lv = iq4_xs_levels::<VBMI>(xb, &c);
+            let (acts, bias) = iq4_xs_acts(yb, &c);
+            let sumi = iq4_xs_sumi(&lv, &acts, bias);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        }
+        iq4_xs_hsum(acc)
+    }
+}
+
+/// [`iq4_xs_body`] looking the grid up with `pshufb`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { iq4_xs_body::<false>(x, y) }
+}
+
+/// [`iq4_xs_body`] looking the grid up with `vpermb` (one op fewer per
+/// nibble: no mask); the same bits as [`iq4_xs`].
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+pub(crate) fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { iq4_xs_body::<true>(x, y) }
 }
 
 #[cfg(test)]
