@@ -130,6 +130,31 @@ fn matmul_equals_single_row_decode_bit_for_bit_for_every_type_and_tier() {
 }
 
 #[test]
+fn a_mat_vec_gives_every_row_the_tiers_weight_dot_bit_for_bit() {
+    // Decode's product: with `n_out % 8 == 0` Q4_K takes the order of ggml's
+    // repacked gemv (the table's `weight_dot`), through a two-row kernel
+    // where the tier has one; every type's row must be that dot's bits.
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            for n_out in [40usize, 37] {
+                let n = 3 * ty.block_size().max(256);
+                let mut rng = Rng(900 + n_out as u64 + ty.id() as u64);
+                let (wb, _) = quantized(ty, n, n_out, &mut rng);
+                let m = QMatrix::new(ty, n, n_out, wb.bytes()).unwrap();
+                let (xb, _) = acts(&kt, ty, n, 1, &mut rng);
+                let x = QActs::new(ty.vec_dot_type(), n, 1, xb.bytes()).unwrap();
+                let mut out = vec![f32::NAN; n_out];
+                pool(2).install(|| matvec(&kt, &m, x.row(0), &mut out));
+                let dot = kt.weight_dot(ty, n_out);
+                let want: Vec<f32> = (0..n_out).map(|o| dot(n, m.row(o), x.row(0))).collect();
+                assert_eq!(bits(&out), bits(&want), "{isa} {ty} n_out={n_out}");
+            }
+        }
+    }
+}
+
+#[test]
 fn grouping_rows_by_expert_gives_every_row_what_the_per_row_gather_gives() {
     // The MoE prefill path: the rows routed to one expert are gathered into
     // one batch and multiplied together (the multi-row kernels, tiles of

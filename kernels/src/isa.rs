@@ -143,6 +143,7 @@ pub struct KernelTable {
     repacked: [Option<VecDotFn>; GgmlType::ALL.len()],
     tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
+    repacked_rows: [Option<GemmFn>; GgmlType::ALL.len()],
     prompt_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     ggml_batch: bool,
@@ -248,6 +249,19 @@ fn tier_repacked(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
+/// The tier's multi-row kernel in the order of [`tier_repacked`] (a mat-vec
+/// through a two-row kernel), where it has one.
+fn tier_repacked_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::x86::avx512::gemm::repacked_gemm_fn(ty),
+        _ => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
 fn tier_repacked_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -338,6 +352,7 @@ impl KernelTable {
             repacked: GgmlType::ALL.map(|t| tier_repacked(isa, t)),
             tiled: GgmlType::ALL.map(|t| tier_tiled(isa, t)),
             repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
+            repacked_rows: GgmlType::ALL.map(|t| tier_repacked_rows(isa, t)),
             ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
             delta_rows: tier_delta_rows(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
@@ -431,6 +446,11 @@ impl KernelTable {
     pub fn gemm_for_batch(&self, ty: GgmlType, n_out: usize, rows: usize) -> Option<GemmFn> {
         let i = type_index(ty);
         let repacked = self.repacked[i].is_some() && n_out.is_multiple_of(8);
+        if repacked && rows == 1 {
+            // A mat-vec on repacked weights: the kernel in their order (the
+            // dot `batch_dot` gives one row in either batch order).
+            return self.repacked_rows[i];
+        }
         let ggml_not_vec_dot = self.ggml_batch
             && (matches!(ty, GgmlType::F32 | GgmlType::F16)
                 || (self.tiled[i].is_some() && rows >= 8));

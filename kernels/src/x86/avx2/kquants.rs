@@ -326,7 +326,7 @@ fn tiled_step(acc: f32, isum: i32, d: f32, min: Option<(f32, i32)>, d_a: f32) ->
 /// into its own f32 accumulator with `d·d_a` and `dmin·d_a`; the result is
 /// `acc − acc_min`.
 #[target_feature(enable = "avx2,fma,f16c")]
-fn q4_k_repacked(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+pub(crate) fn q4_k_repacked(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let (mut acc, mut acc_min) = (0f32, 0f32);
     for (xb, yb) in x.iter().zip(y) {
         let (sumi, prod) = q4_k_block(xb, yb);

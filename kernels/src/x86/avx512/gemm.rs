@@ -31,11 +31,11 @@ use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
-use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8};
+use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8, q4_k_repacked};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{
     iq4_xs_cols, iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni,
-    q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
+    q4_k_repacked_rows2, q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
 };
 use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack};
 use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
@@ -331,6 +331,42 @@ fn iq4_xs_cols_plain<const C: usize>(x: &[BlockIq4Xs], y: [&[BlockQ8K]; C]) -> [
 fn iq4_xs_cols_vbmi<const C: usize>(x: &[BlockIq4Xs], y: [&[BlockQ8K]; C]) -> [f32; C] {
     // SAFETY: this function enables every feature the body needs.
     unsafe { iq4_xs_cols::<true, C>(x, y) }
+}
+
+// Q4_K in the order of ggml's repacked gemv (`avx2::kquants::q4_k_repacked`,
+// the table's `weight_dot` for Q4_K matrices of `n_out % 8 == 0`): the
+// two-row kernel for a mat-vec, that dot itself for the rest.
+gemm_entry!(
+    gemm_q4_k_repacked,
+    BlockQ4K,
+    BlockQ8K,
+    256,
+    q4_k_repacked_cols,
+    rows2 |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
+        // SAFETY: `repacked_gemm_fn` hands the entry out only after detecting
+        // AVX512-VNNI and `Isa::Avx512.available()`.
+        Some(unsafe { q4_k_repacked_rows2(x[0], x[1], y) })
+    }
+);
+
+/// The repacked-order one-row dot per output (no shared column work: this
+/// serves the odd rows of a mat-vec).
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q4_k_repacked_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    y.map(|y| q4_k_repacked(x, y))
+}
+
+/// This tier's mat-vec kernel for weights of type `ty` in the order of
+/// ggml's repacked kernels (`KernelTable::weight_dot` where it repacks),
+/// if it has one.
+pub fn repacked_gemm_fn(ty: GgmlType) -> Option<GemmFn> {
+    if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
+        return None;
+    }
+    match ty {
+        GgmlType::Q4_K => Some(gemm_q4_k_repacked),
+        _ => None,
+    }
 }
 
 // ---------------------------------------------------------------- Q4_K

@@ -398,83 +398,133 @@ unsafe fn q6_k_row_block<const GFNI: bool>(
 /// one-row kernel's 24 (one thread).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q4_k_rows2(x0: &[BlockQ4K], x1: &[BlockQ4K], y: &[BlockQ8K]) -> [f32; 2] {
-    let m4 = _mm256_set1_epi8(0xF);
-    let lo16 = _mm256_set1_epi32(0xFFFF);
-    // f32 lanes of (d0, dmin0, d1, dmin1): dmin0 ×4 | dmin1 ×4.
-    let dmin_idx = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut acc_m = _mm256_setzero_ps();
-    let mut pairs = [0i32; 16];
-    for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
-        prefetch_rows2(x0, x1, b);
-        let head =
-            |x: &BlockQ4K| i32::from_le_bytes(bytemuck::bytes_of(x)[..4].try_into().unwrap());
-        let dd = _mm_mul_ps(
-            _mm_cvtph_ps(_mm_setr_epi32(head(xa), head(xb), 0, 0)),
-            _mm_set1_ps(yb.d),
-        );
-        let d = [
-            _mm256_broadcastss_ps(dd),
-            _mm256_broadcastss_ps(_mm_movehl_ps(dd, dd)),
-        ];
-        let dmin = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), dmin_idx);
-        // Row 0's scale bytes in the low 128-bit lane, row 1's in the high:
-        // per lane the eight scales, then the eight mins.
-        let u = k4_unpack2(_mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(k4_scale_bytes(xa)),
-            k4_scale_bytes(xb),
-        ));
-        // ggml's four lanes of the mins' dot per row: lane l is
-        // m_2l·(b_4l + b_4l+1) + m_2l+1·(b_4l+2 + b_4l+3) (exact in i32).
-        let bs = load_bsums(&yb.bsums);
-        let b2 = _mm256_permute4x64_epi64::<0b10_00_10_00>(_mm256_hadd_epi16(bs, bs));
-        let mins = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(_mm256_permute4x64_epi64::<
-            0b11_01_11_01,
-        >(u)));
-        let prod = _mm256_madd_epi16(mins, b2);
-        acc_m = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m);
-        // i32 lanes 0..4: row 0's (scale 2j, 2j+1) pairs, 8..12 row 1's.
-        let v32 = _mm512_cvtepu8_epi16(u);
-        // Two 256-bit stores: a dword load forwarded from one 512-bit store
-        // stalled (this kernel ran at 16 GB/s in cache that way).
-        // SAFETY: `pairs` is 64 writable bytes; `storeu` has no alignment requirement.
-        unsafe {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { q4_k_rows2_body::<false>(x0, x1, y) }
+}
+
+/// Two Q4_K rows against one Q8_K row in the order of ggml's repacked
+/// `q4_K_8x8` gemv (`avx2::kquants::q4_k_repacked`, the dot llama.cpp's x86
+/// build gives Q4_K matrices of `n_out % 8 == 0`): per row and block the
+/// exact i32 `Σ sc·(q·a)` and `Σ m·bsum`, each converted once and fused into
+/// its own f32 accumulator with `d·d_a` and `dmin·d_a` (four f32 lanes: row
+/// 0's two, row 1's two; lane for lane the scalar FMAs), the result
+/// `acc − acc_min`: the same bits as that one-row dot. The integer work is
+/// [`q4_k_rows2`]'s.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q4_k_repacked_rows2(x0: &[BlockQ4K], x1: &[BlockQ4K], y: &[BlockQ8K]) -> [f32; 2] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { q4_k_rows2_body::<true>(x0, x1, y) }
+}
+
+/// # Safety
+/// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled.
+#[inline(always)]
+unsafe fn q4_k_rows2_body<const REPACKED: bool>(
+    x0: &[BlockQ4K],
+    x1: &[BlockQ4K],
+    y: &[BlockQ8K],
+) -> [f32; 2] {
+    // SAFETY: loads read whole block fields (bounds-checked); the caller
+    // enables every feature needed.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0xF);
+        let lo16 = _mm256_set1_epi32(0xFFFF);
+        // f32 lanes of (d0, dmin0, d1, dmin1): dmin0 ×4 | dmin1 ×4.
+        let dmin_idx = _mm256_setr_epi32(1, 1, 1, 1, 3, 3, 3, 3);
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let mut acc_m = _mm256_setzero_ps();
+        // REPACKED: (acc0, acc1, acc_min0, acc_min1).
+        let mut acc4 = _mm_setzero_ps();
+        let mut pairs = [0i32; 16];
+        for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+            prefetch_rows2(x0, x1, b);
+            let head =
+                |x: &BlockQ4K| i32::from_le_bytes(bytemuck::bytes_of(x)[..4].try_into().unwrap());
+            let dd = _mm_mul_ps(
+                _mm_cvtph_ps(_mm_setr_epi32(head(xa), head(xb), 0, 0)),
+                _mm_set1_ps(yb.d),
+            );
+            // Row 0's scale bytes in the low 128-bit lane, row 1's in the high:
+            // per lane the eight scales, then the eight mins.
+            let u = k4_unpack2(_mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(k4_scale_bytes(xa)),
+                k4_scale_bytes(xb),
+            ));
+            // ggml's four lanes of the mins' dot per row: lane l is
+            // m_2l·(b_4l + b_4l+1) + m_2l+1·(b_4l+2 + b_4l+3) (exact in i32).
+            let bs = load_bsums(&yb.bsums);
+            let b2 = _mm256_permute4x64_epi64::<0b10_00_10_00>(_mm256_hadd_epi16(bs, bs));
+            let mins = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(_mm256_permute4x64_epi64::<
+                0b11_01_11_01,
+            >(u)));
+            let prod = _mm256_madd_epi16(mins, b2);
+            if !REPACKED {
+                let dmin = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), dmin_idx);
+                acc_m = _mm256_fnmadd_ps(dmin, _mm256_cvtepi32_ps(prod), acc_m);
+            }
+            // i32 lanes 0..4: row 0's (scale 2j, 2j+1) pairs, 8..12 row 1's.
+            let v32 = _mm512_cvtepu8_epi16(u);
+            // Two 256-bit stores: a dword load forwarded from one 512-bit store
+            // stalled (this kernel ran at 16 GB/s in cache that way).
             _mm256_storeu_si256(pairs.as_mut_ptr().cast(), _mm512_castsi512_si256(v32));
             _mm256_storeu_si256(
                 pairs[8..].as_mut_ptr().cast(),
                 _mm512_extracti64x4_epi64::<1>(v32),
             );
-        }
-        // Read back through memory: each broadcast below is then a load.
-        let pairs = std::hint::black_box(&pairs);
-        let mut sumi = [_mm256_setzero_si256(); 2];
-        for j in 0..4 {
-            let al = load_i8(at(&yb.qs, 64 * j));
-            let ah = load_i8(at(&yb.qs, 64 * j + 32));
-            for (r, xr) in [xa, xb].into_iter().enumerate() {
-                let q = load_u8(at(&xr.qs, 32 * j));
-                let z = _mm256_setzero_si256();
-                let dl = _mm256_dpbusd_epi32(z, _mm256_and_si256(q, m4), al);
-                // The high nibbles in place: 16 times their dot, so
-                // `<< 12` is `dh << 16`.
-                let dh = _mm256_dpbusd_epi32(z, _mm256_andnot_si256(m4, q), ah);
-                // (dl & 0xFFFF) | dh << 16: the i16 pairs (dl, dh).
-                let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
-                // The saturating form, which never saturates here (|lane| ≤
-                // 8·63·2·7680), so that LLVM keeps one instruction instead
-                // of splitting it into `pmaddwd` + `paddd` (18 % slower).
-                let pair = _mm256_set1_epi32(pairs[8 * r + j]);
-                sumi[r] = _mm256_dpwssds_epi32(sumi[r], m, pair);
+            // Read back through memory: each broadcast below is then a load.
+            let pairs = std::hint::black_box(&pairs);
+            let mut sumi = [_mm256_setzero_si256(); 2];
+            for j in 0..4 {
+                let al = load_i8(at(&yb.qs, 64 * j));
+                let ah = load_i8(at(&yb.qs, 64 * j + 32));
+                for (r, xr) in [xa, xb].into_iter().enumerate() {
+                    let q = load_u8(at(&xr.qs, 32 * j));
+                    let z = _mm256_setzero_si256();
+                    let dl = _mm256_dpbusd_epi32(z, _mm256_and_si256(q, m4), al);
+                    // The high nibbles in place: 16 times their dot, so
+                    // `<< 12` is `dh << 16`.
+                    let dh = _mm256_dpbusd_epi32(z, _mm256_andnot_si256(m4, q), ah);
+                    // (dl & 0xFFFF) | dh << 16: the i16 pairs (dl, dh).
+                    let m =
+                        _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
+                    // The saturating form, which never saturates here (|lane| ≤
+                    // 8·63·2·7680), so that LLVM keeps one instruction instead
+                    // of splitting it into `pmaddwd` + `paddd` (18 % slower).
+                    let pair = _mm256_set1_epi32(pairs[8 * r + j]);
+                    sumi[r] = _mm256_dpwssds_epi32(sumi[r], m, pair);
+                }
+            }
+            if REPACKED {
+                // (Σ sumi0, Σ sumi1, Σ prod0, Σ prod1), exact.
+                let h = _mm256_hadd_epi32(sumi[0], sumi[1]);
+                let h = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h));
+                let p = _mm_hadd_epi32(
+                    _mm256_castsi256_si128(prod),
+                    _mm256_extracti128_si256::<1>(prod),
+                );
+                let isums = _mm_hadd_epi32(h, p);
+                // (d0, d1, dmin0, dmin1) · d_a
+                let dd = _mm_permute_ps::<0b11_01_10_00>(dd);
+                acc4 = _mm_fmadd_ps(_mm_cvtepi32_ps(isums), dd, acc4);
+            } else {
+                let d = [
+                    _mm256_broadcastss_ps(dd),
+                    _mm256_broadcastss_ps(_mm_movehl_ps(dd, dd)),
+                ];
+                for r in 0..2 {
+                    acc[r] = _mm256_fmadd_ps(d[r], _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+                }
             }
         }
-        for r in 0..2 {
-            acc[r] = _mm256_fmadd_ps(d[r], _mm256_cvtepi32_ps(sumi[r]), acc[r]);
+        if REPACKED {
+            let a: [f32; 4] = std::mem::transmute(acc4);
+            return [a[0] - a[2], a[1] - a[3]];
         }
+        [
+            hsum_ps(acc[0]) + hsum128(_mm256_castps256_ps128(acc_m)),
+            hsum_ps(acc[1]) + hsum128(_mm256_extractf128_ps::<1>(acc_m)),
+        ]
     }
-    [
-        hsum_ps(acc[0]) + hsum128(_mm256_castps256_ps128(acc_m)),
-        hsum_ps(acc[1]) + hsum128(_mm256_extractf128_ps::<1>(acc_m)),
-    ]
 }
 
 // ---------------------------------------------------------------- IQ4_XS
@@ -555,6 +605,7 @@ pub(crate) unsafe fn iq4_xs_cols<const VBMI: bool, const C: usize>(
 mod tests {
     use super::*;
     use crate::scalar;
+    use crate::x86::avx2::kquants::q4_k_repacked;
     use crate::x86::avx512::kquants::{iq4_xs as iq4_xs_plain, iq4_xs_vbmi as iq4_xs_vbmi_row};
     use crate::GgmlType;
 
@@ -609,11 +660,11 @@ mod tests {
         }
     }
 
-    /// The Q4_K two-row kernel gives, for each row, the bits of the one-row
-    /// dot (random rows, 3 blocks, a few seeds; and rows whose scales and
+    /// Both Q4_K two-row kernels give, for each row, the bits of their
+    /// one-row dot (the plain and the repacked order; random rows, 3 blocks, a few seeds; and rows whose scales and
     /// mins are all 63 against activations of 127 / −128, the widest sums).
     #[test]
-    fn the_q4_k_two_row_kernel_is_the_one_row_dot() {
+    fn both_q4_k_two_row_kernels_are_their_one_row_dots() {
         if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
             return;
         }
@@ -628,6 +679,15 @@ mod tests {
             // SAFETY: AVX-512 with VNNI was detected above.
             let got = unsafe { q4_k_rows2(x0, x1, y) };
             assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+            // SAFETY: as above (AVX2, FMA, F16C are part of the tier).
+            let want = unsafe { [q4_k_repacked(x0, y), q4_k_repacked(x1, y)] };
+            // SAFETY: as above.
+            let got = unsafe { q4_k_repacked_rows2(x0, x1, y) };
+            assert_eq!(
+                got.map(f32::to_bits),
+                want.map(f32::to_bits),
+                "repacked order"
+            );
         };
         for _ in 0..8 {
             let (rows, act) = rows_and_act(GgmlType::Q4_K, &mut rnd);
