@@ -722,7 +722,6 @@ mod tests {
             return;
         }
         let vbmi = is_x86_feature_detected!("avx512vbmi");
-        let n = 3 * 256;
         let mut rnd = rnd_stream(0x7F4A_7C15);
         for _ in 0..8 {
             let (mut rows, act) = rows_and_act(GgmlType::IQ4_XS, &mut rnd);
