@@ -407,7 +407,7 @@ fn q4_k_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f32; C] {
                 let dl = _mm256_dpbusd_epi32(z, lo, load_i8(at(&yb.qs, 64 * j)));
                 let dh = _mm256_dpbusd_epi32(z, hi, load_i8(at(&yb.qs, 64 * j + 32)));
                 let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<16>(dh), lo16);
-                sumi[c] = _mm256_dpwssd_epi32(sumi[c], m, pair);
+                sumi[c] = _mm256_dpwssds_epi32(sumi[c], m, pair);
             }
         }
         for c in 0..C {

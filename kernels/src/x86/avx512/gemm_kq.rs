@@ -206,7 +206,7 @@ pub(crate) fn q5_k_cols<const C: usize>(x: &[BlockQ5K], y: [&[BlockQ8K]; C]) -> 
             let mut sumi = _mm512_setzero_si512();
             for j in 0..4 {
                 let p = _mm512_maddubs_epi16(q[j], load64(at64(&yb.qs, 64 * j)));
-                sumi = _mm512_dpwssd_epi32(sumi, p, s[j]);
+                sumi = _mm512_dpwssds_epi32(sumi, p, s[j]);
             }
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
         }
@@ -246,7 +246,7 @@ pub(crate) fn q5_k_rows2(x0: &[BlockQ5K], x1: &[BlockQ5K], y: &[BlockQ8K]) -> [f
                 let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(hb, one));
                 let q = _mm512_or_si512(v, hb);
                 let p = _mm512_maddubs_epi16(q, a[j]);
-                sumi = _mm512_dpwssd_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
+                sumi = _mm512_dpwssds_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
             }
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[r]);
         }
@@ -284,7 +284,7 @@ pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> 
             );
             for j in 0..4 {
                 let p = _mm512_maddubs_epi16(q[j], load64(at64(&yb.qs, 64 * j)));
-                sumi = _mm512_dpwssd_epi32(sumi, p, s[j]);
+                sumi = _mm512_dpwssds_epi32(sumi, p, s[j]);
             }
             acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[c]);
         }
@@ -377,7 +377,7 @@ unsafe fn q6_k_row_block<const GFNI: bool>(
         );
         for j in 0..4 {
             let p = _mm512_maddubs_epi16(q[j], a[j]);
-            sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_permutexvar_epi16(idxs[j], sc));
+            sumi = _mm512_dpwssds_epi32(sumi, p, _mm512_permutexvar_epi16(idxs[j], sc));
         }
         fold8(sumi)
     }

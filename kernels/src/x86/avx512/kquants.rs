@@ -26,6 +26,14 @@
 //! are its own (one 8-lane FMA per super-block, the mins as ggml sums them,
 //! one horizontal sum per row).
 //!
+//! Every scale step uses the saturating `dpwssds`, in this module and in
+//! `gemm`, `gemm_kq` and `lowbit`: no sum in these kernels comes near
+//! 2^31 (the widest, Q6_K's, stays under 2^25: 8 products of at most
+//! 2·63·128 by 128 plus 32·2·128·2048), so it gives the wrapping `dpwssd`'s
+//! integers; LLVM splits the plain intrinsic into `pmaddwd` + `paddd`, which
+//! cost the Q3_K and Q6_K mat-vecs 5–8 % in cache and full apex-miniplus
+//! decode about 3 % (`-t 1`, three A/B pairs).
+//!
 //! Entry points are safe fns over `#[target_feature]` bodies; `vec_dot_fn`
 //! hands them out only when the CPU also reports AVX512-VNNI, and the kernel
 //! table only asks this tier after `Isa::Avx512.available()` (F, BW, VL plus
@@ -267,7 +275,7 @@ pub(crate) fn q4_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
             let dh = _mm256_dpbusd_epi32(z, hi, load_i8(at(&yb.qs, 64 * j + 32)));
             // (dl & 0xFFFF) | dh << 16
             let m = _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
-            sumi = _mm256_dpwssd_epi32(sumi, m, _mm256_set1_epi32(pair));
+            sumi = _mm256_dpwssds_epi32(sumi, m, _mm256_set1_epi32(pair));
         }
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -299,7 +307,7 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
             let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(hb, one));
             let q = _mm512_or_si512(q, hb);
             let p = _mm512_maddubs_epi16(q, load64(at64(&yb.qs, 64 * j)));
-            sumi = _mm512_dpwssd_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
+            sumi = _mm512_dpwssds_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
     }
@@ -433,7 +441,7 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
         let q = unsafe { q6_k_levels(xb, m4, m3, sh02, sh46) };
         for (j, &qj) in q.iter().enumerate() {
             let p = _mm512_maddubs_epi16(qj, load64(at64(&yb.qs, 64 * j)));
-            sumi = _mm512_dpwssd_epi32(sumi, p, _mm512_permutexvar_epi16(idxs[j], sc));
+            sumi = _mm512_dpwssds_epi32(sumi, p, _mm512_permutexvar_epi16(idxs[j], sc));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc);
     }

@@ -174,7 +174,7 @@ pub(crate) unsafe fn dot_scale<const VNNI: bool>(acc: __m512i, p: __m512i, s: __
     // SAFETY: register-only intrinsics; the features are enabled by the caller.
     unsafe {
         if VNNI {
-            _mm512_dpwssd_epi32(acc, p, s)
+            _mm512_dpwssds_epi32(acc, p, s)
         } else {
             _mm512_add_epi32(acc, _mm512_madd_epi16(p, s))
         }
