@@ -487,9 +487,8 @@ unsafe fn q4_k_rows2_body<const REPACKED: bool>(
                     // (dl & 0xFFFF) | dh << 16: the i16 pairs (dl, dh).
                     let m =
                         _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
-                    // The saturating form, which never saturates here (|lane| ≤
-                    // 8·63·2·7680), so that LLVM keeps one instruction instead
-                    // of splitting it into `pmaddwd` + `paddd` (18 % slower).
+                    // Saturating: see `kquants` (here |lane| ≤ 8·63·2·7680;
+                    // the split form ran this kernel 18 % slower).
                     let pair = _mm256_set1_epi32(pairs[8 * r + j]);
                     sumi[r] = _mm256_dpwssds_epi32(sumi[r], m, pair);
                 }

@@ -165,7 +165,8 @@ pub(crate) unsafe fn lane_index(base: i16) -> __m512i {
     }
 }
 
-/// `acc + Σ pairs p·s` into i32 lanes.
+/// `acc + Σ pairs p·s` into i32 lanes (the saturating `dpwssds` never
+/// saturates here; see `kquants`).
 ///
 /// # Safety
 /// The caller must have AVX-512BW enabled, and AVX512-VNNI when `VNNI`.
