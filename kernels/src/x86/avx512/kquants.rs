@@ -154,6 +154,32 @@ pub(crate) fn hsum128(v: __m128) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
+/// Per 128-bit lane, the sums of the four i32 lanes of `d[0]`, `d[1]`,
+/// `d[2]`, `d[3]` (exact), by unpacks and adds: the integers of three
+/// `hadd`s. On Zen 4 `vphaddd` issues at one per two cycles (measured: 2.0
+/// cycles each, 0.33 for an unpack); the IQ4_XS mat-vec gained 1.5 % in
+/// cache. (Written as `shufps` pairs and adds, LLVM turns it back into
+/// `vphaddd`; it leaves this form alone.)
+#[inline(always)]
+pub(crate) fn fold4_i32(d: [__m256i; 4]) -> __m256i {
+    // SAFETY: register-only AVX2 intrinsics; every caller enables AVX2.
+    unsafe {
+        // [a0+a2, b0+b2, a1+a3, b1+b3] per lane.
+        let t01 = _mm256_add_epi32(
+            _mm256_unpacklo_epi32(d[0], d[1]),
+            _mm256_unpackhi_epi32(d[0], d[1]),
+        );
+        let t23 = _mm256_add_epi32(
+            _mm256_unpacklo_epi32(d[2], d[3]),
+            _mm256_unpackhi_epi32(d[2], d[3]),
+        );
+        _mm256_add_epi32(
+            _mm256_unpacklo_epi64(t01, t23),
+            _mm256_unpackhi_epi64(t01, t23),
+        )
+    }
+}
+
 // ---------------------------------------------------------------- Q4_K / Q5_K
 
 /// Q4_K/Q5_K's twelve packed scale bytes (the first twelve of `s`) as
@@ -570,9 +596,9 @@ pub(crate) unsafe fn iq4_xs_acts(yb: &BlockQ8K, c: &Iq4Consts) -> ([__m256i; 8],
 }
 
 /// The eight i32 lanes of one IQ4_XS block's dot (lane i: sub-block
-/// ORDER[i]'s exact `ls·Σ grid·a`): four `dpbusd` pairs, folded by three
-/// `hadd`s into one i32 per sub-block (order 0,2,4,6 | 1,3,5,7), the bias
-/// removed, one `mullo` by the scales.
+/// ORDER[i]'s exact `ls·Σ grid·a`): four `dpbusd` pairs, folded
+/// ([`fold4_i32`]) into one i32 per sub-block (order 0,2,4,6 | 1,3,5,7),
+/// the bias removed, one `mullo` by the scales.
 ///
 /// # Safety
 /// The caller must have AVX512 F/VL/VNNI and AVX2 enabled.
@@ -585,9 +611,7 @@ pub(crate) unsafe fn iq4_xs_sumi(lv: &Iq4Levels, acts: &[__m256i; 8], bias: __m2
             _mm256_dpbusd_epi32(d, lv.hi[p], acts[2 * p + 1])
         });
         // [0,0,2,2 | 1,1,3,3] and [4,4,6,6 | 5,5,7,7], then [0,2,4,6 | 1,3,5,7].
-        let h01 = _mm256_hadd_epi32(dots[0], dots[1]);
-        let h23 = _mm256_hadd_epi32(dots[2], dots[3]);
-        let per_sub = _mm256_add_epi32(_mm256_hadd_epi32(h01, h23), bias);
+        let per_sub = _mm256_add_epi32(fold4_i32(dots), bias);
         _mm256_mullo_epi32(per_sub, lv.ls)
     }
 }
