@@ -17,6 +17,9 @@
 //! exact; only the f32 summation order differs from `vec_dot`.
 //!
 //! **Q3_K** (`gemm_q3_k_prompt`): the same with levels + 4 (0..=7) and bias 4.
+//! **Q4_K** (`gemm_q4_k_prompt`): the same with the nibbles (0..=15, no
+//! bias) and, per 16-element half of each 32-element sub-block, the mins'
+//! term `dmin·mᵢ·bsum` taken off in f32.
 //! **Q8_0** (`gemm_q8_0_prompt`): levels + 128 against Q8_0 activations,
 //! the +128 taken off per 32-element block through each token's sum, then
 //! `d_w·d_a` per block.
@@ -24,7 +27,9 @@
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
+use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q3_k::BlockQ3K;
+use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
@@ -43,6 +48,7 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::isa::GemmFn> {
     match ty {
         GgmlType::Q6_K => Some(gemm_q6_k_prompt),
         GgmlType::Q3_K => Some(gemm_q3_k_prompt),
+        GgmlType::Q4_K => Some(gemm_q4_k_prompt),
         GgmlType::Q8_0 => Some(gemm_q8_0_prompt),
         _ => None,
     }
@@ -115,6 +121,8 @@ impl ActGroup {
 struct RowGroup {
     levels: Vec<u32>,
     scales: Vec<f32>,
+    /// Q4_K: `[row][n / 16]` the mins' scales `dmin·mᵢ` (empty otherwise).
+    mins: Vec<f32>,
 }
 
 /// The eight rows' results of one tile, `[row][token]`.
@@ -132,6 +140,8 @@ struct Format<W, A> {
     unpack: unsafe fn(&[W], &mut RowGroup, usize, usize),
     /// The unpacked rows against one activation group (`nb`, `n`).
     tile: unsafe fn(&RowGroup, &ActGroup, usize, usize, &mut Res),
+    /// Whether the rows have mins ([`RowGroup::mins`]).
+    mins: bool,
 }
 
 /// `out[i·out_stride + t] = W_i · x_t` for Q6_K weights and Q8_K
@@ -150,7 +160,8 @@ fn gemm_q6_k_prompt(
         per_scale: 16,
         group: ActGroup::k_quant::<32>,
         unpack: unpack_q6_k,
-        tile,
+        tile: tile::<false>,
+        mins: false,
     };
     prompt_gemm::<BlockQ6K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
@@ -170,9 +181,33 @@ fn gemm_q3_k_prompt(
         per_scale: 16,
         group: ActGroup::k_quant::<4>,
         unpack: unpack_q3_k,
-        tile,
+        tile: tile::<false>,
+        mins: false,
     };
     prompt_gemm::<BlockQ3K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
+}
+
+/// The same for Q4_K weights: the nibbles (no bias; the "bias" slot of the
+/// activation group holds each token's `bsum` per 16 elements), then the
+/// mins' term per 16 elements.
+fn gemm_q4_k_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let f = Format {
+        qk: 256,
+        per_scale: 16,
+        group: ActGroup::k_quant::<-1>,
+        unpack: unpack_q4_k,
+        tile: tile::<true>,
+        mins: true,
+    };
+    prompt_gemm::<BlockQ4K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
 
 /// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
@@ -193,6 +228,7 @@ fn gemm_q8_0_prompt(
         group: ActGroup::q8_0,
         unpack: unpack_q8_0,
         tile: tile_q8_0,
+        mins: false,
     };
     prompt_gemm::<BlockQ8_0, BlockQ8_0>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
@@ -234,12 +270,18 @@ fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
     let mut rg = RowGroup {
         levels: vec![0; ROWS * n / 4],
         scales: vec![0.0; ROWS * n / f.per_scale],
+        mins: if f.mins {
+            vec![0.0; ROWS * n / 16]
+        } else {
+            Vec::new()
+        },
     };
     let mut res = [[0f32; TOK]; ROWS];
     for i0 in (0..w_rows).step_by(ROWS) {
         let nr = ROWS.min(w_rows - i0);
         rg.levels.fill(0);
         rg.scales.fill(0.0);
+        rg.mins.fill(0.0);
         for r in 0..nr {
             let x: &[W] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
             // SAFETY: the features were checked above.
@@ -281,6 +323,36 @@ fn unpack_q3_k(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
     }
 }
 
+/// Unpacks Q4_K row `x` into slot `r` of `rg`: the nibbles in element
+/// order, `d·scᵢ` and `dmin·mᵢ` for both 16-element halves of sub-block i.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_q4_k(x: &[BlockQ4K], rg: &mut RowGroup, r: usize, n: usize) {
+    let m4 = _mm256_set1_epi8(0xF);
+    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+    let mn = &mut rg.mins[r * n / 16..(r + 1) * n / 16];
+    for (b, xb) in x.iter().enumerate() {
+        for j in 0..4 {
+            // SAFETY: 32 readable bytes; `loadu` has no alignment requirement.
+            let q = unsafe { _mm256_loadu_si256(xb.qs[32 * j..].as_ptr().cast()) };
+            let lo = _mm256_and_si256(q, m4);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+            // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
+            unsafe {
+                _mm256_storeu_si256(dst.as_mut_ptr().cast(), lo);
+                _mm256_storeu_si256(dst[8..].as_mut_ptr().cast(), hi);
+            }
+        }
+        let (d, dmin) = (f16_to_f32(xb.d), f16_to_f32(xb.dmin));
+        for i in 0..8 {
+            let (s_i, m_i) = get_scale_min_k4(i, &xb.scales);
+            sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(d * s_i as f32);
+            mn[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(dmin * m_i as f32);
+        }
+    }
+}
+
 /// Unpacks Q6_K row `x` into slot `r` of `rg`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q6_k(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
@@ -305,8 +377,10 @@ fn unpack_q6_k(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
 }
 
 /// The eight unpacked rows of `rg` against the 16 tokens of `g`: `res[r][t]`.
+/// `MINS` (Q4_K): the sums start at zero and `g.bias` holds each token's
+/// `bsum` per 16 elements, taken off in f32 times `rg.mins`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
+fn tile<const MINS: bool>(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
     let (q4, q16) = (n / 4, n / 16);
     assert!(
         rg.levels.len() >= ROWS * q4
@@ -314,7 +388,8 @@ fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
             && g.qs.len() >= nb * 64 * TOK
             && g.bias.len() >= nb * 16 * TOK
             && g.d.len() >= nb * TOK
-            && n >= nb * 256,
+            && n >= nb * 256
+            && (!MINS || rg.mins.len() >= ROWS * q16),
         "tile: shapes"
     );
     let (lv, sc) = (rg.levels.as_ptr(), rg.scales.as_ptr());
@@ -327,7 +402,8 @@ fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
         for b in 0..nb {
             let mut blk = [_mm512_setzero_ps(); ROWS];
             for s in 0..16 {
-                let init = _mm512_loadu_si512(bias.add((b * 16 + s) * TOK).cast());
+                let bias_s = _mm512_loadu_si512(bias.add((b * 16 + s) * TOK).cast());
+                let init = if MINS { _mm512_setzero_si512() } else { bias_s };
                 let mut acc = [init; ROWS];
                 let kk0 = b * 64 + 4 * s;
                 for k in 0..4 {
@@ -340,6 +416,14 @@ fn tile(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
                 for (r, bl) in blk.iter_mut().enumerate() {
                     let scale = _mm512_set1_ps(*sc.add(r * q16 + b * 16 + s));
                     *bl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), scale, *bl);
+                }
+                if MINS {
+                    let bsum = _mm512_cvtepi32_ps(bias_s);
+                    let mn = rg.mins.as_ptr();
+                    for (r, bl) in blk.iter_mut().enumerate() {
+                        let m = _mm512_set1_ps(*mn.add(r * q16 + b * 16 + s));
+                        *bl = _mm512_fnmadd_ps(bsum, m, *bl);
+                    }
                 }
             }
             let d = _mm512_loadu_ps(dp.add(b * TOK));
