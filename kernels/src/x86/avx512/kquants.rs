@@ -479,7 +479,7 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 /// The IQ4_NL grid biased to unsigned (`G + 128 ∈ 1..=241`), built at
 /// compile time: an `array::map` here was an out-of-line call per row that
 /// cost the VBMI kernel ~15 % in cache (a row is only 16 blocks).
-const BIASED_GRID: [u8; 16] = {
+pub(crate) const BIASED_GRID: [u8; 16] = {
     let mut b = [0u8; 16];
     let mut i = 0;
     while i < 16 {

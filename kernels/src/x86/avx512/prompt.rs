@@ -20,6 +20,8 @@
 //! **Q4_K** (`gemm_q4_k_prompt`): the same with the nibbles (0..=15, no
 //! bias) and, per 16-element half of each 32-element sub-block, the mins'
 //! term `dmin·mᵢ·bsum` taken off in f32.
+//! **IQ4_XS** (`gemm_iq4_xs_prompt`): the grid values + 128 (1..=241) and
+//! bias 128, the scale `d·(lsᵢ − 32)` for both halves of sub-block i.
 //! **Q8_0** (`gemm_q8_0_prompt`): levels + 128 against Q8_0 activations,
 //! the +128 taken off per 32-element block through each token's sum, then
 //! `d_w·d_a` per block.
@@ -27,6 +29,7 @@
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
+use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_k::BlockQ4K;
@@ -35,8 +38,8 @@ use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::f16_to_f32;
 use crate::x86::avx512::gemm::check_shapes;
-use crate::x86::avx512::kquants::halves_i16;
 use crate::x86::avx512::kquants::q6_k_levels;
+use crate::x86::avx512::kquants::{halves_i16, BIASED_GRID};
 use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::GgmlType;
 
@@ -49,6 +52,7 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::isa::GemmFn> {
         GgmlType::Q6_K => Some(gemm_q6_k_prompt),
         GgmlType::Q3_K => Some(gemm_q3_k_prompt),
         GgmlType::Q4_K => Some(gemm_q4_k_prompt),
+        GgmlType::IQ4_XS => Some(gemm_iq4_xs_prompt),
         GgmlType::Q8_0 => Some(gemm_q8_0_prompt),
         _ => None,
     }
@@ -210,6 +214,27 @@ fn gemm_q4_k_prompt(
     prompt_gemm::<BlockQ4K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
 
+/// The same for IQ4_XS weights (grid values + 128; bias 128).
+fn gemm_iq4_xs_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let f = Format {
+        qk: 256,
+        per_scale: 16,
+        group: ActGroup::k_quant::<128>,
+        unpack: unpack_iq4_xs,
+        tile: tile::<false>,
+        mins: false,
+    };
+    prompt_gemm::<BlockIq4Xs, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
+}
+
 /// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
 /// levels + 128 against 16 tokens per `vpdpbusd`, the +128 taken off per
 /// block through each token's sum, then `d_w·d_a` per block.
@@ -349,6 +374,35 @@ fn unpack_q4_k(x: &[BlockQ4K], rg: &mut RowGroup, r: usize, n: usize) {
             let (s_i, m_i) = get_scale_min_k4(i, &xb.scales);
             sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(d * s_i as f32);
             mn[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(dmin * m_i as f32);
+        }
+    }
+}
+
+/// Unpacks IQ4_XS row `x` into slot `r` of `rg`: the grid values + 128 in
+/// element order (sub-block i: its 16 `qs` bytes' low nibbles, then their
+/// high nibbles), `d·(lsᵢ − 32)` for both 16-element halves.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_iq4_xs(x: &[BlockIq4Xs], rg: &mut RowGroup, r: usize, n: usize) {
+    let m4 = _mm_set1_epi8(0xF);
+    // SAFETY: 16 readable bytes; `loadu` has no alignment requirement.
+    let values = unsafe { _mm_loadu_si128(BIASED_GRID.as_ptr().cast()) };
+    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+    for (b, xb) in x.iter().enumerate() {
+        for i in 0..8 {
+            // SAFETY: 16 readable bytes; `loadu` has no alignment requirement.
+            let q = unsafe { _mm_loadu_si128(xb.qs[16 * i..].as_ptr().cast()) };
+            let lo = _mm_shuffle_epi8(values, _mm_and_si128(q, m4));
+            let hi = _mm_shuffle_epi8(values, _mm_and_si128(_mm_srli_epi16::<4>(q), m4));
+            let dst = &mut lv[b * 64 + 8 * i..b * 64 + 8 * i + 8];
+            // SAFETY: `dst` is 8 writable dwords; `storeu` has no alignment requirement.
+            unsafe {
+                _mm_storeu_si128(dst.as_mut_ptr().cast(), lo);
+                _mm_storeu_si128(dst[4..].as_mut_ptr().cast(), hi);
+            }
+            let ls = ((xb.scales_l[i / 2] >> (4 * (i % 2))) & 0xF) as i32
+                | (((xb.scales_h >> (2 * i)) & 3) << 4) as i32;
+            sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(f16_to_f32(xb.d) * (ls - 32) as f32);
         }
     }
 }
