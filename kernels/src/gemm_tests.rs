@@ -265,8 +265,8 @@ fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
     #[cfg(target_arch = "x86_64")]
     if Isa::Avx512.available() && std::is_x86_feature_detected!("avx512vnni") {
         assert!(
-            checked >= 5,
-            "the AVX-512 tier has Q6_K, Q4_K, Q3_K, IQ4_XS and Q8_0 prompt kernels"
+            checked >= 6,
+            "the AVX-512 tier has Q6_K, Q5_K, Q4_K, Q3_K, IQ4_XS and Q8_0 prompt kernels"
         );
     }
     let _ = checked;

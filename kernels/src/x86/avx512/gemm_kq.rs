@@ -567,7 +567,7 @@ unsafe fn iq4_xs_rows2_body<const VBMI: bool>(
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
             }
         }
-        acc.map(iq4_xs_hsum)
+        std::array::from_fn(|c| iq4_xs_hsum(acc[c]))
     }
 }
 
@@ -596,7 +596,7 @@ pub(crate) unsafe fn iq4_xs_cols<const VBMI: bool, const C: usize>(
                 *a = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * xd), _mm256_cvtepi32_ps(sumi), *a);
             }
         }
-        acc.map(iq4_xs_hsum)
+        std::array::from_fn(|c| iq4_xs_hsum(acc[c]))
     }
 }
 

@@ -618,15 +618,13 @@ pub(crate) unsafe fn iq4_xs_sumi(lv: &Iq4Levels, acts: &[__m256i; 8], bias: __m2
 
 /// The IQ4_XS row sum: the two 128-bit halves of `acc`, then
 /// [`hsum128`].
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2")]
 pub(crate) fn iq4_xs_hsum(acc: __m256) -> f32 {
-    // SAFETY: register-only AVX intrinsics; every caller enables AVX2.
-    unsafe {
-        hsum128(_mm_add_ps(
-            _mm256_castps256_ps128(acc),
-            _mm256_extractf128_ps::<1>(acc),
-        ))
-    }
+    hsum128(_mm_add_ps(
+        _mm256_castps256_ps128(acc),
+        _mm256_extractf128_ps::<1>(acc),
+    ))
 }
 
 /// IQ4_XS against Q8_K with the sub-block scales applied once per

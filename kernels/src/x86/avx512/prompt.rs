@@ -20,6 +20,8 @@
 //! **Q4_K** (`gemm_q4_k_prompt`): the same with the nibbles (0..=15, no
 //! bias) and, per 16-element half of each 32-element sub-block, the mins'
 //! term `dmin·mᵢ·bsum` taken off in f32.
+//! **Q5_K** (`gemm_q5_k_prompt`): as Q4_K with the fifth bit from `qh`
+//! (levels 0..=31).
 //! **IQ4_XS** (`gemm_iq4_xs_prompt`): the grid values + 128 (1..=241) and
 //! bias 128, the scale `d·(lsᵢ − 32)` for both halves of sub-block i.
 //! **Q8_0** (`gemm_q8_0_prompt`): levels + 128 against Q8_0 activations,
@@ -33,6 +35,7 @@ use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_k::BlockQ4K;
+use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
@@ -52,6 +55,7 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::isa::GemmFn> {
         GgmlType::Q6_K => Some(gemm_q6_k_prompt),
         GgmlType::Q3_K => Some(gemm_q3_k_prompt),
         GgmlType::Q4_K => Some(gemm_q4_k_prompt),
+        GgmlType::Q5_K => Some(gemm_q5_k_prompt),
         GgmlType::IQ4_XS => Some(gemm_iq4_xs_prompt),
         GgmlType::Q8_0 => Some(gemm_q8_0_prompt),
         _ => None,
@@ -214,6 +218,27 @@ fn gemm_q4_k_prompt(
     prompt_gemm::<BlockQ4K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
 
+/// The same for Q5_K weights (levels 0..=31, mins as Q4_K's).
+fn gemm_q5_k_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let f = Format {
+        qk: 256,
+        per_scale: 16,
+        group: ActGroup::k_quant::<-1>,
+        unpack: unpack_q5_k,
+        tile: tile::<true>,
+        mins: true,
+    };
+    prompt_gemm::<BlockQ5K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
+}
+
 /// The same for IQ4_XS weights (grid values + 128; bias 128).
 fn gemm_iq4_xs_prompt(
     n: usize,
@@ -352,26 +377,75 @@ fn unpack_q3_k(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
 /// order, `d·scᵢ` and `dmin·mᵢ` for both 16-element halves of sub-block i.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q4_k(x: &[BlockQ4K], rg: &mut RowGroup, r: usize, n: usize) {
-    let m4 = _mm256_set1_epi8(0xF);
-    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
-    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
-    let mn = &mut rg.mins[r * n / 16..(r + 1) * n / 16];
     for (b, xb) in x.iter().enumerate() {
+        // SAFETY: this function enables AVX2.
+        unsafe { unpack_k4_block(rg, r, n, b, (xb.d, xb.dmin, &xb.scales, &xb.qs), None) };
+    }
+}
+
+/// Unpacks Q5_K row `x` into slot `r` of `rg`: as [`unpack_q4_k`], bit 4
+/// of each level from `qh`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_q5_k(x: &[BlockQ5K], rg: &mut RowGroup, r: usize, n: usize) {
+    for (b, xb) in x.iter().enumerate() {
+        // SAFETY: this function enables AVX2.
+        unsafe {
+            unpack_k4_block(
+                rg,
+                r,
+                n,
+                b,
+                (xb.d, xb.dmin, &xb.scales, &xb.qs),
+                Some(&xb.qh),
+            )
+        };
+    }
+}
+
+/// Block `b` of a Q4_K / Q5_K row (`d`, `dmin`, the twelve scale bytes, the
+/// nibbles; Q5_K's `qh`) into slot `r` of `rg`. Piece j (32 `qs` bytes)
+/// holds elements 64j..64j+32 in its low nibbles and 64j+32..64j+64 in its
+/// high ones; their bit 4 is bit 2j, resp. 2j+1, of `qh[l]`.
+///
+/// # Safety
+/// The caller must have AVX2 enabled.
+#[inline(always)]
+unsafe fn unpack_k4_block(
+    rg: &mut RowGroup,
+    r: usize,
+    n: usize,
+    b: usize,
+    (d, dmin, scales, qs): (half::f16, half::f16, &[u8; 12], &[u8; 128]),
+    qh: Option<&[u8; 32]>,
+) {
+    // SAFETY: loads and stores of whole 32-byte pieces of these arrays; the
+    // caller enables AVX2.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0xF);
+        let one = _mm256_set1_epi8(1);
+        let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+        let h = qh.map(|h| _mm256_loadu_si256(h.as_ptr().cast()));
         for j in 0..4 {
-            // SAFETY: 32 readable bytes; `loadu` has no alignment requirement.
-            let q = unsafe { _mm256_loadu_si256(xb.qs[32 * j..].as_ptr().cast()) };
-            let lo = _mm256_and_si256(q, m4);
-            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
-            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
-            // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
-            unsafe {
-                _mm256_storeu_si256(dst.as_mut_ptr().cast(), lo);
-                _mm256_storeu_si256(dst[8..].as_mut_ptr().cast(), hi);
+            let q = _mm256_loadu_si256(qs[32 * j..].as_ptr().cast());
+            let mut lo = _mm256_and_si256(q, m4);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            if let Some(h) = h {
+                let bit = |s: i32| {
+                    let v = _mm256_srl_epi16(h, _mm_cvtsi32_si128(s));
+                    _mm256_slli_epi16::<4>(_mm256_and_si256(v, one))
+                };
+                lo = _mm256_or_si256(lo, bit(2 * j as i32));
+                hi = _mm256_or_si256(hi, bit(2 * j as i32 + 1));
             }
+            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+            _mm256_storeu_si256(dst.as_mut_ptr().cast(), lo);
+            _mm256_storeu_si256(dst[8..].as_mut_ptr().cast(), hi);
         }
-        let (d, dmin) = (f16_to_f32(xb.d), f16_to_f32(xb.dmin));
+        let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
+        let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+        let mn = &mut rg.mins[r * n / 16..(r + 1) * n / 16];
         for i in 0..8 {
-            let (s_i, m_i) = get_scale_min_k4(i, &xb.scales);
+            let (s_i, m_i) = get_scale_min_k4(i, scales);
             sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(d * s_i as f32);
             mn[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(dmin * m_i as f32);
         }
