@@ -438,11 +438,12 @@ impl KernelTable {
     }
 
     /// The multi-row kernel for a batch of `rows` activation rows whose every
-    /// output is the plain `vec_dot` of this tier: not on weights ggml
-    /// repacks, and in llama.cpp batch order only where that order is
-    /// `vec_dot`'s too ([`KernelTable::batch_dot`]; not for F32 / F16, which
-    /// take tinyBLAS's). `None` elsewhere, so a batch row always equals what
-    /// the per-row path would give, bit for bit.
+    /// output is [`KernelTable::batch_dot`]'s: on weights ggml repacks, the
+    /// kernel in the repacked order for one row (a mat-vec) and none for
+    /// more; elsewhere the tier's `vec_dot`-order kernel, in llama.cpp batch
+    /// order only where that order is `vec_dot`'s too (not for F32 / F16,
+    /// which take tinyBLAS's). `None` otherwise, so a batch row always
+    /// equals what the per-row path would give, bit for bit.
     pub fn gemm_for_batch(&self, ty: GgmlType, n_out: usize, rows: usize) -> Option<GemmFn> {
         let i = type_index(ty);
         let repacked = self.repacked[i].is_some() && n_out.is_multiple_of(8);
