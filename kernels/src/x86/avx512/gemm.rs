@@ -34,10 +34,10 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8, q4_k_repacked};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{
-    iq4_xs_cols, iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni,
-    q4_k_repacked_rows2, q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
+    iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni, q4_k_repacked_rows2,
+    q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
 };
-use crate::x86::avx512::kquants::{hsum128, k4_mins, k4_scale_bytes, k4_unpack};
+use crate::x86::avx512::kquants::{hsum128, iq4_xs_cols, k4_mins, k4_scale_bytes, k4_unpack};
 use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
 use crate::GgmlType;
 
@@ -319,14 +319,14 @@ gemm_entry!(
     }
 );
 
-/// `gemm_kq::iq4_xs_cols` looking the grid up with `pshufb`.
+/// `kquants::iq4_xs_cols` looking the grid up with `pshufb`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn iq4_xs_cols_plain<const C: usize>(x: &[BlockIq4Xs], y: [&[BlockQ8K]; C]) -> [f32; C] {
     // SAFETY: this function enables every feature the body needs.
     unsafe { iq4_xs_cols::<false, C>(x, y) }
 }
 
-/// `gemm_kq::iq4_xs_cols` looking the grid up with `vpermb`.
+/// `kquants::iq4_xs_cols` looking the grid up with `vpermb`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 fn iq4_xs_cols_vbmi<const C: usize>(x: &[BlockIq4Xs], y: [&[BlockQ8K]; C]) -> [f32; C] {
     // SAFETY: this function enables every feature the body needs.

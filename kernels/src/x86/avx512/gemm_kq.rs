@@ -571,35 +571,6 @@ unsafe fn iq4_xs_rows2_body<const VBMI: bool>(
     }
 }
 
-/// One IQ4_XS row against `C` Q8_K rows: `kquants::iq4_xs` per output, the
-/// weight side ([`iq4_xs_levels`]) unpacked once per block.
-///
-/// # Safety
-/// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled,
-/// and AVX512-VBMI when `VBMI`.
-#[inline(always)]
-pub(crate) unsafe fn iq4_xs_cols<const VBMI: bool, const C: usize>(
-    x: &[BlockIq4Xs],
-    y: [&[BlockQ8K]; C],
-) -> [f32; C] {
-    // SAFETY: the caller enables every feature the helpers need.
-    unsafe {
-        let c = Iq4Consts::new();
-        let mut acc = [_mm256_setzero_ps(); C];
-        for (b, xb) in x.iter().enumerate() {
-            let lv = iq4_xs_levels::<VBMI>(xb, &c);
-            let xd = f16_to_f32(xb.d);
-            for (col, a) in acc.iter_mut().enumerate() {
-                let yb = &y[col][b];
-                let (acts, bias) = iq4_xs_acts(yb, &c);
-                let sumi = iq4_xs_sumi(&lv, &acts, bias);
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * xd), _mm256_cvtepi32_ps(sumi), *a);
-            }
-        }
-        std::array::from_fn(|c| iq4_xs_hsum(acc[c]))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -627,8 +627,8 @@ pub(crate) fn iq4_xs_hsum(acc: __m256) -> f32 {
     ))
 }
 
-/// IQ4_XS against Q8_K with the sub-block scales applied once per
-/// super-block ([`iq4_xs_levels`], [`iq4_xs_acts`], [`iq4_xs_sumi`]): one
+/// One IQ4_XS row against `C` Q8_K rows (the weight side unpacked once
+/// per block), the sub-block scales applied once per super-block ([`iq4_xs_levels`], [`iq4_xs_acts`], [`iq4_xs_sumi`]): one
 /// 8-lane FMA per block, `d` times the lanes. The i32 lanes are exact; a
 /// lane still holding bias (the bias cancels only across lanes) can pass
 /// 2^24 and round once when converted, which happens only when Σ|w·a| is far
@@ -639,35 +639,42 @@ pub(crate) fn iq4_xs_hsum(acc: __m256) -> f32 {
 /// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled,
 /// and AVX512-VBMI when `VBMI`.
 #[inline(always)]
-unsafe fn iq4_xs_body<const VBMI: bool>(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
+pub(crate) unsafe fn iq4_xs_cols<const VBMI: bool, const C: usize>(
+    x: &[BlockIq4Xs],
+    y: [&[BlockQ8K]; C],
+) -> [f32; C] {
     // SAFETY: the caller enables every feature the helpers need.
     unsafe {
         let c = Iq4Consts::new();
-        let mut acc = _mm256_setzero_ps();
-        for (xb, yb) in x.iter().zip(y) {
-            let d = yb.d * f16_to_f32(xb.d);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (b, xb) in x.iter().enumerate() {
             let lv = iq4_xs_levels::<VBMI>(xb, &c);
-            let (acts, bias) = iq4_xs_acts(yb, &c);
-            let sumi = iq4_xs_sumi(&lv, &acts, bias);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+            let xd = f16_to_f32(xb.d);
+            for (col, a) in acc.iter_mut().enumerate() {
+                let yb = &y[col][b];
+                let (acts, bias) = iq4_xs_acts(yb, &c);
+                let sumi = iq4_xs_sumi(&lv, &acts, bias);
+                *a = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * xd), _mm256_cvtepi32_ps(sumi), *a);
+            }
         }
-        iq4_xs_hsum(acc)
+        std::array::from_fn(|c| iq4_xs_hsum(acc[c]))
     }
 }
 
-/// [`iq4_xs_body`] looking the grid up with `pshufb`.
+/// IQ4_XS · Q8_K ([`iq4_xs_cols`] of one row), the grid looked up with
+/// `pshufb`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn iq4_xs(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     // SAFETY: this function enables every feature the body needs.
-    unsafe { iq4_xs_body::<false>(x, y) }
+    unsafe { iq4_xs_cols::<false, 1>(x, [y])[0] }
 }
 
-/// [`iq4_xs_body`] looking the grid up with `vpermb` (one op fewer per
+/// The same looking the grid up with `vpermb` (one op fewer per
 /// nibble: no mask); the same bits as [`iq4_xs`].
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 pub(crate) fn iq4_xs_vbmi(x: &[BlockIq4Xs], y: &[BlockQ8K]) -> f32 {
     // SAFETY: this function enables every feature the body needs.
-    unsafe { iq4_xs_body::<true>(x, y) }
+    unsafe { iq4_xs_cols::<true, 1>(x, [y])[0] }
 }
 
 #[cfg(test)]

@@ -152,136 +152,99 @@ struct Format<W, A> {
     mins: bool,
 }
 
-/// `out[i·out_stride + t] = W_i · x_t` for Q6_K weights and Q8_K
-/// activations, in this module's order (see the module doc). A `GemmFn`.
-fn gemm_q6_k_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let f = Format {
-        qk: 256,
-        per_scale: 16,
-        group: ActGroup::k_quant::<32>,
-        unpack: unpack_q6_k,
-        tile: tile::<false>,
-        mins: false,
-    };
-    prompt_gemm::<BlockQ6K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
+impl<W> Format<W, BlockQ8K> {
+    /// A 256-element block against Q8_K with a scale per 16 elements: the
+    /// levels offset by `BIAS` and `group = ActGroup::k_quant::<BIAS>`, or
+    /// (`mins`) unbiased with the mins' term.
+    fn k256(
+        group: fn(&[&[BlockQ8K]], usize) -> ActGroup,
+        unpack: unsafe fn(&[W], &mut RowGroup, usize, usize),
+        mins: bool,
+    ) -> Self {
+        Format {
+            qk: 256,
+            per_scale: 16,
+            group,
+            unpack,
+            tile: if mins { tile::<true> } else { tile::<false> },
+            mins,
+        }
+    }
 }
 
-/// The same for Q3_K weights (levels + 4, 0..=7; bias 4).
-fn gemm_q3_k_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let f = Format {
-        qk: 256,
-        per_scale: 16,
-        group: ActGroup::k_quant::<4>,
-        unpack: unpack_q3_k,
-        tile: tile::<false>,
-        mins: false,
+/// A `GemmFn` running [`prompt_gemm`] with format `$f` over blocks `$w`
+/// (weights) and `$a` (activations).
+macro_rules! prompt_entry {
+    ($(#[$doc:meta])* $name:ident, $w:ty, $a:ty, $f:expr) => {
+        $(#[$doc])*
+        fn $name(
+            n: usize,
+            w: &[u8],
+            w_rows: usize,
+            act: &[u8],
+            act_rows: usize,
+            out: &mut [f32],
+            out_stride: usize,
+        ) {
+            prompt_gemm::<$w, $a>(&$f, n, w, act, out, (w_rows, act_rows, out_stride));
+        }
     };
-    prompt_gemm::<BlockQ3K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
 }
 
-/// The same for Q4_K weights: the nibbles (no bias; the "bias" slot of the
-/// activation group holds each token's `bsum` per 16 elements), then the
-/// mins' term per 16 elements.
-fn gemm_q4_k_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let f = Format {
-        qk: 256,
-        per_scale: 16,
-        group: ActGroup::k_quant::<-1>,
-        unpack: unpack_q4_k,
-        tile: tile::<true>,
-        mins: true,
-    };
-    prompt_gemm::<BlockQ4K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
-}
-
-/// The same for Q5_K weights (levels 0..=31, mins as Q4_K's).
-fn gemm_q5_k_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let f = Format {
-        qk: 256,
-        per_scale: 16,
-        group: ActGroup::k_quant::<-1>,
-        unpack: unpack_q5_k,
-        tile: tile::<true>,
-        mins: true,
-    };
-    prompt_gemm::<BlockQ5K, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
-}
-
-/// The same for IQ4_XS weights (grid values + 128; bias 128).
-fn gemm_iq4_xs_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let f = Format {
-        qk: 256,
-        per_scale: 16,
-        group: ActGroup::k_quant::<128>,
-        unpack: unpack_iq4_xs,
-        tile: tile::<false>,
-        mins: false,
-    };
-    prompt_gemm::<BlockIq4Xs, BlockQ8K>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
-}
-
-/// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
-/// levels + 128 against 16 tokens per `vpdpbusd`, the +128 taken off per
-/// block through each token's sum, then `d_w·d_a` per block.
-fn gemm_q8_0_prompt(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    let f = Format {
+prompt_entry!(
+    /// `out[i·out_stride + t] = W_i · x_t` for Q6_K weights and Q8_K
+    /// activations, in this module's order (see the module doc).
+    gemm_q6_k_prompt,
+    BlockQ6K,
+    BlockQ8K,
+    Format::k256(ActGroup::k_quant::<32>, unpack_q6_k, false)
+);
+prompt_entry!(
+    /// The same for Q3_K weights (levels + 4, 0..=7; bias 4).
+    gemm_q3_k_prompt,
+    BlockQ3K,
+    BlockQ8K,
+    Format::k256(ActGroup::k_quant::<4>, unpack_q3_k, false)
+);
+prompt_entry!(
+    /// The same for Q4_K weights: the nibbles (no bias; the "bias" slot of
+    /// the activation group holds each token's `bsum` per 16 elements),
+    /// then the mins' term per 16 elements.
+    gemm_q4_k_prompt,
+    BlockQ4K,
+    BlockQ8K,
+    Format::k256(ActGroup::k_quant::<-1>, unpack_q4_k, true)
+);
+prompt_entry!(
+    /// The same for Q5_K weights (levels 0..=31, mins as Q4_K's).
+    gemm_q5_k_prompt,
+    BlockQ5K,
+    BlockQ8K,
+    Format::k256(ActGroup::k_quant::<-1>, unpack_q5_k, true)
+);
+prompt_entry!(
+    /// The same for IQ4_XS weights (grid values + 128; bias 128).
+    gemm_iq4_xs_prompt,
+    BlockIq4Xs,
+    BlockQ8K,
+    Format::k256(ActGroup::k_quant::<128>, unpack_iq4_xs, false)
+);
+prompt_entry!(
+    /// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
+    /// levels + 128 against 16 tokens per `vpdpbusd`, the +128 taken off per
+    /// block through each token's sum, then `d_w·d_a` per block.
+    gemm_q8_0_prompt,
+    BlockQ8_0,
+    BlockQ8_0,
+    Format {
         qk: 32,
         per_scale: 32,
         group: ActGroup::q8_0,
         unpack: unpack_q8_0,
         tile: tile_q8_0,
         mins: false,
-    };
-    prompt_gemm::<BlockQ8_0, BlockQ8_0>(&f, n, w, act, out, (w_rows, act_rows, out_stride));
-}
+    }
+);
 
 /// The driver: activation groups of 16 tokens, weight rows eight at a
 /// time, each unpacked once and then run against every group.
