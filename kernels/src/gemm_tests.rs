@@ -134,11 +134,19 @@ fn a_mat_vec_gives_every_row_the_tiers_weight_dot_bit_for_bit() {
     // Decode's product: with `n_out % 8 == 0` Q4_K takes the order of ggml's
     // repacked gemv (the table's `weight_dot`), through a two-row kernel
     // where the tier has one; every type's row must be that dot's bits.
+    // IQ4_XS also at a length past the activation layout its AVX-512
+    // two-row kernel prepares once per call (128 blocks), where every row
+    // takes the one-row kernel instead.
     for isa in Isa::all_available() {
         let kt = KernelTable::new(isa);
         for ty in TYPES {
-            for n_out in [40usize, 37] {
-                let n = 3 * ty.block_size().max(256);
+            let short = 3 * ty.block_size().max(256);
+            let lengths = if ty == GgmlType::IQ4_XS {
+                vec![short, 129 * 256]
+            } else {
+                vec![short]
+            };
+            for (n_out, n) in lengths.into_iter().flat_map(|n| [(40usize, n), (37, n)]) {
                 let mut rng = Rng(900 + n_out as u64 + ty.id() as u64);
                 let (wb, _) = quantized(ty, n, n_out, &mut rng);
                 let m = QMatrix::new(ty, n, n_out, wb.bytes()).unwrap();

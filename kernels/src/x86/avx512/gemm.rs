@@ -37,7 +37,9 @@ use crate::x86::avx512::gemm_kq::{
     iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni, q4_k_repacked_rows2,
     q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
 };
-use crate::x86::avx512::kquants::{hsum128, iq4_xs_cols, k4_mins, k4_scale_bytes, k4_unpack};
+use crate::x86::avx512::kquants::{
+    hsum128, iq4_xs_cols, iq4_xs_prepare, k4_mins, k4_scale_bytes, k4_unpack, Iq4Acts,
+};
 use crate::x86::avx512::legacy::{dot_ss, join, split, sym_tail};
 use crate::GgmlType;
 
@@ -94,6 +96,13 @@ pub(super) fn check_shapes(
     true
 }
 
+/// The activation row as it comes: the `$prep` of the two-row kernels that
+/// read the activation blocks themselves.
+fn as_is<T>(a: &[T], f: &mut dyn FnMut(&[T])) -> bool {
+    f(a);
+    true
+}
+
 /// The shared driver: for every weight row, groups of up to [`COLS`]
 /// activation rows (`eight`: [`COLS_K`]), each group one call of
 /// `kernel::<C>`; `rows2`: a two-weight-row kernel for a mat-vec.
@@ -105,18 +114,26 @@ macro_rules! gemm_entry {
         unreachable!("eight-row groups only for the eight-row kernels")
     };
     ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident) => {
-        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, |_: &[&[$wb]; 2], _: &[$ab]| None);
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, $ab, as_is,
+            |_: &[&[$wb]; 2], _: &[$ab]| None);
     };
     ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, eight) => {
-        gemm_entry!($name, $wb, $ab, $qk, $kernel, true, |_: &[&[$wb]; 2], _: &[$ab]| None);
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, true, $ab, as_is,
+            |_: &[&[$wb]; 2], _: &[$ab]| None);
     };
     ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, eight rows2 $rows2:expr) => {
-        gemm_entry!($name, $wb, $ab, $qk, $kernel, true, $rows2);
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, true, $ab, as_is, $rows2);
     };
     ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, rows2 $rows2:expr) => {
-        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, $rows2);
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, $ab, as_is, $rows2);
     };
-    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $eight:tt, $rows2:expr) => {
+    // `$prep` lays the activation row out once per call as `[$pt]` for the
+    // two-row kernel (`false`: it cannot, and every row takes `$kernel`).
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, rows2 $pt:ty, $prep:expr, $rows2:expr) => {
+        gemm_entry!($name, $wb, $ab, $qk, $kernel, false, $pt, $prep, $rows2);
+    };
+    ($name:ident, $wb:ty, $ab:ty, $qk:expr, $kernel:ident, $eight:tt, $pt:ty, $prep:expr,
+     $rows2:expr) => {
         fn $name(
             n: usize,
             w: &[u8],
@@ -140,14 +157,22 @@ macro_rules! gemm_entry {
             // long sequential stream (adjacent pairs restart the hardware
             // prefetcher every other row: three times slower from DRAM).
             let (half, mut i0) = (if act_rows == 1 { w_rows / 2 } else { 0 }, 0);
-            while i0 < half {
-                let rows2: fn(&[&[$wb]; 2], &[$ab]) -> Option<[f32; 2]> = $rows2;
-                let Some(r) = rows2(&[w_row(i0), w_row(half + i0)], a_row(0)) else {
-                    break;
+            if half > 0 {
+                let rows2: fn(&[&[$wb]; 2], &[$pt]) -> Option<[f32; 2]> = $rows2;
+                let prep: unsafe fn(&[$ab], &mut dyn FnMut(&[$pt])) -> bool = $prep;
+                let mut pairs = |p: &[$pt]| {
+                    while i0 < half {
+                        let Some(r) = rows2(&[w_row(i0), w_row(half + i0)], p) else {
+                            break;
+                        };
+                        out[i0 * out_stride] = r[0];
+                        out[(half + i0) * out_stride] = r[1];
+                        i0 += 1;
+                    }
                 };
-                out[i0 * out_stride] = r[0];
-                out[(half + i0) * out_stride] = r[1];
-                i0 += 1;
+                // SAFETY: `gemm_fn` hands the entry out only after detecting
+                // the AVX-512 tier, which includes the AVX2 a `$prep` enables.
+                unsafe { prep(a_row(0), &mut pairs) };
             }
             // The rows no pair covered: all of them without a two-row kernel.
             for i in (i0..half).chain(half + i0..w_rows) {
@@ -300,7 +325,7 @@ gemm_entry!(
     BlockQ8K,
     256,
     iq4_xs_cols_plain,
-    rows2 |x: &[&[BlockIq4Xs]; 2], y: &[BlockQ8K]| {
+    rows2 Iq4Acts, iq4_xs_prepare, |x: &[&[BlockIq4Xs]; 2], y: &[Iq4Acts]| {
         // SAFETY: `gemm_fn` hands the entry out only after detecting AVX512-VNNI
         // and `Isa::Avx512.available()` (AVX512 F/BW/VL, AVX2, FMA, F16C).
         Some(unsafe { iq4_xs_rows2(x[0], x[1], y) })
@@ -312,7 +337,7 @@ gemm_entry!(
     BlockQ8K,
     256,
     iq4_xs_cols_vbmi,
-    rows2 |x: &[&[BlockIq4Xs]; 2], y: &[BlockQ8K]| {
+    rows2 Iq4Acts, iq4_xs_prepare, |x: &[&[BlockIq4Xs]; 2], y: &[Iq4Acts]| {
         // SAFETY: as for `gemm_iq4_xs`, and `gemm_fn` hands this one out only
         // when AVX512-VBMI is detected too.
         Some(unsafe { iq4_xs_rows2_vbmi(x[0], x[1], y) })

@@ -31,9 +31,9 @@ use crate::x86::avx2::kquants::{
     mins_dot_bsums,
 };
 use crate::x86::avx512::kquants::{
-    at64, bcast_pair, fold8, halves_i16, hsum128, hsum_i32_4, iq4_xs_acts, iq4_xs_hsum,
-    iq4_xs_levels, iq4_xs_sumi, k4_scale_bytes, k4_unpack2, load64, q6_index, q6_k_levels,
-    q6_k_levels_gfni, Iq4Consts, Q6Affine,
+    at64, bcast_pair, fold8, halves_i16, hsum128, hsum_i32_4, iq4_xs_d, iq4_xs_hsum, iq4_xs_levels,
+    iq4_xs_sumi, k4_scale_bytes, k4_unpack2, load64, q6_index, q6_k_levels, q6_k_levels_gfni,
+    Iq4Acts, Iq4Consts, Q6Affine,
 };
 use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::x86::avx512::prefetch_rows2;
@@ -528,19 +528,19 @@ unsafe fn q4_k_rows2_body<const REPACKED: bool>(
 
 // ---------------------------------------------------------------- IQ4_XS
 
-/// Two IQ4_XS rows against one Q8_K row: `kquants::iq4_xs` per output (the
-/// same i32 lanes, FMAs and final sum, so the same bits), the activation
-/// side ([`iq4_xs_acts`]: its half-swapped loads and the bias) built once
-/// per block for both rows.
+/// Two IQ4_XS rows against one Q8_K row laid out by
+/// [`iq4_xs_prepare`](crate::x86::avx512::kquants::iq4_xs_prepare):
+/// `kquants::iq4_xs` per output (the same i32 lanes, FMAs and final sum,
+/// so the same bits), the activation side read as prepared.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-pub(crate) fn iq4_xs_rows2(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[BlockQ8K]) -> [f32; 2] {
+pub(crate) fn iq4_xs_rows2(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[Iq4Acts]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.
     unsafe { iq4_xs_rows2_body::<false>(x0, x1, y) }
 }
 
 /// [`iq4_xs_rows2`] looking the grid up with `vpermb`: the same bits.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
-pub(crate) fn iq4_xs_rows2_vbmi(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[BlockQ8K]) -> [f32; 2] {
+pub(crate) fn iq4_xs_rows2_vbmi(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[Iq4Acts]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.
     unsafe { iq4_xs_rows2_body::<true>(x0, x1, y) }
 }
@@ -552,19 +552,17 @@ pub(crate) fn iq4_xs_rows2_vbmi(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[Block
 unsafe fn iq4_xs_rows2_body<const VBMI: bool>(
     x0: &[BlockIq4Xs],
     x1: &[BlockIq4Xs],
-    y: &[BlockQ8K],
+    y: &[Iq4Acts],
 ) -> [f32; 2] {
     // SAFETY: the caller enables every feature the helpers need.
     unsafe {
         let c = Iq4Consts::new();
         let mut acc = [_mm256_setzero_ps(); 2];
-        for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+        for (b, ((xa, xb), ya)) in x0.iter().zip(x1).zip(y).enumerate() {
             prefetch_rows2(x0, x1, b);
-            let (acts, bias) = iq4_xs_acts(yb, &c);
             for (r, xr) in [xa, xb].into_iter().enumerate() {
-                let d = yb.d * f16_to_f32(xr.d);
-                let sumi = iq4_xs_sumi(&iq4_xs_levels::<VBMI>(xr, &c), &acts, bias);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[r]);
+                let sumi = iq4_xs_sumi(&iq4_xs_levels::<VBMI>(xr, &c), &ya.acts, ya.bias);
+                acc[r] = _mm256_fmadd_ps(iq4_xs_d(ya.d, xr), _mm256_cvtepi32_ps(sumi), acc[r]);
             }
         }
         std::array::from_fn(|c| iq4_xs_hsum(acc[c]))
@@ -576,7 +574,9 @@ mod tests {
     use super::*;
     use crate::scalar;
     use crate::x86::avx2::kquants::q4_k_repacked;
-    use crate::x86::avx512::kquants::{iq4_xs as iq4_xs_plain, iq4_xs_vbmi as iq4_xs_vbmi_row};
+    use crate::x86::avx512::kquants::{
+        iq4_xs as iq4_xs_plain, iq4_xs_prepare, iq4_xs_vbmi as iq4_xs_vbmi_row,
+    };
     use crate::GgmlType;
 
     fn rnd_stream(mut x: u32) -> impl FnMut() -> f32 {
@@ -708,16 +708,22 @@ mod tests {
             let y: &[BlockQ8K] = bytemuck::cast_slice(&act);
             // SAFETY: AVX-512 with VNNI was detected above.
             let want = unsafe { [iq4_xs_plain(x0, y), iq4_xs_plain(x1, y)] };
-            // SAFETY: as above.
-            let got = unsafe { iq4_xs_rows2(x0, x1, y) };
-            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+            let mut two = |p: &[Iq4Acts]| {
+                // SAFETY: as above.
+                let got = unsafe { iq4_xs_rows2(x0, x1, p) };
+                assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits));
+                if vbmi {
+                    // SAFETY: and VBMI.
+                    let two = unsafe { iq4_xs_rows2_vbmi(x0, x1, p) };
+                    assert_eq!(two.map(f32::to_bits), want.map(f32::to_bits));
+                }
+            };
+            // SAFETY: AVX2 comes with the AVX-512 tier.
+            assert!(unsafe { iq4_xs_prepare(y, &mut two) });
             if vbmi {
                 // SAFETY: and VBMI.
                 let one = unsafe { [iq4_xs_vbmi_row(x0, y), iq4_xs_vbmi_row(x1, y)] };
                 assert_eq!(one.map(f32::to_bits), want.map(f32::to_bits));
-                // SAFETY: and VBMI.
-                let two = unsafe { iq4_xs_rows2_vbmi(x0, x1, y) };
-                assert_eq!(two.map(f32::to_bits), want.map(f32::to_bits));
             }
         }
     }

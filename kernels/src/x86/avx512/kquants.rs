@@ -547,7 +547,14 @@ pub(crate) unsafe fn iq4_xs_levels<const VBMI: bool>(xb: &BlockIq4Xs, c: &Iq4Con
             _mm256_set1_epi32(i32::from_le_bytes(xb.scales_l)),
             c.shift_l,
         );
-        let h = _mm256_srlv_epi32(_mm256_set1_epi32(xb.scales_h as i32), c.shift_h);
+        // `scales_h` and the two bytes after it as one dword (a broadcast
+        // straight from memory): the shifts keep to its low 16 bits.
+        let sh = std::ptr::from_ref(xb)
+            .cast::<u8>()
+            .add(2)
+            .cast::<i32>()
+            .read_unaligned();
+        let h = _mm256_srlv_epi32(_mm256_set1_epi32(sh), c.shift_h);
         let ls = _mm256_or_si256(
             _mm256_and_si256(l, _mm256_set1_epi32(0xF)),
             _mm256_slli_epi32::<4>(_mm256_and_si256(h, _mm256_set1_epi32(3))),
@@ -595,6 +602,50 @@ pub(crate) unsafe fn iq4_xs_acts(yb: &BlockQ8K, c: &Iq4Consts) -> ([__m256i; 8],
     }
 }
 
+/// One Q8_K block's side of the IQ4_XS two-row kernel, laid out once per
+/// mat-vec call ([`iq4_xs_prepare`]) instead of once per row pair: the
+/// half-swapped activation loads of [`iq4_xs_acts`] become plain 32-byte
+/// loads (in cache the two-row kernel gains ~6 %: the inserts and the bias
+/// permute ran on the shuffle ports it is bound by). The same bytes as
+/// [`iq4_xs_acts`] builds, so the same bits.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Iq4Acts {
+    pub(crate) acts: [__m256i; 8],
+    pub(crate) bias: __m256i,
+    pub(crate) d: f32,
+}
+
+/// Most Q8_K blocks [`iq4_xs_prepare`] lays out (a row of 32768): its
+/// buffer is on the stack, 10 KiB per 32 blocks.
+pub(crate) const IQ4_PREPARED_BLOCKS: usize = 128;
+
+/// Lays out `y` (at most [`IQ4_PREPARED_BLOCKS`] blocks) for the IQ4_XS
+/// two-row kernel and hands the layout to `f`; `false`, calling nothing,
+/// when `y` is longer.
+#[target_feature(enable = "avx2")]
+pub(crate) fn iq4_xs_prepare(y: &[BlockQ8K], f: &mut dyn FnMut(&[Iq4Acts])) -> bool {
+    if y.len() > IQ4_PREPARED_BLOCKS {
+        return false;
+    }
+    let mut buf = [std::mem::MaybeUninit::<Iq4Acts>::uninit(); IQ4_PREPARED_BLOCKS];
+    let c = Iq4Consts::new();
+    for (slot, yb) in buf.iter_mut().zip(y) {
+        // SAFETY: AVX2 is enabled here; `iq4_xs_acts` reads whole fields.
+        let (acts, bias) = unsafe { iq4_xs_acts(yb, &c) };
+        slot.write(Iq4Acts {
+            acts,
+            bias,
+            d: yb.d,
+        });
+    }
+    // SAFETY: the first `y.len()` slots were written just above, and
+    // `MaybeUninit<T>` has `T`'s layout.
+    let ready = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<Iq4Acts>(), y.len()) };
+    f(ready);
+    true
+}
+
 /// The eight i32 lanes of one IQ4_XS block's dot (lane i: sub-block
 /// ORDER[i]'s exact `ls·Σ grid·a`): four `dpbusd` pairs, folded
 /// ([`fold4_i32`]) into one i32 per sub-block (order 0,2,4,6 | 1,3,5,7),
@@ -613,6 +664,20 @@ pub(crate) unsafe fn iq4_xs_sumi(lv: &Iq4Levels, acts: &[__m256i; 8], bias: __m2
         // [0,0,2,2 | 1,1,3,3] and [4,4,6,6 | 5,5,7,7], then [0,2,4,6 | 1,3,5,7].
         let per_sub = _mm256_add_epi32(fold4_i32(dots), bias);
         _mm256_mullo_epi32(per_sub, lv.ls)
+    }
+}
+
+/// `yd · xb.d` in every lane: the f16 converted in a vector register (a
+/// broadcast load, no insert into a scalar one).
+///
+/// # Safety
+/// The caller must have AVX2 and F16C enabled.
+#[inline(always)]
+pub(crate) unsafe fn iq4_xs_d(yd: f32, xb: &BlockIq4Xs) -> __m256 {
+    // SAFETY: register-only intrinsics; the caller enables the features.
+    unsafe {
+        let xd = _mm256_cvtph_ps(_mm_set1_epi16(xb.d.to_bits() as i16));
+        _mm256_mul_ps(_mm256_set1_ps(yd), xd)
     }
 }
 
@@ -649,12 +714,11 @@ pub(crate) unsafe fn iq4_xs_cols<const VBMI: bool, const C: usize>(
         let mut acc = [_mm256_setzero_ps(); C];
         for (b, xb) in x.iter().enumerate() {
             let lv = iq4_xs_levels::<VBMI>(xb, &c);
-            let xd = f16_to_f32(xb.d);
             for (col, a) in acc.iter_mut().enumerate() {
                 let yb = &y[col][b];
                 let (acts, bias) = iq4_xs_acts(yb, &c);
                 let sumi = iq4_xs_sumi(&lv, &acts, bias);
-                *a = _mm256_fmadd_ps(_mm256_set1_ps(yb.d * xd), _mm256_cvtepi32_ps(sumi), *a);
+                *a = _mm256_fmadd_ps(iq4_xs_d(yb.d, xb), _mm256_cvtepi32_ps(sumi), *a);
             }
         }
         std::array::from_fn(|c| iq4_xs_hsum(acc[c]))
