@@ -83,7 +83,7 @@ if __name__ == "__main__":
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--data", default=str(Path(__file__).parent / "data"))
-    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--vocab", type=int, default=2048)
     a = p.parse_args()
     d = Path(a.data)
     t = train(d / "tokenizer_text.txt", a.vocab, d / "tokenizer.json")
