@@ -33,6 +33,11 @@
 //! reader (`gcc -O3 -march=native`, 64-byte aligned buffer: plain sum ~28,
 //! aligned 256-bit loads ~30, 256-bit non-temporal ~31 on one thread).
 //!
+//! `IQ4_XS-r8/<tier>/Nt` is the IQ4_XS matrix repacked eight rows at a time
+//! (`kernels::iq4_r8`), as the loader repacks IQ4_XS tensors where the tier
+//! has that product; its GB/s count the repacked bytes it streams (1.5 %
+//! more than the file's).
+//!
 //! ```text
 //! cargo bench -p kernels --bench matvec                      # 1 GiB + 256 KiB
 //! CLOVER_BENCH_MIB=64 cargo bench -p kernels --bench matvec  # reduced mode
@@ -51,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use kernels::matmul::{matvec, quantize_rows, QMatrix};
-use kernels::{scalar, GgmlType, Isa, KernelTable};
+use kernels::{iq4_r8, scalar, GgmlType, Isa, KernelTable};
 use rayon::prelude::*;
 
 /// Elements per weight row (a multiple of every block size).
@@ -366,6 +371,48 @@ fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
                     })
                 });
             }
+            // The same matrix repacked eight rows at a time, as the loader
+            // repacks IQ4_XS where this tier has the product (kernels::iq4_r8):
+            // GB/s of the repacked bytes it streams.
+            let rows = rows / iq4_r8::ROWS * iq4_r8::ROWS;
+            if kt.packed_gemm(ty).is_none() || !iq4_r8::packable(N_IN, rows) {
+                continue;
+            }
+            let pb = iq4_r8::packed_bytes(N_IN, rows);
+            let mut packed = vec![0u64; pb.div_ceil(8)];
+            {
+                let mut w = weights.borrow_mut();
+                let m = w.matrix(ty, rows);
+                iq4_r8::repack(
+                    N_IN,
+                    rows,
+                    m.rows(0, rows),
+                    &mut bytemuck::cast_slice_mut(&mut packed)[..pb],
+                );
+            }
+            g.throughput(Throughput::BytesDecimal((reps * pb) as u64));
+            for (t, p) in &pools {
+                let id = format!("{ty}-r8/{isa}/{t}t");
+                let key = format!("{label} {ty}-r8 {isa} {t}t");
+                g.bench_function(&id, |b| {
+                    b.iter_custom(|iters| {
+                        let mut w = weights.borrow_mut();
+                        let m = w
+                            .matrix(ty, rows)
+                            .with_packed(bytemuck::cast_slice(&packed))
+                            .expect("repacked above");
+                        timed(best, &key, reps * pb, iters, p, || {
+                            p.install(|| {
+                                for _ in 0..reps {
+                                    matvec(&kt, &m, xb, &mut out);
+                                    black_box(&out);
+                                }
+                            });
+                        })
+                    })
+                });
+            }
+            g.throughput(Throughput::BytesDecimal((reps * rows * rb) as u64));
         }
     }
     g.finish();

@@ -145,6 +145,7 @@ pub struct KernelTable {
     repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_rows: [Option<GemmFn>; GgmlType::ALL.len()],
     prompt_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
+    packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     ggml_batch: bool,
 }
@@ -318,6 +319,15 @@ fn tier_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
+/// The tier's product on weights repacked for it ([`crate::iq4_r8`]).
+fn tier_packed_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match (isa, ty) {
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, GgmlType::IQ4_XS) => crate::x86::avx512::iq4_r8::gemm_fn(),
+        _ => None,
+    }
+}
+
 fn tier_quantize(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Scalar => None,
@@ -356,6 +366,7 @@ impl KernelTable {
             ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
             delta_rows: tier_delta_rows(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
+            packed_gemm: GgmlType::ALL.map(|t| tier_packed_gemm(isa, t)),
         }
     }
 
@@ -478,6 +489,20 @@ impl KernelTable {
             return None;
         }
         self.prompt_gemm[type_index(ty)]
+    }
+
+    /// The product on weights of type `ty` repacked eight rows at a time
+    /// ([`crate::iq4_r8`]), when the tier has one and the table is not in
+    /// llama.cpp's batch order. It takes the repacked bytes, serves any
+    /// number of activation rows and gives every output the same bits for
+    /// any of them (a verify batch reproduces decoding); a GemmFn whose
+    /// `w_rows` is a multiple of 8.
+    #[inline]
+    pub fn packed_gemm(&self, ty: GgmlType) -> Option<GemmFn> {
+        if self.ggml_batch {
+            return None;
+        }
+        self.packed_gemm[type_index(ty)]
     }
 
     /// The tier's multi-row kernel for weight type `ty`, when it has one

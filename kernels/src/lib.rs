@@ -6,6 +6,7 @@
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 pub mod blocks;
+pub mod iq4_r8;
 pub mod isa;
 pub mod matmul;
 pub mod scalar;

@@ -76,6 +76,8 @@ pub struct QMatrix<'a> {
     pub n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
+    /// The same rows repacked ([`crate::iq4_r8`]), when the loader made them.
+    packed: Option<&'a [u8]>,
 }
 
 impl<'a> QMatrix<'a> {
@@ -103,7 +105,48 @@ impl<'a> QMatrix<'a> {
             n_out,
             row_bytes: rb,
             data: &data[..need],
+            packed: None,
         })
+    }
+
+    /// The same matrix with its rows also in the repacked layout of
+    /// [`crate::iq4_r8`] (`packed`, built by [`crate::iq4_r8::repack`] from
+    /// these bytes). Products take it wherever the kernel table has
+    /// [`KernelTable::packed_gemm`] for the type, for every batch size, so
+    /// decoding and verify batches keep the same bits.
+    pub fn with_packed(self, packed: &'a [u8]) -> Result<Self, ShapeError> {
+        if self.ty != GgmlType::IQ4_XS || !crate::iq4_r8::packable(self.n_in, self.n_out) {
+            return Err(ShapeError(format!(
+                "{} x {} {} cannot be repacked",
+                self.n_out, self.n_in, self.ty
+            )));
+        }
+        let need = crate::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        if packed.len() < need || !(packed.as_ptr() as usize).is_multiple_of(2) {
+            return Err(ShapeError(format!(
+                "repacked {} x {} {} needs {need} aligned bytes, got {}",
+                self.n_out,
+                self.n_in,
+                self.ty,
+                packed.len()
+            )));
+        }
+        Ok(QMatrix {
+            packed: Some(&packed[..need]),
+            ..self
+        })
+    }
+
+    /// The repacked rows, if any.
+    pub fn packed(&self) -> Option<&'a [u8]> {
+        self.packed
+    }
+
+    /// Repacked bytes of the `count` rows from row `o` (both multiples of 8).
+    fn packed_rows(&self, p: &'a [u8], o: usize, count: usize) -> &'a [u8] {
+        let per_row =
+            crate::iq4_r8::packed_bytes(self.n_in, crate::iq4_r8::ROWS) / crate::iq4_r8::ROWS;
+        &p[o * per_row..(o + count) * per_row]
     }
 
     /// Bytes of weight row `o`.
@@ -183,6 +226,8 @@ pub struct QExperts<'a> {
     pub n_expert: usize,
     row_bytes: usize,
     data: &'a [u8],
+    /// Every expert repacked ([`crate::iq4_r8`]), one after the other.
+    packed: Option<&'a [u8]>,
 }
 
 impl<'a> QExperts<'a> {
@@ -204,6 +249,32 @@ impl<'a> QExperts<'a> {
             n_expert,
             row_bytes: all.row_bytes,
             data: all.data,
+            packed: None,
+        })
+    }
+
+    /// The repacked experts, if any.
+    pub fn packed(&self) -> Option<&'a [u8]> {
+        self.packed
+    }
+
+    /// The same stack with every expert also repacked, one after the other
+    /// (see [`QMatrix::with_packed`]).
+    pub fn with_packed(self, packed: &'a [u8]) -> Result<Self, ShapeError> {
+        let one = crate::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        let need = one.saturating_mul(self.n_expert);
+        // The shape and alignment checks of one expert, then the length.
+        self.expert(0)
+            .with_packed(&packed[..one.min(packed.len())])?;
+        if packed.len() < need {
+            return Err(ShapeError(format!(
+                "repacked experts need {need} bytes, got {}",
+                packed.len()
+            )));
+        }
+        Ok(QExperts {
+            packed: Some(&packed[..need]),
+            ..self
         })
     }
 
@@ -211,12 +282,14 @@ impl<'a> QExperts<'a> {
     pub fn expert(&self, e: usize) -> QMatrix<'a> {
         assert!(e < self.n_expert, "expert {e} of {}", self.n_expert);
         let size = self.row_bytes * self.n_out;
+        let one = crate::iq4_r8::packed_bytes(self.n_in, self.n_out);
         QMatrix {
             ty: self.ty,
             n_in: self.n_in,
             n_out: self.n_out,
             row_bytes: self.row_bytes,
             data: &self.data[e * size..(e + 1) * size],
+            packed: self.packed.map(|p| &p[e * one..(e + 1) * one]),
         }
     }
 }
@@ -226,6 +299,17 @@ impl<'a> QExperts<'a> {
 pub fn rows_per_task(n_out: usize) -> usize {
     let tasks = rayon::current_num_threads() * 4;
     n_out.div_ceil(tasks).max(MIN_ROWS_PER_TASK)
+}
+
+/// The kernel and bytes for `w`'s repacked rows, when it has them and the
+/// table has the kernel.
+fn packed_kernel<'a>(kt: &KernelTable, w: &QMatrix<'a>) -> Option<(GemmFn, &'a [u8])> {
+    kt.packed_gemm(w.ty).zip(w.packed)
+}
+
+/// [`rows_per_task`] rounded up to whole groups of repacked rows.
+fn packed_rows_per_task(n_out: usize) -> usize {
+    rows_per_task(n_out).next_multiple_of(crate::iq4_r8::ROWS)
 }
 
 /// Converts `rows = x.len() / n` f32 rows into `ty` (a `vec_dot_type()`),
@@ -258,12 +342,25 @@ pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     // The multi-row kernel where it gives `dot`'s bits (see `gemm_for_batch`):
     // it may take weight rows in pairs.
     let rows_kernel = kt.gemm_for_batch(w.ty, w.n_out, 1);
+    let packed = packed_kernel(kt, w);
     let n = w.n_in;
     let out = &mut out[..w.n_out];
-    let per = rows_per_task(w.n_out);
-    let run = |c: usize, ys: &mut [f32]| match rows_kernel {
-        Some(g) => g(n, w.rows(c * per, ys.len()), ys.len(), x, 1, ys, 1),
-        None => {
+    let per = match packed {
+        Some(_) => packed_rows_per_task(w.n_out),
+        None => rows_per_task(w.n_out),
+    };
+    let run = |c: usize, ys: &mut [f32]| match (packed, rows_kernel) {
+        (Some((g, p)), _) => g(
+            n,
+            w.packed_rows(p, c * per, ys.len()),
+            ys.len(),
+            x,
+            1,
+            ys,
+            1,
+        ),
+        (None, Some(g)) => g(n, w.rows(c * per, ys.len()), ys.len(), x, 1, ys, 1),
+        (None, None) => {
             for (i, y) in ys.iter_mut().enumerate() {
                 *y = dot(n, w.row(c * per + i), x);
             }
@@ -284,6 +381,10 @@ pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
     assert_eq!(x.len(), rb, "activation row has the wrong byte length");
     let out = &mut out[..w.n_out];
+    if let Some((g, p)) = packed_kernel(kt, w) {
+        g(w.n_in, p, w.n_out, x, 1, out, 1);
+        return;
+    }
     // The multi-row kernel gives `vec_dot`'s bits.
     if let Some(g) = kt.gemm(w.ty) {
         g(w.n_in, w.rows(0, w.n_out), w.n_out, x, 1, out, 1);
@@ -311,6 +412,15 @@ pub fn dot_block(
     out_stride: usize,
 ) {
     let n = w.n_in;
+    if let Some((g, p)) = packed_kernel(kt, w) {
+        assert!(
+            o.is_multiple_of(crate::iq4_r8::ROWS) && w_rows.is_multiple_of(crate::iq4_r8::ROWS),
+            "repacked rows come in groups of 8"
+        );
+        let (wr, xr) = (w.packed_rows(p, o, w_rows), x.rows(t0, act_rows));
+        g(n, wr, w_rows, xr, act_rows, out, out_stride);
+        return;
+    }
     match kt.gemm(w.ty) {
         Some(g) => g(
             n,
@@ -373,7 +483,8 @@ const PROMPT_ACT_TILE: usize = 128;
 /// [`PROMPT_MIN_ROWS`] rows, else exactly [`matmul`].
 pub fn matmul_prompt(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
     match kt.prompt_gemm(w.ty) {
-        Some(g) if x.rows >= PROMPT_MIN_ROWS => {
+        // Repacked weights have their own product for every batch.
+        Some(g) if x.rows >= PROMPT_MIN_ROWS && packed_kernel(kt, w).is_none() => {
             let dot = kt.vec_dot(w.ty);
             matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), Some(g));
         }
@@ -415,7 +526,10 @@ fn matmul_with(
         tile.len()
     );
     let n = w.n_in;
-    let rows_kernel = if prompt.is_some() {
+    let packed = packed_kernel(kt, w);
+    let rows_kernel = if let Some((g, _)) = packed {
+        Some(g)
+    } else if prompt.is_some() {
         prompt
     } else if split == rows {
         kt.gemm_for_batch(w.ty, w.n_out, rows)
@@ -433,7 +547,11 @@ fn matmul_with(
         let tile = &mut tile[..nb * rows];
         // Split each block, not the whole matrix, across the pool: a block
         // is one parallel region.
-        let per = rows_per_task(nb).min(nb);
+        let per = if packed.is_some() {
+            packed_rows_per_task(nb).min(nb)
+        } else {
+            rows_per_task(nb).min(nb)
+        };
         // One task: weight rows o0+c·per … (per of them) × all activation rows,
         // written [o][t] into its disjoint slice of the tile.
         let run = |c: usize, ys: &mut [f32]| {
@@ -444,7 +562,11 @@ fn matmul_with(
                 match rows_kernel {
                     // Same per-output arithmetic as `dot` (see `gemm_for_batch`).
                     Some(g) => {
-                        let (wr, xr) = (w.rows(first, n_rows), x.rows(t0, t1 - t0));
+                        let wr = match packed {
+                            Some((_, p)) => w.packed_rows(p, first, n_rows),
+                            None => w.rows(first, n_rows),
+                        };
+                        let xr = x.rows(t0, t1 - t0);
                         g(n, wr, n_rows, xr, t1 - t0, &mut ys[t0..], rows);
                     }
                     None => {
@@ -512,12 +634,22 @@ pub fn expert_gather(
     }
     check_pair(&e.expert(expert_of[0]), x.ty, x.n);
     let (n, n_out) = (e.n_in, e.n_out);
-    let per = rows_per_task(n_out * expert_of.len()).min(n_out);
+    let packed = kt.packed_gemm(e.ty).filter(|_| e.packed.is_some());
+    let per = if packed.is_some() {
+        packed_rows_per_task(n_out * expert_of.len()).min(n_out)
+    } else {
+        rows_per_task(n_out * expert_of.len()).min(n_out)
+    };
     let chunks_per_row = n_out.div_ceil(per);
     let out = &mut out[..expert_of.len() * n_out];
     let run = |r: usize, c: usize, ys: &mut [f32]| {
         let m = e.expert(expert_of[r]);
         let a = x.row(r);
+        if let (Some(g), Some(p)) = (packed, m.packed) {
+            let wr = m.packed_rows(p, c * per, ys.len());
+            g(n, wr, ys.len(), a, 1, ys, 1);
+            return;
+        }
         // ggml picks the kernel per expert from the rows routed to it (a
         // count, not a map: no allocation on the decode path). Where the
         // tier's multi-row kernel gives `dot`'s bits it takes the chunk

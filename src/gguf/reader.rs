@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::Path;
+use std::sync::OnceLock;
 
 use kernels::GgmlType;
 use memmap2::{Mmap, MmapOptions};
@@ -87,6 +88,9 @@ pub struct GgufFile {
     key_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// Tensors derived from this file's (repacked for a kernel), built once
+    /// by the first [`GgufFile::derived`] call and kept with the mapping.
+    derived: OnceLock<HashMap<String, Vec<u64>>>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -170,6 +174,7 @@ impl GgufFile {
             key_index,
             tensors: header.tensors,
             tensor_index,
+            derived: OnceLock::new(),
         })
     }
 
@@ -283,6 +288,15 @@ impl GgufFile {
     }
 
     /// All tensors, in file order.
+    /// The derived tensors by name, built by `build` on the first call
+    /// (later calls return what the first built), as long-lived as the file.
+    pub fn derived(
+        &self,
+        build: impl FnOnce(&GgufFile) -> HashMap<String, Vec<u64>>,
+    ) -> &HashMap<String, Vec<u64>> {
+        self.derived.get_or_init(|| build(self))
+    }
+
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
     }

@@ -20,6 +20,8 @@ pub struct Matrix<'a> {
     pub n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
+    /// The rows repacked for the kernels (`kernels::iq4_r8`), when loaded so.
+    packed: Option<&'a [u8]>,
 }
 
 impl<'a> Matrix<'a> {
@@ -34,6 +36,16 @@ impl<'a> Matrix<'a> {
             n_out,
             row_bytes,
             data,
+            packed: None,
+        }
+    }
+
+    /// The same matrix with its repacked rows (checked when the kernels'
+    /// view is made, [`Matrix::q`]).
+    pub fn with_packed(self, packed: &'a [u8]) -> Matrix<'a> {
+        Matrix {
+            packed: Some(packed),
+            ..self
         }
     }
 
@@ -49,7 +61,12 @@ impl<'a> Matrix<'a> {
 
     /// The kernels' view of the same bytes.
     pub fn q(&self) -> QMatrix<'a> {
-        QMatrix::new(self.ty, self.n_in, self.n_out, self.data).expect("checked in new_unchecked")
+        let q = QMatrix::new(self.ty, self.n_in, self.n_out, self.data)
+            .expect("checked in new_unchecked");
+        match self.packed {
+            Some(p) => q.with_packed(p).expect("repacked by the loader"),
+            None => q,
+        }
     }
 
     /// Dequantises row `o` (an embedding lookup).

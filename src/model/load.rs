@@ -1,6 +1,10 @@
 //! Binding a model to a GGUF file: metadata through `ModelConfig`, tensors
 //! zero-copy through `WeightRef`s over the file's bytes.
 
+use std::collections::HashMap;
+
+use kernels::{iq4_r8, GgmlType};
+use rayon::prelude::*;
 use thiserror::Error;
 
 use crate::gguf::GgufFile;
@@ -19,15 +23,98 @@ pub enum LoadError {
 
 impl<'a> Model<'a> {
     /// The model stored in `file` (weights borrowed from its mapping).
+    ///
+    /// IQ4_XS matrices are also repacked for the active kernel table's
+    /// product when it has one ([`repack_for_kernels`]): a second copy of
+    /// those tensors in memory, made once per file.
     pub fn load(file: &'a GgufFile) -> Result<Model<'a>, LoadError> {
         let config = ModelConfig::from_metadata(|k| file.get(k))?;
+        let packed = file.derived(repack_for_kernels);
         let lookup = |name: &str| {
             file.tensor(name).map(|t| WeightRef {
                 ty: t.ty,
                 dims: t.dims.to_vec(),
                 data: t.data,
+                packed: packed.get(name).map(|p| bytemuck::cast_slice(p.as_slice())),
             })
         };
         Ok(Model::bind(config, &lookup)?)
     }
+}
+
+/// Rows repacked per task.
+const REPACK_ROWS: usize = 64 * iq4_r8::ROWS;
+
+/// The file's IQ4_XS matrices and expert stacks (`{n_in, n_out}` or
+/// `{n_in, n_out, n_expert}`, `n_in % 256 == 0`, `n_out % 8 == 0`) in the
+/// layout of `kernels::iq4_r8`, by tensor name, when the active kernel table
+/// has a product for it (AVX-512 with VNNI and VBMI); else nothing. A
+/// stack's experts are consecutive rows, so the whole stack repacks as one
+/// matrix, expert after expert.
+///
+/// `CLOVER_REPACK=0` never repacks, `1` always does; by default a file is
+/// repacked only when it and the copy fit in 80 % of the machine's memory
+/// (the copy is as large as the IQ4_XS tensors).
+pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
+    let mut out = HashMap::new();
+    let mode = std::env::var("CLOVER_REPACK").ok();
+    if mode.as_deref() == Some("0")
+        || kernels::isa::active()
+            .packed_gemm(GgmlType::IQ4_XS)
+            .is_none()
+    {
+        return out;
+    }
+    let todo: Vec<(&crate::gguf::TensorInfo, usize, usize, usize)> = file
+        .tensors()
+        .iter()
+        .filter_map(|t| {
+            let (n_in, n_out, n_expert) = match t.dims.as_slice() {
+                [a, b] => (*a, *b, 1),
+                [a, b, c] => (*a, *b, *c),
+                _ => return None,
+            };
+            let (n_in, rows) = (n_in as usize, n_out.checked_mul(n_expert)? as usize);
+            let rb = t.ty.row_bytes(n_in as u64)? as usize;
+            let ok = t.ty == GgmlType::IQ4_XS
+                && iq4_r8::packable(n_in, n_out as usize)
+                && file.view(t).data.len() >= rb.checked_mul(rows)?;
+            ok.then_some((t, n_in, rows, rb))
+        })
+        .collect();
+    let total: usize = todo
+        .iter()
+        .map(|&(_, n_in, rows, _)| iq4_r8::packed_bytes(n_in, rows))
+        .sum();
+    if mode.as_deref() != Some("1") {
+        let fits = mem_total()
+            .is_none_or(|m| (file.file_size() as u128 + total as u128) * 10 <= m as u128 * 8);
+        if !fits {
+            return out;
+        }
+    }
+    for (t, n_in, rows, rb) in todo {
+        let src = file.view(t).data;
+        let mut words = vec![0u64; iq4_r8::packed_bytes(n_in, rows).div_ceil(8)];
+        let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+        let per = iq4_r8::packed_bytes(n_in, REPACK_ROWS);
+        dst[..iq4_r8::packed_bytes(n_in, rows)]
+            .par_chunks_mut(per)
+            .enumerate()
+            .for_each(|(c, d)| {
+                let n_rows = d.len() / iq4_r8::packed_bytes(n_in, iq4_r8::ROWS) * iq4_r8::ROWS;
+                let first = c * REPACK_ROWS;
+                iq4_r8::repack(n_in, n_rows, &src[first * rb..(first + n_rows) * rb], d);
+            });
+        out.insert(t.name.clone(), words);
+    }
+    out
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if known.
+fn mem_total() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }

@@ -332,6 +332,7 @@ impl TinyModel {
 
     pub fn lookup(&self, name: &str) -> Option<WeightRef<'_>> {
         self.tensors.get(name).map(|t| WeightRef {
+            packed: None,
             ty: t.ty,
             dims: t.dims.clone(),
             data: t.data(),

@@ -19,6 +19,9 @@ pub struct WeightRef<'a> {
     pub ty: GgmlType,
     pub dims: Vec<u64>,
     pub data: &'a [u8],
+    /// The same tensor repacked for the kernels (`kernels::iq4_r8`), when
+    /// the loader made it.
+    pub packed: Option<&'a [u8]>,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -45,25 +48,35 @@ pub struct Experts<'a> {
     pub n_out: usize,
     pub n_expert: usize,
     data: &'a [u8],
+    packed: Option<&'a [u8]>,
 }
 
 impl<'a> Experts<'a> {
     /// The kernels' view of the whole stack.
     pub fn q(&self) -> kernels::QExperts<'a> {
-        kernels::QExperts::new(self.ty, self.n_in, self.n_out, self.n_expert, self.data)
-            .expect("expert stack checked by the binder")
+        let q = kernels::QExperts::new(self.ty, self.n_in, self.n_out, self.n_expert, self.data)
+            .expect("expert stack checked by the binder");
+        match self.packed {
+            Some(p) => q.with_packed(p).expect("repacked by the loader"),
+            None => q,
+        }
     }
 
     /// Expert `e` as a matrix.
     pub fn expert(&self, e: usize) -> Matrix<'a> {
         let rb = self.ty.row_bytes(self.n_in as u64).unwrap_or(0) as usize;
         let size = rb * self.n_out;
-        Matrix::new_unchecked(
+        let m = Matrix::new_unchecked(
             self.ty,
             self.n_in,
             self.n_out,
             &self.data[e * size..(e + 1) * size],
-        )
+        );
+        let one = kernels::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        match self.packed {
+            Some(p) => m.with_packed(&p[e * one..(e + 1) * one]),
+            None => m,
+        }
     }
 }
 
@@ -140,6 +153,8 @@ pub struct AttentionWeights<'a> {
     pub k_norm: Vec<f32>,
 }
 
+// One per layer, bound once: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum MixerWeights<'a> {
     DeltaNet(DeltaNetWeights<'a>),
@@ -228,7 +243,11 @@ impl<'a> Binder<'_, 'a> {
 
     fn matrix(&self, name: &str, n_in: usize, n_out: usize) -> Result<Matrix<'a>, WeightError> {
         let w = self.get(name, &[n_in as u64, n_out as u64])?;
-        Ok(Matrix::new_unchecked(w.ty, n_in, n_out, w.data))
+        let m = Matrix::new_unchecked(w.ty, n_in, n_out, w.data);
+        Ok(match w.packed {
+            Some(p) => m.with_packed(p),
+            None => m,
+        })
     }
 
     /// A `{n}` vector bound as a 1-row matrix.
@@ -251,6 +270,7 @@ impl<'a> Binder<'_, 'a> {
             n_out,
             n_expert,
             data: w.data,
+            packed: w.packed,
         })
     }
 

@@ -8,6 +8,7 @@ use crate::GgmlType;
 pub mod gemm;
 pub mod gemm_f32;
 mod gemm_kq;
+pub mod iq4_r8;
 pub mod kquants;
 pub mod legacy;
 pub mod lowbit;

@@ -1,0 +1,147 @@
+//! AVX-512 (VNNI, VBMI) products of repacked IQ4_XS weights
+//! ([`crate::iq4_r8`]) with Q8_K activations: lane r of every vector is
+//! weight row r of a group of eight.
+//!
+//! Per sub-block j and byte quad q: one 32-byte load, a shift and two
+//! `vpermb` give the biased grid values (`G + 128`) of the low and high
+//! nibbles of eight rows, and each activation row adds two `vpdpbusd` with
+//! its four activations broadcast. The grid's bias comes off as
+//! `−128 · Σ a` per sub-block, added before the scale `mullo`; the eight
+//! sub-blocks' scaled sums stay exact in i32, then one convert and one FMA
+//! by `d_w · d_a` per block: [`crate::iq4_r8::gemm_ref`]'s arithmetic, so
+//! its bits, for any number of activation rows.
+
+use std::arch::x86_64::*;
+
+use crate::blocks::as_blocks;
+use crate::iq4_r8::{packed_bytes, Group, ROWS};
+use crate::isa::GemmFn;
+use crate::scalar::q8_k::BlockQ8K;
+use crate::x86::avx2::kquants::load_u8_128;
+
+use super::kquants::BIASED_GRID;
+
+/// Activation rows one kernel call serves.
+const COLS: usize = 4;
+
+/// The repacked IQ4_XS product, when the host has the AVX-512 tier with
+/// VNNI and VBMI.
+pub fn gemm_fn() -> Option<GemmFn> {
+    let ok = crate::Isa::Avx512.available()
+        && is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("avx512vbmi");
+    ok.then_some(gemm as GemmFn)
+}
+
+fn gemm(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    assert!(
+        crate::iq4_r8::packable(n, w_rows),
+        "repacked IQ4_XS: {w_rows} x {n} is not whole groups"
+    );
+    let nb = n / 256;
+    let ab = nb * size_of::<BlockQ8K>();
+    assert!(
+        act.len() >= ab * act_rows,
+        "repacked IQ4_XS: short activations"
+    );
+    if act_rows == 0 {
+        return;
+    }
+    assert!(
+        out.len() >= (w_rows - 1) * out_stride + act_rows,
+        "repacked IQ4_XS: short output"
+    );
+    let groups: &[Group] = as_blocks(&w[..packed_bytes(n, w_rows)]);
+    let y = |t: usize| -> &[BlockQ8K] { as_blocks(&act[t * ab..(t + 1) * ab]) };
+    for (gr, gs) in groups.chunks_exact(nb).enumerate() {
+        let mut t = 0;
+        while t < act_rows {
+            let c = (act_rows - t).min(COLS);
+            let mut put = |sums: &[[f32; ROWS]]| {
+                for (k, s) in sums.iter().enumerate() {
+                    for (r, v) in s.iter().enumerate() {
+                        out[(gr * ROWS + r) * out_stride + t + k] = *v;
+                    }
+                }
+            };
+            // SAFETY: `gemm_fn` hands this out only when the host has every
+            // feature `rows8` enables.
+            unsafe {
+                match c {
+                    4 => put(&rows8::<4>(gs, [y(t), y(t + 1), y(t + 2), y(t + 3)])),
+                    3 => put(&rows8::<3>(gs, [y(t), y(t + 1), y(t + 2)])),
+                    2 => put(&rows8::<2>(gs, [y(t), y(t + 1)])),
+                    _ => put(&rows8::<1>(gs, [y(t)])),
+                }
+            }
+            t += c;
+        }
+    }
+}
+
+/// One group row (`gs`, one group per block) against `C` Q8_K rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
+fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] {
+    for yc in y {
+        assert!(
+            yc.len() >= gs.len(),
+            "repacked IQ4_XS: short activation row"
+        );
+    }
+    // SAFETY: every load reads a whole field of a block in bounds (the
+    // activation rows are as long as the group row, checked above); this
+    // function enables every feature used.
+    unsafe {
+        let grid = _mm256_broadcastsi128_si256(load_u8_128(&BIASED_GRID));
+        let neg128 = _mm256_set1_epi16(-128);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (b, g) in gs.iter().enumerate() {
+            // −128 · (sum of sub-block j's activations) in lane j, per row.
+            let mut bias = [[0i32; 8]; C];
+            for (bc, yc) in bias.iter_mut().zip(&y) {
+                let bs = _mm256_loadu_si256(yc[b].bsums.as_ptr().cast());
+                _mm256_storeu_si256(bc.as_mut_ptr().cast(), _mm256_madd_epi16(bs, neg128));
+            }
+            let mut blk = [_mm256_setzero_si256(); C];
+            for (j, scales) in g.scales.iter().enumerate() {
+                let mut s0: [__m256i; C] = std::array::from_fn(|c| _mm256_set1_epi32(bias[c][j]));
+                let mut s1 = [_mm256_setzero_si256(); C];
+                for q in 0..4 {
+                    let w = _mm256_loadu_si256(g.qs[4 * j + q].as_ptr().cast());
+                    let lo = _mm256_permutexvar_epi8(w, grid);
+                    let hi = _mm256_permutexvar_epi8(_mm256_srli_epi16::<4>(w), grid);
+                    for c in 0..C {
+                        let a = y[c][b].qs.as_ptr().add(32 * j + 4 * q);
+                        let a_lo = _mm256_set1_epi32(a.cast::<i32>().read_unaligned());
+                        let a_hi = _mm256_set1_epi32(a.add(16).cast::<i32>().read_unaligned());
+                        s0[c] = _mm256_dpbusd_epi32(s0[c], lo, a_lo);
+                        s1[c] = _mm256_dpbusd_epi32(s1[c], hi, a_hi);
+                    }
+                }
+                let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(scales.as_ptr().cast()));
+                for c in 0..C {
+                    let s = _mm256_add_epi32(s0[c], s1[c]);
+                    blk[c] = _mm256_add_epi32(blk[c], _mm256_mullo_epi32(s, sc));
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
+            for c in 0..C {
+                let d = _mm256_mul_ps(dw, _mm256_set1_ps(y[c][b].d));
+                acc[c] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(blk[c]), acc[c]);
+            }
+        }
+        std::array::from_fn(|c| {
+            let mut o = [0f32; ROWS];
+            _mm256_storeu_ps(o.as_mut_ptr(), acc[c]);
+            o
+        })
+    }
+}
