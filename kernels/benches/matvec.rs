@@ -33,10 +33,10 @@
 //! reader (`gcc -O3 -march=native`, 64-byte aligned buffer: plain sum ~28,
 //! aligned 256-bit loads ~30, 256-bit non-temporal ~31 on one thread).
 //!
-//! `IQ4_XS-r8/<tier>/Nt` is the IQ4_XS matrix repacked eight rows at a time
-//! (`kernels::iq4_r8`), as the loader repacks IQ4_XS tensors where the tier
-//! has that product; its GB/s count the repacked bytes it streams (1.5 %
-//! more than the file's).
+//! `IQ4_XS-r8/<tier>/Nt` and `Q4_K-r8/<tier>/Nt` are those matrices
+//! repacked eight rows at a time (`kernels::repack`), as the loader repacks
+//! them where the tier has that product; their GB/s count the repacked bytes
+//! they stream (1.5 % and 2.8 % more than the file's).
 //!
 //! ```text
 //! cargo bench -p kernels --bench matvec                      # 1 GiB + 256 KiB
@@ -56,7 +56,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
 use kernels::matmul::{matvec, quantize_rows, QMatrix};
-use kernels::{iq4_r8, scalar, GgmlType, Isa, KernelTable};
+use kernels::{repack, scalar, GgmlType, Isa, KernelTable};
 use rayon::prelude::*;
 
 /// Elements per weight row (a multiple of every block size).
@@ -372,18 +372,19 @@ fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
                 });
             }
             // The same matrix repacked eight rows at a time, as the loader
-            // repacks IQ4_XS where this tier has the product (kernels::iq4_r8):
+            // repacks them where this tier has the product (kernels::repack):
             // GB/s of the repacked bytes it streams.
-            let rows = rows / iq4_r8::ROWS * iq4_r8::ROWS;
-            if kt.packed_gemm(ty).is_none() || !iq4_r8::packable(N_IN, rows) {
+            let rows = rows / repack::ROWS * repack::ROWS;
+            if kt.packed_gemm(ty).is_none() || !repack::packable(ty, N_IN, rows) {
                 continue;
             }
-            let pb = iq4_r8::packed_bytes(N_IN, rows);
+            let pb = repack::packed_bytes(ty, N_IN, rows);
             let mut packed = vec![0u64; pb.div_ceil(8)];
             {
                 let mut w = weights.borrow_mut();
                 let m = w.matrix(ty, rows);
-                iq4_r8::repack(
+                repack::repack(
+                    ty,
                     N_IN,
                     rows,
                     m.rows(0, rows),

@@ -6,8 +6,8 @@
 //!
 //! Columns per type: each tier's table dot called row by row, and the
 //! single-thread mat-vec driver (`matvec_serial`) for the same tier; for
-//! IQ4_XS also the driver on the rows repacked eight at a time (`r8`, where
-//! the tier has that product). GB/s of weight bytes.
+//! Q4_K and IQ4_XS also the driver on the rows repacked eight at a time
+//! (`r8`, where the tier has that product). GB/s of weight bytes.
 //!
 //! `cargo run -p kernels --release --example incache_throughput [KiB [reps]]`
 
@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use kernels::matmul::{matvec_serial, QMatrix};
-use kernels::{iq4_r8, scalar, GgmlType, Isa, KernelTable};
+use kernels::{repack, scalar, GgmlType, Isa, KernelTable};
 
 const N: usize = 4096;
 
@@ -101,14 +101,14 @@ fn main() {
                 black_box(&out);
             });
             line += &format!("  {isa}: dot {:5.1} matvec {:5.1}", gbs(t_dot), gbs(t_drv));
-            // IQ4_XS repacked eight rows at a time, as the loader does where
-            // the tier has the product (GB/s of the repacked bytes).
-            let rows8 = rows / iq4_r8::ROWS * iq4_r8::ROWS;
-            if kt.packed_gemm(ty).is_some() && iq4_r8::packable(N, rows8) {
-                let pb = iq4_r8::packed_bytes(N, rows8);
+            // Repacked eight rows at a time, as the loader does where the
+            // tier has the product (GB/s of the repacked bytes).
+            let rows8 = rows / repack::ROWS * repack::ROWS;
+            if kt.packed_gemm(ty).is_some() && repack::packable(ty, N, rows8) {
+                let pb = repack::packed_bytes(ty, N, rows8);
                 let mut p = aligned(pb);
                 let pbytes = &mut bytemuck::cast_slice_mut(&mut p)[..pb];
-                iq4_r8::repack(N, rows8, &wb[..rows8 * rb], pbytes);
+                repack::repack(ty, N, rows8, &wb[..rows8 * rb], pbytes);
                 let m8 = QMatrix::new(ty, N, rows8, wb)
                     .unwrap()
                     .with_packed(bytemuck::cast_slice(&p))

@@ -25,12 +25,10 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use crate::blocks::{as_blocks, as_blocks_mut};
+use crate::repack::ROWS;
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q8_k::BlockQ8K;
-
-/// Weight rows per group.
-pub const ROWS: usize = 8;
 
 /// Weights per block (per group and row).
 const QK: usize = 256;
@@ -49,29 +47,19 @@ pub struct Group {
 
 const _: () = assert!(size_of::<Group>() == 1104);
 
-/// Whether an `n_out × n_in` IQ4_XS matrix can be repacked.
-pub fn packable(n_in: usize, n_out: usize) -> bool {
-    n_in > 0 && n_in.is_multiple_of(QK) && n_out > 0 && n_out.is_multiple_of(ROWS)
-}
-
-/// Bytes of the repacked form of a packable matrix.
-pub fn packed_bytes(n_in: usize, n_out: usize) -> usize {
-    n_out / ROWS * (n_in / QK) * size_of::<Group>()
-}
-
 /// Repacks `n_out` rows of `n_in` IQ4_XS weights (`src`, the file's bytes)
-/// into `dst` ([`packed_bytes`] long, 2-byte aligned).
+/// into `dst` ([`crate::repack::packed_bytes`] long, 2-byte aligned).
 ///
 /// # Panics
-/// When the matrix is not [`packable`] or a length is wrong.
+/// When the matrix is not packable or a length is wrong.
 pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
     assert!(
-        packable(n_in, n_out),
+        n_in.is_multiple_of(QK) && n_out.is_multiple_of(ROWS),
         "IQ4_XS {n_out} x {n_in} is not packable"
     );
     let nb = n_in / QK;
     let rows: &[BlockIq4Xs] = as_blocks(&src[..n_out * nb * size_of::<BlockIq4Xs>()]);
-    let groups: &mut [Group] = as_blocks_mut(&mut dst[..packed_bytes(n_in, n_out)]);
+    let groups: &mut [Group] = as_blocks_mut(&mut dst[..n_out / ROWS * nb * size_of::<Group>()]);
     for (gi, g) in groups.iter_mut().enumerate() {
         let (row0, b) = (gi / nb * ROWS, gi % nb);
         for r in 0..ROWS {
@@ -100,38 +88,26 @@ pub fn gemm_ref(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let nb = n / QK;
-    let ab = nb * size_of::<BlockQ8K>();
-    let groups: &[Group] = as_blocks(&w[..packed_bytes(n, w_rows)]);
-    for t in 0..act_rows {
-        let y: &[BlockQ8K] = as_blocks(&act[t * ab..(t + 1) * ab]);
-        for (gr, gs) in groups.chunks_exact(nb).enumerate() {
-            for r in 0..ROWS {
-                let mut acc = 0f32;
-                for (g, yb) in gs.iter().zip(y) {
-                    let mut sum = 0i32;
-                    for j in 0..8 {
-                        let mut s = 0i32;
-                        for q in 0..4 {
-                            for k in 0..4 {
-                                let byte = g.qs[4 * j + q][4 * r + k];
-                                let i = 32 * j + 4 * q + k;
-                                s += KVALUES_IQ4NL[(byte & 0xF) as usize] as i32 * yb.qs[i] as i32;
-                                s += KVALUES_IQ4NL[(byte >> 4) as usize] as i32
-                                    * yb.qs[i + 16] as i32;
-                            }
-                        }
-                        sum += g.scales[j][r] as i32 * s;
+    let row = |gs: &[Group], y: &[BlockQ8K], r: usize| {
+        let mut acc = 0f32;
+        for (g, yb) in gs.iter().zip(y) {
+            let mut sum = 0i32;
+            for j in 0..8 {
+                let mut s = 0i32;
+                for q in 0..4 {
+                    for k in 0..4 {
+                        let byte = g.qs[4 * j + q][4 * r + k];
+                        let i = 32 * j + 4 * q + k;
+                        s += KVALUES_IQ4NL[(byte & 0xF) as usize] as i32 * yb.qs[i] as i32;
+                        s += KVALUES_IQ4NL[(byte >> 4) as usize] as i32 * yb.qs[i + 16] as i32;
                     }
-                    let d = f16::from_bits(g.d[r]).to_f32() * yb.d;
-                    acc = d.mul_add(sum as f32, acc);
                 }
-                out[(gr * ROWS + r) * out_stride + t] = acc;
+                sum += g.scales[j][r] as i32 * s;
             }
+            let d = f16::from_bits(g.d[r]).to_f32() * yb.d;
+            acc = d.mul_add(sum as f32, acc);
         }
-    }
+        acc
+    };
+    crate::repack::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
 }
-
-#[cfg(test)]
-#[path = "iq4_r8_tests.rs"]
-mod tests;

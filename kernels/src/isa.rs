@@ -319,11 +319,13 @@ fn tier_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
-/// The tier's product on weights repacked for it ([`crate::iq4_r8`]).
+/// The tier's product on weights repacked for it ([`crate::repack`]).
 fn tier_packed_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match (isa, ty) {
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx512, GgmlType::IQ4_XS) => crate::x86::avx512::iq4_r8::gemm_fn(),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, GgmlType::Q4_K) => crate::x86::avx512::q4k_r8::gemm_fn(),
         _ => None,
     }
 }
@@ -492,7 +494,7 @@ impl KernelTable {
     }
 
     /// The product on weights of type `ty` repacked eight rows at a time
-    /// ([`crate::iq4_r8`]), when the tier has one and the table is not in
+    /// ([`crate::repack`]), when the tier has one and the table is not in
     /// llama.cpp's batch order. It takes the repacked bytes, serves any
     /// number of activation rows and gives every output the same bits for
     /// any of them (a verify batch reproduces decoding); a GemmFn whose

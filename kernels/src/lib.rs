@@ -9,6 +9,8 @@ pub mod blocks;
 pub mod iq4_r8;
 pub mod isa;
 pub mod matmul;
+pub mod q4k_r8;
+pub mod repack;
 pub mod scalar;
 pub mod types;
 #[cfg(target_arch = "x86_64")]

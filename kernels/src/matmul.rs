@@ -76,7 +76,7 @@ pub struct QMatrix<'a> {
     pub n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
-    /// The same rows repacked ([`crate::iq4_r8`]), when the loader made them.
+    /// The same rows repacked ([`crate::repack`]), when the loader made them.
     packed: Option<&'a [u8]>,
 }
 
@@ -110,18 +110,18 @@ impl<'a> QMatrix<'a> {
     }
 
     /// The same matrix with its rows also in the repacked layout of
-    /// [`crate::iq4_r8`] (`packed`, built by [`crate::iq4_r8::repack`] from
+    /// [`crate::repack`] (`packed`, built by [`crate::repack::repack`] from
     /// these bytes). Products take it wherever the kernel table has
     /// [`KernelTable::packed_gemm`] for the type, for every batch size, so
     /// decoding and verify batches keep the same bits.
     pub fn with_packed(self, packed: &'a [u8]) -> Result<Self, ShapeError> {
-        if self.ty != GgmlType::IQ4_XS || !crate::iq4_r8::packable(self.n_in, self.n_out) {
+        if !crate::repack::packable(self.ty, self.n_in, self.n_out) {
             return Err(ShapeError(format!(
                 "{} x {} {} cannot be repacked",
                 self.n_out, self.n_in, self.ty
             )));
         }
-        let need = crate::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        let need = crate::repack::packed_bytes(self.ty, self.n_in, self.n_out);
         if packed.len() < need || !(packed.as_ptr() as usize).is_multiple_of(2) {
             return Err(ShapeError(format!(
                 "repacked {} x {} {} needs {need} aligned bytes, got {}",
@@ -144,8 +144,8 @@ impl<'a> QMatrix<'a> {
 
     /// Repacked bytes of the `count` rows from row `o` (both multiples of 8).
     fn packed_rows(&self, p: &'a [u8], o: usize, count: usize) -> &'a [u8] {
-        let per_row =
-            crate::iq4_r8::packed_bytes(self.n_in, crate::iq4_r8::ROWS) / crate::iq4_r8::ROWS;
+        let per_row = crate::repack::packed_bytes(self.ty, self.n_in, crate::repack::ROWS)
+            / crate::repack::ROWS;
         &p[o * per_row..(o + count) * per_row]
     }
 
@@ -226,7 +226,7 @@ pub struct QExperts<'a> {
     pub n_expert: usize,
     row_bytes: usize,
     data: &'a [u8],
-    /// Every expert repacked ([`crate::iq4_r8`]), one after the other.
+    /// Every expert repacked ([`crate::repack`]), one after the other.
     packed: Option<&'a [u8]>,
 }
 
@@ -261,7 +261,7 @@ impl<'a> QExperts<'a> {
     /// The same stack with every expert also repacked, one after the other
     /// (see [`QMatrix::with_packed`]).
     pub fn with_packed(self, packed: &'a [u8]) -> Result<Self, ShapeError> {
-        let one = crate::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        let one = crate::repack::packed_bytes(self.ty, self.n_in, self.n_out);
         let need = one.saturating_mul(self.n_expert);
         // The shape and alignment checks of one expert, then the length.
         self.expert(0)
@@ -282,7 +282,7 @@ impl<'a> QExperts<'a> {
     pub fn expert(&self, e: usize) -> QMatrix<'a> {
         assert!(e < self.n_expert, "expert {e} of {}", self.n_expert);
         let size = self.row_bytes * self.n_out;
-        let one = crate::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        let one = crate::repack::packed_bytes(self.ty, self.n_in, self.n_out);
         QMatrix {
             ty: self.ty,
             n_in: self.n_in,
@@ -309,7 +309,7 @@ fn packed_kernel<'a>(kt: &KernelTable, w: &QMatrix<'a>) -> Option<(GemmFn, &'a [
 
 /// [`rows_per_task`] rounded up to whole groups of repacked rows.
 fn packed_rows_per_task(n_out: usize) -> usize {
-    rows_per_task(n_out).next_multiple_of(crate::iq4_r8::ROWS)
+    rows_per_task(n_out).next_multiple_of(crate::repack::ROWS)
 }
 
 /// Converts `rows = x.len() / n` f32 rows into `ty` (a `vec_dot_type()`),
@@ -414,7 +414,7 @@ pub fn dot_block(
     let n = w.n_in;
     if let Some((g, p)) = packed_kernel(kt, w) {
         assert!(
-            o.is_multiple_of(crate::iq4_r8::ROWS) && w_rows.is_multiple_of(crate::iq4_r8::ROWS),
+            o.is_multiple_of(crate::repack::ROWS) && w_rows.is_multiple_of(crate::repack::ROWS),
             "repacked rows come in groups of 8"
         );
         let (wr, xr) = (w.packed_rows(p, o, w_rows), x.rows(t0, act_rows));

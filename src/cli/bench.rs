@@ -238,7 +238,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     } else {
         let bytes: usize = packed.values().map(|p| p.len() * 8).sum();
         format!(
-            ", {} IQ4_XS tensors repacked: {:.1} MiB",
+            ", {} tensors repacked: {:.1} MiB",
             packed.len(),
             bytes as f64 / (1u64 << 20) as f64
         )

@@ -20,7 +20,7 @@ pub struct Matrix<'a> {
     pub n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
-    /// The rows repacked for the kernels (`kernels::iq4_r8`), when loaded so.
+    /// The rows repacked for the kernels (`kernels::repack`), when loaded so.
     packed: Option<&'a [u8]>,
 }
 

@@ -19,7 +19,7 @@ pub struct WeightRef<'a> {
     pub ty: GgmlType,
     pub dims: Vec<u64>,
     pub data: &'a [u8],
-    /// The same tensor repacked for the kernels (`kernels::iq4_r8`), when
+    /// The same tensor repacked for the kernels (`kernels::repack`), when
     /// the loader made it.
     pub packed: Option<&'a [u8]>,
 }
@@ -72,7 +72,7 @@ impl<'a> Experts<'a> {
             self.n_out,
             &self.data[e * size..(e + 1) * size],
         );
-        let one = kernels::iq4_r8::packed_bytes(self.n_in, self.n_out);
+        let one = kernels::repack::packed_bytes(self.ty, self.n_in, self.n_out);
         match self.packed {
             Some(p) => m.with_packed(&p[e * one..(e + 1) * one]),
             None => m,

@@ -13,16 +13,15 @@
 
 use std::arch::x86_64::*;
 
-use crate::blocks::as_blocks;
-use crate::iq4_r8::{packed_bytes, Group, ROWS};
+use crate::iq4_r8::Group;
 use crate::isa::GemmFn;
+use crate::repack::ROWS;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::load_u8_128;
+use crate::GgmlType;
 
 use super::kquants::BIASED_GRID;
-
-/// Activation rows one kernel call serves.
-const COLS: usize = 4;
+use super::repack::repacked_product;
 
 /// The repacked IQ4_XS product, when the host has the AVX-512 tier with
 /// VNNI and VBMI.
@@ -30,62 +29,10 @@ pub fn gemm_fn() -> Option<GemmFn> {
     let ok = crate::Isa::Avx512.available()
         && is_x86_feature_detected!("avx512vnni")
         && is_x86_feature_detected!("avx512vbmi");
-    ok.then_some(gemm as GemmFn)
+    ok.then_some(product as GemmFn)
 }
 
-fn gemm(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-) {
-    assert!(
-        crate::iq4_r8::packable(n, w_rows),
-        "repacked IQ4_XS: {w_rows} x {n} is not whole groups"
-    );
-    let nb = n / 256;
-    let ab = nb * size_of::<BlockQ8K>();
-    assert!(
-        act.len() >= ab * act_rows,
-        "repacked IQ4_XS: short activations"
-    );
-    if act_rows == 0 {
-        return;
-    }
-    assert!(
-        out.len() >= (w_rows - 1) * out_stride + act_rows,
-        "repacked IQ4_XS: short output"
-    );
-    let groups: &[Group] = as_blocks(&w[..packed_bytes(n, w_rows)]);
-    let y = |t: usize| -> &[BlockQ8K] { as_blocks(&act[t * ab..(t + 1) * ab]) };
-    for (gr, gs) in groups.chunks_exact(nb).enumerate() {
-        let mut t = 0;
-        while t < act_rows {
-            let c = (act_rows - t).min(COLS);
-            let mut put = |sums: &[[f32; ROWS]]| {
-                for (k, s) in sums.iter().enumerate() {
-                    for (r, v) in s.iter().enumerate() {
-                        out[(gr * ROWS + r) * out_stride + t + k] = *v;
-                    }
-                }
-            };
-            // SAFETY: `gemm_fn` hands this out only when the host has every
-            // feature `rows8` enables.
-            unsafe {
-                match c {
-                    4 => put(&rows8::<4>(gs, [y(t), y(t + 1), y(t + 2), y(t + 3)])),
-                    3 => put(&rows8::<3>(gs, [y(t), y(t + 1), y(t + 2)])),
-                    2 => put(&rows8::<2>(gs, [y(t), y(t + 1)])),
-                    _ => put(&rows8::<1>(gs, [y(t)])),
-                }
-            }
-            t += c;
-        }
-    }
-}
+repacked_product!(Group, GgmlType::IQ4_XS, rows8);
 
 /// One group row (`gs`, one group per block) against `C` Q8_K rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]

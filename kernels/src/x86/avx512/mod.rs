@@ -13,7 +13,9 @@ pub mod kquants;
 pub mod legacy;
 pub mod lowbit;
 pub mod prompt;
+pub mod q4k_r8;
 pub mod quant;
+mod repack;
 
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
 

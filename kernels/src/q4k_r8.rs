@@ -1,0 +1,119 @@
+//! Q4_K weights repacked eight rows at a time ([`crate::repack`]): lane r of
+//! every vector is row r of a group of eight.
+//!
+//! One [`Group`] is one 256-weight block of eight consecutive rows (1184
+//! bytes, against 8 × 144 in the file): for 64-element chunk k and byte quad
+//! q, 32 bytes whose lane r is row r's `qs[32k + 4q .. 32k + 4q + 4]` (low
+//! nibbles: sub-block 2k, high: 2k + 1); the 6-bit sub-block scales and mins
+//! as bytes `[j][r]`; the eight `d` and `dmin`.
+//!
+//! **The sum** is the order of ggml's repacked Q4_K mat-vec, which clover's
+//! decoding already reproduces for these matrices
+//! (`x86::avx2::kquants::q4_k_repacked`): per block the exact integers
+//! `isum = Σ_j sc_j · Σ q·a` and `imin = Σ_j m_j · Σ a_j`, then
+//! `acc = fma(isum, d_w·d_a, acc)`, `acc_min = fma(imin, dmin_w·d_a,
+//! acc_min)`, and `acc − acc_min` at the end. [`gemm_ref`] is that
+//! definition in plain Rust; the SIMD kernels give its bits for any number
+//! of activation rows.
+
+use bytemuck::{Pod, Zeroable};
+use half::f16;
+
+use crate::blocks::{as_blocks, as_blocks_mut};
+use crate::repack::ROWS;
+use crate::scalar::kquant_search::get_scale_min_k4;
+use crate::scalar::q4_k::BlockQ4K;
+use crate::scalar::q8_k::BlockQ8K;
+
+const QK: usize = 256;
+
+/// One block of eight rows (see the module docs).
+#[derive(Clone, Copy, Debug, Pod, Zeroable)]
+#[repr(C)]
+pub struct Group {
+    /// `[8k + q]`: lane r = row r's `qs[32k + 4q .. 32k + 4q + 4]`.
+    pub qs: [[u8; 32]; 32],
+    /// `[j][r]`: row r's sub-block j scale (0..64).
+    pub scales: [[u8; 8]; 8],
+    /// `[j][r]`: row r's sub-block j min (0..64).
+    pub mins: [[u8; 8]; 8],
+    /// Row r's `d` and `dmin` (f16 bits).
+    pub d: [u16; 8],
+    pub dmin: [u16; 8],
+}
+
+const _: () = assert!(size_of::<Group>() == 1184);
+
+/// Repacks `n_out` rows of `n_in` Q4_K weights (`src`) into `dst`
+/// ([`crate::repack::packed_bytes`] long, 2-byte aligned).
+///
+/// # Panics
+/// When the matrix is not packable or a length is wrong.
+pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
+    assert!(
+        n_in.is_multiple_of(QK) && n_out.is_multiple_of(ROWS),
+        "Q4_K {n_out} x {n_in} is not packable"
+    );
+    let nb = n_in / QK;
+    let rows: &[BlockQ4K] = as_blocks(&src[..n_out * nb * size_of::<BlockQ4K>()]);
+    let groups: &mut [Group] = as_blocks_mut(&mut dst[..n_out / ROWS * nb * size_of::<Group>()]);
+    for (gi, g) in groups.iter_mut().enumerate() {
+        let (row0, b) = (gi / nb * ROWS, gi % nb);
+        for r in 0..ROWS {
+            let blk = &rows[(row0 + r) * nb + b];
+            for k in 0..4 {
+                for q in 0..8 {
+                    let at = 32 * k + 4 * q;
+                    g.qs[8 * k + q][4 * r..4 * r + 4].copy_from_slice(&blk.qs[at..at + 4]);
+                }
+            }
+            for j in 0..8 {
+                let (sc, m) = get_scale_min_k4(j, &blk.scales);
+                g.scales[j][r] = sc;
+                g.mins[j][r] = m;
+            }
+            g.d[r] = blk.d.to_bits();
+            g.dmin[r] = blk.dmin.to_bits();
+        }
+    }
+}
+
+/// The reference (the module docs' sum), with the signature of
+/// [`crate::isa::GemmFn`]: `out[i·stride + t] = W[i] · x[t]` for the `w_rows`
+/// rows of the repacked `w` (a multiple of 8) and `act_rows` Q8_K rows.
+pub fn gemm_ref(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let row = |gs: &[Group], y: &[BlockQ8K], r: usize| {
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (g, yb) in gs.iter().zip(y) {
+            let (mut isum, mut imin) = (0i32, 0i32);
+            for j in 0..8 {
+                let (k, high) = (j / 2, j % 2 == 1);
+                let mut s = 0i32;
+                for q in 0..8 {
+                    for e in 0..4 {
+                        let byte = g.qs[8 * k + q][4 * r + e];
+                        let level = if high { byte >> 4 } else { byte & 0xF };
+                        s += level as i32 * yb.qs[32 * j + 4 * q + e] as i32;
+                    }
+                }
+                isum += g.scales[j][r] as i32 * s;
+                let bsum = yb.bsums[2 * j] as i32 + yb.bsums[2 * j + 1] as i32;
+                imin += g.mins[j][r] as i32 * bsum;
+            }
+            let dd = f16::from_bits(g.d[r]).to_f32() * yb.d;
+            let dm = f16::from_bits(g.dmin[r]).to_f32() * yb.d;
+            acc = (isum as f32).mul_add(dd, acc);
+            acc_min = (imin as f32).mul_add(dm, acc_min);
+        }
+        acc - acc_min
+    };
+    crate::repack::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
+}

@@ -1,0 +1,93 @@
+//! Weights repacked eight rows at a time for the products (lane r of every
+//! vector = row r of a group of eight), built once at load: IQ4_XS
+//! ([`crate::iq4_r8`]) and Q4_K ([`crate::q4k_r8`]). Each type's module
+//! defines the layout and, in plain Rust, the sum its kernels reproduce bit
+//! for bit for any number of activation rows.
+
+use crate::blocks::as_blocks;
+use crate::isa::GemmFn;
+use crate::scalar::q8_k::BlockQ8K;
+use crate::GgmlType;
+
+/// Weight rows per group.
+pub const ROWS: usize = 8;
+
+/// Bytes of one group (one 256-weight block of eight rows) of `ty`.
+fn group_bytes(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::IQ4_XS => Some(size_of::<crate::iq4_r8::Group>()),
+        GgmlType::Q4_K => Some(size_of::<crate::q4k_r8::Group>()),
+        _ => None,
+    }
+}
+
+/// Whether an `n_out × n_in` matrix of `ty` can be repacked.
+pub fn packable(ty: GgmlType, n_in: usize, n_out: usize) -> bool {
+    group_bytes(ty).is_some()
+        && n_in > 0
+        && n_in.is_multiple_of(256)
+        && n_out > 0
+        && n_out.is_multiple_of(ROWS)
+}
+
+/// Bytes of the repacked form of a packable matrix (0 for other types).
+pub fn packed_bytes(ty: GgmlType, n_in: usize, n_out: usize) -> usize {
+    n_out / ROWS * (n_in / 256) * group_bytes(ty).unwrap_or(0)
+}
+
+/// Repacks `n_out` rows of `n_in` weights of `ty` (`src`, the file's bytes)
+/// into `dst` ([`packed_bytes`] long, 2-byte aligned).
+///
+/// # Panics
+/// When the matrix is not [`packable`] or a length is wrong.
+pub fn repack(ty: GgmlType, n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
+    assert!(
+        packable(ty, n_in, n_out),
+        "{ty} {n_out} x {n_in} is not packable"
+    );
+    match ty {
+        GgmlType::IQ4_XS => crate::iq4_r8::repack(n_in, n_out, src, dst),
+        _ => crate::q4k_r8::repack(n_in, n_out, src, dst),
+    }
+}
+
+/// The loops of the plain-Rust definitions: `out[(8·gr + r)·stride + t] =
+/// row(group row gr, activation row t, r)` for every group row of the
+/// `w_rows` rows of `w` (groups of `G`) and every one of the `act_rows` Q8_K
+/// rows of `act`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn each_output<G: bytemuck::Pod>(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+    row: impl Fn(&[G], &[BlockQ8K], usize) -> f32,
+) {
+    let nb = n / 256;
+    let ab = nb * size_of::<BlockQ8K>();
+    let groups: &[G] = as_blocks(&w[..w_rows / ROWS * nb * size_of::<G>()]);
+    for t in 0..act_rows {
+        let y: &[BlockQ8K] = as_blocks(&act[t * ab..(t + 1) * ab]);
+        for (gr, gs) in groups.chunks_exact(nb).enumerate() {
+            for r in 0..ROWS {
+                out[(gr * ROWS + r) * out_stride + t] = row(gs, y, r);
+            }
+        }
+    }
+}
+
+/// The plain-Rust definition of the repacked product of `ty`.
+pub fn gemm_ref(ty: GgmlType) -> Option<GemmFn> {
+    match ty {
+        GgmlType::IQ4_XS => Some(crate::iq4_r8::gemm_ref as GemmFn),
+        GgmlType::Q4_K => Some(crate::q4k_r8::gemm_ref as GemmFn),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+#[path = "repack_tests.rs"]
+mod tests;

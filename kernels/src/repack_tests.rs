@@ -1,0 +1,280 @@
+use super::*;
+use crate::matmul::{self, QActs, QExperts, QMatrix};
+use crate::{scalar, GgmlType, Isa, KernelTable};
+
+const TYPES: [GgmlType; 2] = [GgmlType::IQ4_XS, GgmlType::Q4_K];
+
+fn rnd_stream(mut s: u64) -> impl FnMut() -> f32 {
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// 8-byte aligned storage for `len` bytes.
+fn words(len: usize) -> Vec<u64> {
+    vec![0u64; len.div_ceil(8)]
+}
+
+fn bytes(v: &[u64]) -> &[u8] {
+    bytemuck::cast_slice(v)
+}
+
+fn row_bytes(ty: GgmlType, n: usize) -> usize {
+    ty.row_bytes(n as u64).unwrap() as usize
+}
+
+/// `rows` random rows of `ty` (a few with one large weight, so that scales,
+/// mins and `d` vary) and `tokens` Q8_K rows.
+fn fixture(ty: GgmlType, n: usize, rows: usize, tokens: usize, seed: u64) -> (Vec<u64>, Vec<u64>) {
+    let mut rnd = rnd_stream(seed);
+    let rb = row_bytes(ty, n);
+    let mut w = words(rb * rows);
+    let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..rb * rows];
+    for (i, r) in wb.chunks_exact_mut(rb).enumerate() {
+        let mut src: Vec<f32> = (0..n).map(|_| rnd() + 0.3).collect();
+        src[i % n] *= 1.0 + (i % 5) as f32 * 20.0;
+        scalar::quantize_row(ty, &src, r, None);
+    }
+    let ab = row_bytes(GgmlType::Q8_K, n);
+    let mut a = words(ab * tokens);
+    let abytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..ab * tokens];
+    for r in abytes.chunks_exact_mut(ab) {
+        let src: Vec<f32> = (0..n).map(|_| rnd() * 3.0).collect();
+        scalar::quantize_row(GgmlType::Q8_K, &src, r, None);
+    }
+    (w, a)
+}
+
+fn packed_of(ty: GgmlType, n: usize, rows: usize, w: &[u64]) -> Vec<u64> {
+    let pb = packed_bytes(ty, n, rows);
+    let mut p = words(pb);
+    let src = &bytes(w)[..row_bytes(ty, n) * rows];
+    repack(
+        ty,
+        n,
+        rows,
+        src,
+        &mut bytemuck::cast_slice_mut(&mut p)[..pb],
+    );
+    p
+}
+
+/// The reference's outputs, `[row][token]`.
+fn reference(ty: GgmlType, n: usize, rows: usize, tokens: usize, p: &[u64], a: &[u64]) -> Vec<f32> {
+    let mut out = vec![0f32; rows * tokens];
+    gemm_ref(ty).unwrap()(n, bytes(p), rows, bytes(a), tokens, &mut out, tokens);
+    out
+}
+
+#[test]
+fn the_repacked_sums_are_the_dots_of_the_dequantised_rows() {
+    for ty in TYPES {
+        for (n, rows) in [(256, 8), (768, 16), (4096, 8)] {
+            let tokens = 3;
+            let (w, a) = fixture(ty, n, rows, tokens, 7 + n as u64);
+            let p = packed_of(ty, n, rows, &w);
+            let got = reference(ty, n, rows, tokens, &p, &a);
+            let (rb, ab) = (row_bytes(ty, n), row_bytes(GgmlType::Q8_K, n));
+            let mut wf = vec![0f32; n];
+            let mut af = vec![0f32; n];
+            for r in 0..rows {
+                let wr = &bytes(&w)[r * rb..(r + 1) * rb];
+                scalar::dequantize_row(ty, wr, &mut wf);
+                for t in 0..tokens {
+                    let ar = &bytes(&a)[t * ab..(t + 1) * ab];
+                    scalar::dequantize_row(GgmlType::Q8_K, ar, &mut af);
+                    let terms = wf.iter().zip(&af).map(|(x, y)| *x as f64 * *y as f64);
+                    let exact: f64 = terms.clone().sum();
+                    let size: f64 = terms.map(f64::abs).sum();
+                    let v = got[r * tokens + t] as f64;
+                    assert!(
+                        (v - exact).abs() <= 1e-6 * size,
+                        "{ty} n {n} row {r} token {t}: {v} vs {exact} (Σ|w·a| {size})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_repacked_q4_k_sum_is_ggmls_repacked_q4_k_dot_bit_for_bit() {
+    // The order clover's decoding already reproduces for Q4_K matrices of
+    // n_out % 8 == 0 (ggml's repacked mat-vec, checked against llama.cpp).
+    if !Isa::Avx2.available() {
+        return;
+    }
+    let dot = KernelTable::new(Isa::Avx2).weight_dot(GgmlType::Q4_K, 8);
+    let (n, rows, tokens) = (1024, 16, 3);
+    let (w, a) = fixture(GgmlType::Q4_K, n, rows, tokens, 21);
+    let p = packed_of(GgmlType::Q4_K, n, rows, &w);
+    let got = reference(GgmlType::Q4_K, n, rows, tokens, &p, &a);
+    let (rb, ab) = (row_bytes(GgmlType::Q4_K, n), row_bytes(GgmlType::Q8_K, n));
+    for r in 0..rows {
+        for t in 0..tokens {
+            let want = dot(
+                n,
+                &bytes(&w)[r * rb..(r + 1) * rb],
+                &bytes(&a)[t * ab..(t + 1) * ab],
+            );
+            assert_eq!(
+                got[r * tokens + t].to_bits(),
+                want.to_bits(),
+                "row {r} token {t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_packed_kernel_gives_the_references_bits() {
+    let mut tested = 0;
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            let Some(g) = kt.packed_gemm(ty) else {
+                continue;
+            };
+            for (n, rows) in [(256, 8), (768, 24), (4096, 16)] {
+                for tokens in 1..=9 {
+                    let (w, a) = fixture(ty, n, rows, tokens, 11 + tokens as u64);
+                    let p = packed_of(ty, n, rows, &w);
+                    let want = reference(ty, n, rows, tokens, &p, &a);
+                    // A wider output stride, with a sentinel in the gaps.
+                    let stride = tokens + 2;
+                    let mut out = vec![f32::NAN; rows * stride];
+                    g(n, bytes(&p), rows, bytes(&a), tokens, &mut out, stride);
+                    for r in 0..rows {
+                        for t in 0..tokens {
+                            assert_eq!(
+                                out[r * stride + t].to_bits(),
+                                want[r * tokens + t].to_bits(),
+                                "{isa} {ty} n {n} row {r} token {t} of {tokens}"
+                            );
+                        }
+                        assert!(out[r * stride + tokens].is_nan(), "wrote past its columns");
+                    }
+                    tested += 1;
+                }
+            }
+        }
+    }
+    if tested == 0 {
+        eprintln!("###  no tier here has a repacked kernel (AVX-512 VNNI)");
+    }
+}
+
+#[test]
+fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            if kt.packed_gemm(ty).is_none() {
+                continue;
+            }
+            // 1040 rows: more than one ROW_BLOCK of the tiled matmul and
+            // several tasks per thread.
+            let (n, rows, tokens) = (512, 1040, 10);
+            let (w, a) = fixture(ty, n, rows, tokens, 5);
+            let p = packed_of(ty, n, rows, &w);
+            let want = reference(ty, n, rows, tokens, &p, &a);
+            let m = QMatrix::new(ty, n, rows, bytes(&w))
+                .unwrap()
+                .with_packed(bytes(&p))
+                .unwrap();
+            let ab = row_bytes(GgmlType::Q8_K, n);
+            let check = |got: &[f32], t: usize, what: &str| {
+                for r in 0..rows {
+                    assert_eq!(
+                        got[r].to_bits(),
+                        want[r * tokens + t].to_bits(),
+                        "{isa} {ty} {what}: row {r} token {t}"
+                    );
+                }
+            };
+            let mut out = vec![0f32; rows];
+            for t in 0..tokens {
+                let x = &bytes(&a)[t * ab..(t + 1) * ab];
+                matmul::matvec(&kt, &m, x, &mut out);
+                check(&out, t, "matvec");
+                matmul::matvec_serial(&kt, &m, x, &mut out);
+                check(&out, t, "matvec_serial");
+            }
+            for batch in [2, 3, 8, 10] {
+                let x = QActs::new(GgmlType::Q8_K, n, batch, bytes(&a)).unwrap();
+                let mut tile = vec![0f32; matmul::matmul_tile_len(batch)];
+                let mut out = vec![0f32; batch * rows];
+                type Product = fn(&KernelTable, &QMatrix, &QActs, &mut [f32], &mut [f32]);
+                let products: [(&str, Product); 3] = [
+                    ("matmul", matmul::matmul),
+                    ("matmul_prompt", matmul::matmul_prompt),
+                    ("matmul_vec_dot", matmul::matmul_vec_dot),
+                ];
+                for (what, f) in products {
+                    out.fill(f32::NAN);
+                    f(&kt, &m, &x, &mut out, &mut tile);
+                    for t in 0..batch {
+                        check(&out[t * rows..(t + 1) * rows], t, what);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_expert_gather_takes_each_experts_repacked_rows() {
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            if kt.packed_gemm(ty).is_none() {
+                continue;
+            }
+            let (n, n_out, n_expert, tokens) = (256, 48, 4, 6);
+            let (w, a) = fixture(ty, n, n_out * n_expert, tokens, 9);
+            // The stack repacked as one matrix is each expert repacked on
+            // its own, one after the other (n_out % 8 == 0).
+            let p = packed_of(ty, n, n_out * n_expert, &w);
+            let one = packed_bytes(ty, n, n_out);
+            let stack = QExperts::new(ty, n, n_out, n_expert, bytes(&w))
+                .unwrap()
+                .with_packed(bytes(&p))
+                .unwrap();
+            let expert_of = [2, 0, 2, 3, 1, 2];
+            let x = QActs::new(GgmlType::Q8_K, n, tokens, bytes(&a)).unwrap();
+            let mut out = vec![f32::NAN; tokens * n_out];
+            matmul::expert_gather(&kt, &stack, &expert_of, &x, &mut out);
+            for (t, &e) in expert_of.iter().enumerate() {
+                let mut want = vec![0f32; n_out];
+                let pe = &bytes(&p)[e * one..(e + 1) * one];
+                gemm_ref(ty).unwrap()(n, pe, n_out, x.row(t), 1, &mut want, 1);
+                for (o, v) in want.iter().enumerate() {
+                    let got = out[t * n_out + o];
+                    assert_eq!(got.to_bits(), v.to_bits(), "{isa} {ty} token {t} row {o}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn only_packable_matrices_take_repacked_rows() {
+    for ty in TYPES {
+        let (w, _) = fixture(ty, 256, 16, 1, 3);
+        let p = packed_of(ty, 256, 16, &w);
+        let m = QMatrix::new(ty, 256, 16, bytes(&w)).unwrap();
+        assert!(m.with_packed(bytes(&p)).is_ok());
+        assert!(m.with_packed(&bytes(&p)[..100]).is_err(), "short");
+        let odd = QMatrix::new(ty, 256, 12, bytes(&w)).unwrap();
+        assert!(odd.with_packed(bytes(&p)).is_err(), "12 rows");
+        assert!(!packable(ty, 128, 8) && !packable(ty, 256, 4) && packable(ty, 512, 24));
+    }
+    let (w, _) = fixture(GgmlType::Q8_0, 256, 8, 1, 3);
+    let q8 = QMatrix::new(GgmlType::Q8_0, 256, 8, bytes(&w)).unwrap();
+    assert!(q8.with_packed(bytes(&w)).is_err(), "Q8_0");
+    assert!(!packable(GgmlType::Q8_0, 256, 8));
+}

@@ -1,0 +1,118 @@
+//! The driver the AVX-512 products on repacked weights share
+//! ([`crate::repack`]): checks the shapes, then runs a type's group-row
+//! kernel over every group row and tiles of up to [`COLS`] activation rows.
+
+use bytemuck::Pod;
+
+use crate::blocks::as_blocks;
+use crate::repack::{packable, packed_bytes, ROWS};
+use crate::scalar::q8_k::BlockQ8K;
+use crate::GgmlType;
+
+/// Activation rows one group-row kernel call serves.
+pub(crate) const COLS: usize = 4;
+
+/// A repacked group type and its group-row kernel.
+pub(crate) trait GroupRows: Pod {
+    const TY: GgmlType;
+
+    /// One group row (`gs`, one group per block) against `C` Q8_K rows.
+    ///
+    /// # Safety
+    /// The host must have the features the type's kernel enables.
+    unsafe fn rows8<const C: usize>(gs: &[Self], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C];
+}
+
+/// A [`crate::isa::GemmFn`] over groups of `G`: `out[i·stride + t] = W[i] ·
+/// x[t]`.
+///
+/// # Safety
+/// The host must have the features `G::rows8` needs.
+pub(crate) unsafe fn gemm<G: GroupRows>(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let ty = G::TY;
+    assert!(
+        packable(ty, n, w_rows),
+        "repacked {ty}: {w_rows} x {n} is not whole groups"
+    );
+    let nb = n / 256;
+    let ab = nb * size_of::<BlockQ8K>();
+    assert!(
+        act.len() >= ab * act_rows,
+        "repacked {ty}: short activations"
+    );
+    if act_rows == 0 {
+        return;
+    }
+    assert!(
+        out.len() >= (w_rows - 1) * out_stride + act_rows,
+        "repacked {ty}: short output"
+    );
+    let groups: &[G] = as_blocks(&w[..packed_bytes(ty, n, w_rows)]);
+    let y = |t: usize| -> &[BlockQ8K] { as_blocks(&act[t * ab..(t + 1) * ab]) };
+    for (gr, gs) in groups.chunks_exact(nb).enumerate() {
+        let mut t = 0;
+        while t < act_rows {
+            let c = (act_rows - t).min(COLS);
+            let mut put = |sums: &[[f32; ROWS]]| {
+                for (k, s) in sums.iter().enumerate() {
+                    for (r, v) in s.iter().enumerate() {
+                        out[(gr * ROWS + r) * out_stride + t + k] = *v;
+                    }
+                }
+            };
+            // SAFETY: the caller guarantees the features `rows8` needs.
+            unsafe {
+                match c {
+                    4 => put(&G::rows8::<4>(gs, [y(t), y(t + 1), y(t + 2), y(t + 3)])),
+                    3 => put(&G::rows8::<3>(gs, [y(t), y(t + 1), y(t + 2)])),
+                    2 => put(&G::rows8::<2>(gs, [y(t), y(t + 1)])),
+                    _ => put(&G::rows8::<1>(gs, [y(t)])),
+                }
+            }
+            t += c;
+        }
+    }
+}
+
+/// The GemmFn `product` over groups of `$group` (the caller's
+/// `gemm_fn` hands it out only when the host has every feature `$rows8`
+/// enables) and the [`GroupRows`] impl that runs `$rows8`.
+macro_rules! repacked_product {
+    ($group:ty, $ty:expr, $rows8:ident) => {
+        fn product(
+            n: usize,
+            w: &[u8],
+            w_rows: usize,
+            act: &[u8],
+            act_rows: usize,
+            out: &mut [f32],
+            out_stride: usize,
+        ) {
+            // SAFETY: `gemm_fn` hands this out only when the host has every
+            // feature the kernel enables.
+            unsafe { super::repack::gemm::<$group>(n, w, w_rows, act, act_rows, out, out_stride) }
+        }
+
+        impl super::repack::GroupRows for $group {
+            const TY: crate::GgmlType = $ty;
+
+            #[inline(always)]
+            unsafe fn rows8<const C: usize>(
+                gs: &[$group],
+                y: [&[crate::scalar::q8_k::BlockQ8K]; C],
+            ) -> [[f32; crate::repack::ROWS]; C] {
+                // SAFETY: the caller guarantees the features the kernel enables.
+                unsafe { $rows8::<C>(gs, y) }
+            }
+        }
+    };
+}
+pub(crate) use repacked_product;
