@@ -14,16 +14,20 @@
 //! and the spread (min, max) printed. The replay splits across threads as
 //! one dispatch of independent (layer, value head) jobs.
 //!
-//! Measured (CPU time, median [min, max]):
+//! Measured (CPU time, median [min, max]; test profile):
 //! - real 35B-A3B layer dimensions, 3 GDN + 1 attention layer (the real
-//!   3:1 mix; only GDN layers replay), 8 experts: verify 317 ms, replay
-//!   9.6 ms: 3.04 % [3.01, 3.09]. Asserted: < 5 % (the target).
-//! - synth `small` file: verify 23.6 ms, replay 1.46 ms: 6.3 % [5.9, 6.7].
-//!   Its matmuls are tiny (d_model 256) next to the recurrence (8 × 64²
-//!   state per GDN layer), and the replay is 2/3 of the recurrence's own
-//!   per-position work (decay, predict, update; no read-out), so the share
-//!   is structurally higher there. Asserted: < 8 % (was < 12 % of wall
-//!   time).
+//!   3:1 mix; only GDN layers replay), 8 experts: verify 610 ms, replay
+//!   6.4 ms: 1.08 % [1.03, 1.19]. Asserted: < 5 % (the target).
+//! - synth `small` file: its matmuls are tiny (d_model 256) next to the
+//!   recurrence (8 × 64² state per GDN layer), and the replay is 2/3 of the
+//!   recurrence's own per-position work (decay, predict, update; no
+//!   read-out), so the share is structurally higher there. With its Q4_K
+//!   matrices repacked (`kernels::repack`, AVX-512 VNNI) verify 14.7 ms,
+//!   replay 0.50 ms: 3.43 % [3.20, 3.73]; in the file's layout verify
+//!   23.7 ms: 2.14 %. Asserted: < 8 %. (Before the replay kernel kept the
+//!   state rows in registers across positions, `KernelTable::delta_replay`,
+//!   the replay took 1.87 ms: 7.9 % of the file-layout verify and 12.5 % of
+//!   the repacked one.)
 
 use std::time::Instant;
 

@@ -19,6 +19,22 @@ pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
 /// the update alone): see `x86::avx512::legacy::delta_rows`.
 pub type DeltaRowsFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, f32, &mut [f32]);
 
+/// One position of a replay ([`DeltaReplayFn`]): the key, the value head's
+/// values (one per state row), the decay `e^g` and `β`.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayStep<'a> {
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub decay: f32,
+    pub beta: f32,
+}
+
+/// Several positions of the gated delta rule over one value head's state
+/// rows (`s`, `[v.len()][k.len()]`), without read-out: the bits of one
+/// [`DeltaRowsFn`] call per position in order, each row kept in registers
+/// across the positions. `false` (nothing done) for a shape it does not take.
+pub type DeltaReplayFn = fn(&mut [f32], &[ReplayStep]) -> bool;
+
 pub type GemmFn = fn(
     n: usize,
     w: &[u8],
@@ -147,6 +163,7 @@ pub struct KernelTable {
     prompt_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
+    delta_replay: Option<DeltaReplayFn>,
     ggml_batch: bool,
 }
 
@@ -282,6 +299,14 @@ fn tier_delta_rows(isa: Isa) -> Option<DeltaRowsFn> {
     }
 }
 
+fn tier_delta_replay(isa: Isa) -> Option<DeltaReplayFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(crate::x86::avx512::legacy::delta_replay),
+        _ => None,
+    }
+}
+
 fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -367,6 +392,7 @@ impl KernelTable {
             repacked_rows: GgmlType::ALL.map(|t| tier_repacked_rows(isa, t)),
             ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
             delta_rows: tier_delta_rows(isa),
+            delta_replay: tier_delta_replay(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
             packed_gemm: GgmlType::ALL.map(|t| tier_packed_gemm(isa, t)),
         }
@@ -480,6 +506,14 @@ impl KernelTable {
     #[inline]
     pub fn delta_rows(&self) -> Option<DeltaRowsFn> {
         self.delta_rows
+    }
+
+    /// The tier's replay of several positions into a value head's state
+    /// (the bits of [`KernelTable::delta_rows`] once per position), when it
+    /// has one.
+    #[inline]
+    pub fn delta_replay(&self) -> Option<DeltaReplayFn> {
+        self.delta_replay
     }
 
     /// The tier's product for a prompt batch of weight type `ty`, when it

@@ -81,3 +81,67 @@ fn delta_rows_equals_the_steps_one_by_one_bit_for_bit() {
         eprintln!("*** SKIPPING: no tier with a delta-rule row step on this host ***");
     }
 }
+
+#[test]
+fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
+    use kernels::isa::ReplayStep;
+    let mut checked = 0;
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        let (Some(rows), Some(replay)) = (kt.delta_rows(), kt.delta_replay()) else {
+            continue;
+        };
+        // Both head sizes it takes, odd row counts (a lone last row), one
+        // position and a whole 16-token verify.
+        for (dk, dv, n) in [
+            (128usize, 128usize, 16usize),
+            (64, 64, 16),
+            (64, 7, 5),
+            (128, 3, 1),
+        ] {
+            let s0 = floats(3 + dk as u64, dk * dv);
+            let ks = floats(5, n * dk);
+            let vs = floats(7, n * dv);
+            let gb = floats(11, 2 * n);
+            let steps: Vec<ReplayStep> = (0..n)
+                .map(|t| ReplayStep {
+                    k: &ks[t * dk..(t + 1) * dk],
+                    v: &vs[t * dv..(t + 1) * dv],
+                    decay: (gb[2 * t] - 1.0).exp(),
+                    beta: gb[2 * t + 1].abs(),
+                })
+                .collect();
+            let mut want = s0.clone();
+            for p in &steps {
+                rows(&mut want, &[], p.k, p.v, p.decay, p.beta, 0.0, &mut []);
+            }
+            let mut got = s0.clone();
+            assert!(replay(&mut got, &steps), "{isa} took no ({dk}, {dv})");
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    a.to_bits(),
+                    b.to_bits(),
+                    "{isa} ({dk}, {dv}, {n}) element {i}"
+                );
+            }
+            assert_ne!(got, s0, "the state moved");
+            checked += 1;
+        }
+        // Shapes it does not take: nothing done.
+        let mut s = floats(1, 37 * 5);
+        let k = floats(2, 37);
+        let v = floats(3, 5);
+        let before = s.clone();
+        let step = ReplayStep {
+            k: &k,
+            v: &v,
+            decay: 0.9,
+            beta: 0.5,
+        };
+        assert!(!replay(&mut s, &[step]));
+        assert_eq!(s, before);
+    }
+    if checked == 0 {
+        eprintln!("###  no tier here has a delta replay kernel");
+    }
+}

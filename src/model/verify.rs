@@ -12,6 +12,7 @@
 //! conv windows from the stashed `mixed` rows and truncates the KV cache to
 //! `pos0 + n_keep`. Rejected positions cost neither a re-decode nor a copy.
 
+use kernels::isa::ReplayStep;
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
@@ -74,6 +75,37 @@ impl GdnStash {
     /// (`[d_v][d_k]`), with the same per-head arithmetic as the forward
     /// (`deltanet::delta_update`), compiled for AVX2 where the CPU has it.
     fn replay_head(&self, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
+        // The tier's replay kernel keeps the state rows in registers across
+        // the positions (the bits of `delta_update` once per position).
+        if let Some(replay) = kernels::isa::active().delta_replay() {
+            let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
+            let kv_w = cfg.ssm_conv_channels() - hk * d;
+            let kh = h % hk;
+            let step = |t: usize| {
+                let row = &self.kv[t * kv_w..(t + 1) * kv_w];
+                ReplayStep {
+                    k: &row[kh * d..(kh + 1) * d],
+                    v: &row[hk * d + h * d..hk * d + (h + 1) * d],
+                    decay: self.gate[t * hv + h].exp(),
+                    beta: self.beta[t * hv + h],
+                }
+            };
+            const CHUNK: usize = 16;
+            let mut done = 0;
+            while done < n_keep {
+                let m = CHUNK.min(n_keep - done);
+                let steps: [ReplayStep; CHUNK] = std::array::from_fn(|i| step(done + i.min(m - 1)));
+                if !replay(s, &steps[..m]) {
+                    // Every position has the same shape: refused at once or never.
+                    assert_eq!(done, 0, "delta replay refused a later chunk");
+                    break;
+                }
+                done += m;
+            }
+            if done == n_keep {
+                return;
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.

@@ -726,6 +726,103 @@ unsafe fn delta_rows_avx512<const OUT: bool>(
     }
 }
 
+/// [`crate::isa::DeltaReplayFn`]: `steps` positions of [`delta_rows`]
+/// without read-out, each pair of state rows loaded once and kept in
+/// registers across the positions (a position's pass over the whole state
+/// loaded and stored every row twice). Per row and position the same ops in
+/// the same order as `delta_rows_avx512`'s grouped rows: decay, the dot in
+/// four accumulators over 64-steps folded `(a0 + a2) + (a1 + a3)`, then
+/// `row += δ·k` fused; so the same bits. Takes `d_k` of 64 or 128 only.
+pub fn delta_replay(s: &mut [f32], steps: &[crate::isa::ReplayStep]) -> bool {
+    let Some(first) = steps.first() else {
+        return true;
+    };
+    let (dk, dv) = (first.k.len(), first.v.len());
+    if !crate::Isa::Avx512.available()
+        || !(dk == 64 || dk == 128)
+        || s.len() < dk * dv
+        || steps.iter().any(|p| p.k.len() != dk || p.v.len() != dv)
+    {
+        return false;
+    }
+    // SAFETY: the features were checked above, and so were the shapes the
+    // kernel indexes by pointer.
+    unsafe {
+        if dk == 64 {
+            delta_replay_avx512::<4>(s, dv, steps);
+        } else {
+            delta_replay_avx512::<8>(s, dv, steps);
+        }
+    }
+    true
+}
+
+/// # Safety
+/// AVX-512F, AVX2 and FMA available; every step's `k` has `16·NC` elements
+/// and `v` has `dv`; `s.len() ≥ dv·16·NC`.
+// The loops walk chunk c of every row of a register tile `x[row][chunk]`.
+#[allow(clippy::needless_range_loop)]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn delta_replay_avx512<const NC: usize>(
+    s: &mut [f32],
+    dv: usize,
+    steps: &[crate::isa::ReplayStep],
+) {
+    const G: usize = 2;
+    let dk = 16 * NC;
+    let fold = |a: &[__m512; 4]| {
+        // SAFETY: register-only; the features are enabled on this function.
+        unsafe {
+            reduce16(_mm512_add_ps(
+                _mm512_add_ps(a[0], a[2]),
+                _mm512_add_ps(a[1], a[3]),
+            ))
+        }
+    };
+    // SAFETY: rows `j + r < dv` at `16·c + 16 ≤ dk`; keys at `16·c + 16 ≤ dk`.
+    unsafe {
+        let sp = s.as_mut_ptr();
+        let mut j = 0;
+        while j < dv {
+            let g = G.min(dv - j);
+            let mut x = [[_mm512_setzero_ps(); NC]; G];
+            for (r, xr) in x.iter_mut().enumerate().take(g) {
+                for (c, xc) in xr.iter_mut().enumerate() {
+                    *xc = _mm512_loadu_ps(sp.add((j + r) * dk + 16 * c));
+                }
+            }
+            for p in steps {
+                let dvec = _mm512_set1_ps(p.decay);
+                let kp = p.k.as_ptr();
+                let mut acc = [[_mm512_setzero_ps(); 4]; G];
+                for c in 0..NC {
+                    let kc = _mm512_loadu_ps(kp.add(16 * c));
+                    for r in 0..G {
+                        x[r][c] = _mm512_mul_ps(x[r][c], dvec);
+                        acc[r][c % 4] = _mm512_fmadd_ps(x[r][c], kc, acc[r][c % 4]);
+                    }
+                }
+                let delta: [__m512; G] = std::array::from_fn(|r| {
+                    let vr = if r < g { p.v[j + r] } else { 0.0 };
+                    _mm512_set1_ps((vr - fold(&acc[r])) * p.beta)
+                });
+                for c in 0..NC {
+                    let kc = _mm512_loadu_ps(kp.add(16 * c));
+                    for r in 0..G {
+                        x[r][c] = _mm512_fmadd_ps(kc, delta[r], x[r][c]);
+                    }
+                }
+            }
+            for (r, xr) in x.iter().enumerate().take(g) {
+                for (c, xc) in xr.iter().enumerate() {
+                    _mm512_storeu_ps(sp.add((j + r) * dk + 16 * c), *xc);
+                }
+            }
+            j += g;
+        }
+    }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 fn f16_avx512(a: &[f16], b: &[f16]) -> f32 {
     let n = a.len().min(b.len());
