@@ -43,6 +43,11 @@
 //! CLOVER_BENCH_MIB=64 cargo bench -p kernels --bench matvec  # reduced mode
 //! cargo bench -p kernels --bench matvec -- 'Q4_K/avx512'     # criterion filter
 //! ```
+//! `CLOVER_BENCH_PAIRED=N cargo bench -p kernels --bench matvec` instead
+//! times N back-to-back pairs of a streaming read and a mat-vec per type and
+//! thread count and prints the median ratio (see [`paired`]): the figure to
+//! quote on a machine whose memory speed swings.
+//!
 //! Environment: `CLOVER_BENCH_MIB` (large size, default 1024),
 //! `CLOVER_BENCH_SMALL_KIB` (small size, default 256; 0 skips it),
 //! `CLOVER_BENCH_THREADS` (default `1,2`), `CLOVER_BENCH_SCALAR=1` (also time
@@ -471,8 +476,108 @@ fn summary(best: &Best) {
     }
 }
 
+/// `CLOVER_BENCH_PAIRED=N`: instead of the criterion benchmarks, for each of
+/// Q4_K, IQ4_XS, Q6_K and Q8_0 as this CPU's best tier runs them (Q4_K and
+/// IQ4_XS repacked where it has that product, as the loader does) and each
+/// thread count, N pairs of one streaming read ([`stream_read`]) and one
+/// mat-vec over the large size, back to back. Prints per type the median of
+/// the pairs' ratios with its range, and the median GB/s of each side. This
+/// machine's memory speed swings by half within seconds, so the ratio of two
+/// bests taken minutes apart says more about the swing than the kernel.
+fn paired(bytes: usize, n: usize) {
+    let isa = Isa::detect();
+    let kt = KernelTable::new(isa);
+    let pools: Vec<(usize, rayon::ThreadPool)> =
+        thread_counts().iter().map(|&t| (t, pool(t))).collect();
+    let mut weights = Weights {
+        words: (0..bytes as u64 / 8)
+            .map(|i| i.wrapping_mul(0x9e37_79b9))
+            .collect(),
+        filled: None,
+    };
+    let gbs = |b: usize, d: Duration| b as f64 / d.as_secs_f64() / 1e9;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "paired: {n} pairs of (stream, mat-vec) per line, {isa} tier, {} MiB",
+        bytes >> 20
+    );
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::IQ4_XS,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+    ] {
+        let rb = ty.row_bytes(N_IN as u64).unwrap() as usize;
+        let rows = bytes / rb / repack::ROWS * repack::ROWS;
+        weights.matrix(ty, rows);
+        let words = &weights.words;
+        let m = QMatrix::new(ty, N_IN, rows, bytemuck::cast_slice(words)).unwrap();
+        let mut packed = Vec::new();
+        let (m, kbytes, label) = if kt.packed_gemm(ty).is_some() {
+            let pb = repack::packed_bytes(ty, N_IN, rows);
+            packed = vec![0u64; pb.div_ceil(8)];
+            let dst = &mut bytemuck::cast_slice_mut(&mut packed)[..pb];
+            repack::repack(ty, N_IN, rows, m.rows(0, rows), dst);
+            let m = m
+                .with_packed(bytemuck::cast_slice(&packed))
+                .expect("repacked");
+            (m, pb, format!("{ty}-r8"))
+        } else {
+            (m, rows * rb, format!("{ty}"))
+        };
+        let act_ty = ty.vec_dot_type();
+        let x: Vec<f32> = (0..N_IN)
+            .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+            .collect();
+        let ab = act_ty.row_bytes(N_IN as u64).unwrap() as usize;
+        let mut xq = vec![0u64; ab.div_ceil(8)];
+        let xb = &mut bytemuck::cast_slice_mut(&mut xq)[..ab];
+        quantize_rows(&kt, act_ty, &x, N_IN, xb);
+        let xb: &[u8] = xb;
+        let mut out = vec![0f32; rows];
+        for (t, p) in &pools {
+            let (mut ratio, mut read, mut kern) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..n {
+                let t0 = Instant::now();
+                p.install(|| black_box(stream_read(black_box(words))));
+                let ts = t0.elapsed();
+                let t0 = Instant::now();
+                p.install(|| matvec(&kt, &m, xb, &mut out));
+                let tk = t0.elapsed();
+                black_box(&out);
+                read.push(gbs(bytes, ts));
+                kern.push(gbs(kbytes, tk));
+                ratio.push(gbs(kbytes, tk) / gbs(bytes, ts));
+            }
+            let (lo, hi) = (
+                ratio.iter().copied().fold(f64::MAX, f64::min),
+                ratio.iter().copied().fold(0f64, f64::max),
+            );
+            println!(
+                " {label:<10} {t}t  median {:>4.0} % of the stream [{:.0}–{:.0} %]   mat-vec {:5.2} GB/s, stream {:5.2} GB/s",
+                100.0 * median(&mut ratio),
+                100.0 * lo,
+                100.0 * hi,
+                median(&mut kern),
+                median(&mut read)
+            );
+        }
+        drop(packed);
+    }
+}
+
 fn main() {
     println!("loadavg at start: {}", loadavg());
+    if let Some(n) = std::env::var("CLOVER_BENCH_PAIRED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        paired(env_usize("CLOVER_BENCH_MIB", 1024) << 20, n);
+        return;
+    }
     let mut c = Criterion::default().configure_from_args();
     let best: Best = RefCell::new(BTreeMap::new());
     let large = env_usize("CLOVER_BENCH_MIB", 1024) << 20;
