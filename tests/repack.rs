@@ -4,8 +4,6 @@
 //! layout to rounding. (Speculative greedy decoding on such files is exact:
 //! `tests/spec_greedy.rs`.)
 
-use std::collections::HashMap;
-
 use clover::gguf::GgufFile;
 use clover::model::weights::GateUp;
 use clover::model::{LogitsFor, Model, ModelConfig, StateOptions, WeightRef};
@@ -37,7 +35,7 @@ fn bind(file: &GgufFile, n_layer: usize, packed: bool) -> Model<'_> {
     let mut config = ModelConfig::from_metadata(|k| file.get(k)).unwrap();
     config.n_layer = n_layer;
     config.layer_kinds.truncate(n_layer);
-    let derived = file.derived(|_| HashMap::new());
+    let derived = file.derived_tensors().expect("the file was loaded");
     let lookup = |name: &str| {
         file.tensor(name).map(|t| WeightRef {
             ty: t.ty,
@@ -95,7 +93,7 @@ fn repacked_iq4_xs_experts_give_the_file_layouts_logits_to_rounding() {
     let file = GgufFile::open(&small(dir.path(), Recipe::Iq4XsExpsHq)).unwrap();
     let n_layer = ModelConfig::from_metadata(|k| file.get(k)).unwrap().n_layer;
     Model::load(&file).unwrap();
-    let packed = file.derived(|_| HashMap::new());
+    let packed = file.derived_tensors().expect("the file was loaded");
     if !repack_available(GgmlType::IQ4_XS) {
         assert!(packed.is_empty());
         eprintln!("###  SKIPPED: no repacked IQ4_XS kernel on this CPU (AVX-512 VNNI + VBMI)");
@@ -117,7 +115,7 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
     let dir = tempfile::tempdir().unwrap();
     let file = GgufFile::open(&small(dir.path(), Recipe::Q4KM)).unwrap();
     Model::load(&file).unwrap();
-    let packed = file.derived(|_| HashMap::new());
+    let packed = file.derived_tensors().expect("the file was loaded");
     if !repack_available(GgmlType::Q4_K) {
         assert!(packed.is_empty());
         eprintln!("###  SKIPPED: no repacked Q4_K kernel on this CPU (AVX-512 VNNI)");

@@ -24,14 +24,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use crate::blocks::{as_blocks, as_blocks_mut};
-use crate::repack::ROWS;
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q8_k::BlockQ8K;
-
-/// Weights per block (per group and row).
-const QK: usize = 256;
 
 /// One block of eight rows (see the module docs).
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -53,27 +48,20 @@ const _: () = assert!(size_of::<Group>() == 1104);
 /// # Panics
 /// When the matrix is not packable or a length is wrong.
 pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
-    assert!(
-        n_in.is_multiple_of(QK) && n_out.is_multiple_of(ROWS),
-        "IQ4_XS {n_out} x {n_in} is not packable"
-    );
-    let nb = n_in / QK;
-    let rows: &[BlockIq4Xs] = as_blocks(&src[..n_out * nb * size_of::<BlockIq4Xs>()]);
-    let groups: &mut [Group] = as_blocks_mut(&mut dst[..n_out / ROWS * nb * size_of::<Group>()]);
-    for (gi, g) in groups.iter_mut().enumerate() {
-        let (row0, b) = (gi / nb * ROWS, gi % nb);
-        for r in 0..ROWS {
-            let blk = &rows[(row0 + r) * nb + b];
+    crate::repack::each_group(
+        n_in,
+        n_out,
+        src,
+        dst,
+        |g: &mut Group, r, blk: &BlockIq4Xs| {
+            // Byte quad 4j + q of a row is sub-block j's qs[4q .. 4q + 4].
+            crate::repack::interleave_quads(&mut g.qs, r, &blk.qs);
             for j in 0..8 {
-                for q in 0..4 {
-                    let at = 16 * j + 4 * q;
-                    g.qs[4 * j + q][4 * r..4 * r + 4].copy_from_slice(&blk.qs[at..at + 4]);
-                }
                 g.scales[j][r] = blk.scale(j) as i8;
             }
             g.d[r] = blk.d.to_bits();
-        }
-    }
+        },
+    );
 }
 
 /// The reference: `out[i·stride + t] = W[i] · x[t]` for the `w_rows` rows of

@@ -19,13 +19,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use crate::blocks::{as_blocks, as_blocks_mut};
-use crate::repack::ROWS;
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q8_k::BlockQ8K;
-
-const QK: usize = 256;
 
 /// One block of eight rows (see the module docs).
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
@@ -50,32 +46,17 @@ const _: () = assert!(size_of::<Group>() == 1184);
 /// # Panics
 /// When the matrix is not packable or a length is wrong.
 pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
-    assert!(
-        n_in.is_multiple_of(QK) && n_out.is_multiple_of(ROWS),
-        "Q4_K {n_out} x {n_in} is not packable"
-    );
-    let nb = n_in / QK;
-    let rows: &[BlockQ4K] = as_blocks(&src[..n_out * nb * size_of::<BlockQ4K>()]);
-    let groups: &mut [Group] = as_blocks_mut(&mut dst[..n_out / ROWS * nb * size_of::<Group>()]);
-    for (gi, g) in groups.iter_mut().enumerate() {
-        let (row0, b) = (gi / nb * ROWS, gi % nb);
-        for r in 0..ROWS {
-            let blk = &rows[(row0 + r) * nb + b];
-            for k in 0..4 {
-                for q in 0..8 {
-                    let at = 32 * k + 4 * q;
-                    g.qs[8 * k + q][4 * r..4 * r + 4].copy_from_slice(&blk.qs[at..at + 4]);
-                }
-            }
-            for j in 0..8 {
-                let (sc, m) = get_scale_min_k4(j, &blk.scales);
-                g.scales[j][r] = sc;
-                g.mins[j][r] = m;
-            }
-            g.d[r] = blk.d.to_bits();
-            g.dmin[r] = blk.dmin.to_bits();
+    crate::repack::each_group(n_in, n_out, src, dst, |g: &mut Group, r, blk: &BlockQ4K| {
+        // Byte quad 8k + q of a row is chunk k's qs[4q .. 4q + 4].
+        crate::repack::interleave_quads(&mut g.qs, r, &blk.qs);
+        for j in 0..8 {
+            let (sc, m) = get_scale_min_k4(j, &blk.scales);
+            g.scales[j][r] = sc;
+            g.mins[j][r] = m;
         }
-    }
+        g.d[r] = blk.d.to_bits();
+        g.dmin[r] = blk.dmin.to_bits();
+    });
 }
 
 /// The reference (the module docs' sum), with the signature of

@@ -4,7 +4,7 @@
 //! defines the layout and, in plain Rust, the sum its kernels reproduce bit
 //! for bit for any number of activation rows.
 
-use crate::blocks::as_blocks;
+use crate::blocks::{as_blocks, as_blocks_mut};
 use crate::isa::GemmFn;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::GgmlType;
@@ -48,6 +48,39 @@ pub fn repack(ty: GgmlType, n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8
     match ty {
         GgmlType::IQ4_XS => crate::iq4_r8::repack(n_in, n_out, src, dst),
         _ => crate::q4k_r8::repack(n_in, n_out, src, dst),
+    }
+}
+
+/// The loop of the repackers: for every group `g` of the `n_out` rows of
+/// `n_in` weights (blocks `B` in `src`, groups `G` in `dst`), `fill(g, r,
+/// block)` for each of its eight rows r and that row's block.
+pub(crate) fn each_group<B: bytemuck::Pod, G: bytemuck::Pod>(
+    n_in: usize,
+    n_out: usize,
+    src: &[u8],
+    dst: &mut [u8],
+    fill: impl Fn(&mut G, usize, &B),
+) {
+    assert!(
+        n_in.is_multiple_of(256) && n_out.is_multiple_of(ROWS),
+        "{n_out} x {n_in} is not packable"
+    );
+    let nb = n_in / 256;
+    let rows: &[B] = as_blocks(&src[..n_out * nb * size_of::<B>()]);
+    let groups: &mut [G] = as_blocks_mut(&mut dst[..n_out / ROWS * nb * size_of::<G>()]);
+    for (gi, g) in groups.iter_mut().enumerate() {
+        let (row0, b) = (gi / nb * ROWS, gi % nb);
+        for r in 0..ROWS {
+            fill(g, r, &rows[(row0 + r) * nb + b]);
+        }
+    }
+}
+
+/// Row r's 128 `qs` bytes into lane r of the 32 byte quads: quad i's lane r
+/// is `qs[4i .. 4i + 4]` (both types' layout of the packed nibbles).
+pub(crate) fn interleave_quads(dst: &mut [[u8; 32]; 32], r: usize, qs: &[u8; 128]) {
+    for (i, quad) in dst.iter_mut().enumerate() {
+        quad[4 * r..4 * r + 4].copy_from_slice(&qs[4 * i..4 * i + 4]);
     }
 }
 

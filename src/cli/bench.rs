@@ -232,16 +232,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     let info = model_info(&file, &model, path);
     // The tensors the loader repacked for the kernels (a second copy).
-    let packed = file.derived(already_derived);
-    let packed_note = if packed.is_empty() {
-        String::new()
-    } else {
+    let packed = file.derived_tensors().filter(|p| !p.is_empty());
+    let packed_note = if let Some(packed) = packed {
         let bytes: usize = packed.values().map(|p| p.len() * 8).sum();
         format!(
             ", {} tensors repacked: {:.1} MiB",
             packed.len(),
             bytes as f64 / (1u64 << 20) as f64
         )
+    } else {
+        String::new()
     };
     eprintln!(
         "load: {:.1} ms (mmap + header {open_ms:.1} ms, bind {bind_ms:.1} ms{packed_note})",
@@ -448,10 +448,4 @@ fn run_pass_costs(args: &BenchArgs, model: &Model, threads: &[usize]) -> anyhow:
         }
     }
     Ok(())
-}
-
-/// Builds nothing: `Model::load` has already filled the file's derived
-/// tensors by the time this asks for them.
-fn already_derived(_: &GgufFile) -> std::collections::HashMap<String, Vec<u64>> {
-    std::collections::HashMap::new()
 }

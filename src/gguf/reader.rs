@@ -287,7 +287,6 @@ impl GgufFile {
             .collect()
     }
 
-    /// All tensors, in file order.
     /// The derived tensors by name, built by `build` on the first call
     /// (later calls return what the first built), as long-lived as the file.
     pub fn derived(
@@ -297,6 +296,12 @@ impl GgufFile {
         self.derived.get_or_init(|| build(self))
     }
 
+    /// The derived tensors, if [`GgufFile::derived`] has built them.
+    pub fn derived_tensors(&self) -> Option<&HashMap<String, Vec<u64>>> {
+        self.derived.get()
+    }
+
+    /// All tensors, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.tensors
     }
