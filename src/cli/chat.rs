@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, ValueEnum};
 
-use crate::engine::{default_model, ChatSession, LoadedModel, Session};
+use crate::engine::{default_model, ChatSession, LoadedModel};
 use crate::tui::demo::DemoEngine;
 use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
 
@@ -77,14 +77,16 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         let engine = DemoEngine::new(threads, args.context.ctx_size, DEMO_TOKEN_DELAY);
         return front_end(engine, &opts);
     }
+    let mmap = !args.context.no_mmap;
     let (model, default) = match &args.model {
         Some(path) => (
-            LoadedModel::open(path).with_context(|| format!("loading {}", path.display()))?,
+            LoadedModel::open_with(path, mmap)
+                .with_context(|| format!("loading {}", path.display()))?,
             None,
         ),
-        None => load_default()?,
+        None => load_default(mmap)?,
     };
-    let session = Session::new(Arc::new(model), session_opts)?;
+    let session = super::common::new_session(Arc::new(model), session_opts)?;
     let mut engine = ChatSession::new(session, params, n_predict);
     if let Some(d) = &default {
         engine.set_display_name(d.display_name());
@@ -95,7 +97,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
 
 /// The default model, written on first use (and rewritten once if the cached file
 /// does not load).
-pub(crate) fn load_default() -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
+pub(crate) fn load_default(
+    mmap: bool,
+) -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
     let announce = |d: &default_model::DefaultModel| {
         if d.created {
             eprintln!(
@@ -107,12 +111,12 @@ pub(crate) fn load_default() -> anyhow::Result<(LoadedModel, Option<default_mode
     };
     let d = default_model::ensure(false).context("default model")?;
     announce(&d);
-    match LoadedModel::open(&d.path) {
+    match LoadedModel::open_with(&d.path, mmap) {
         Ok(m) => Ok((m, Some(d))),
         Err(_) if !d.created => {
             let d = default_model::ensure(true).context("default model")?;
             announce(&d);
-            let m = LoadedModel::open(&d.path)
+            let m = LoadedModel::open_with(&d.path, mmap)
                 .with_context(|| format!("loading the default model {}", d.path.display()))?;
             Ok((m, Some(d)))
         }

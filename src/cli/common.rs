@@ -8,7 +8,9 @@ use std::ffi::OsString;
 use clap::Args;
 use kernels::GgmlType;
 
-use crate::engine::{parse_cache_type, SessionOptions};
+use std::sync::Arc;
+
+use crate::engine::{parse_cache_type, LoadedModel, Session, SessionOptions};
 use crate::sample::SamplerParams;
 
 /// llama.cpp's multi-letter short flags and the long flags they mean.
@@ -20,9 +22,19 @@ const LLAMA_SHORT: [(&str, &str); 5] = [
     ("-fa", "--flash-attn"),
 ];
 
-/// Rewrites `-ub N`, `-ctk T`, `-ctv T` (and `-ctk=T`) to their long forms;
-/// everything after a bare `--` is left alone.
+/// Rewrites `-ub N`, `-ctk T`, `-ctv T`, `-tb N`, `-fa V` (and `-ctk=T`) to
+/// their long forms; everything after a bare `--` is left alone.
 pub fn rewrite_llama_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    rewrite_llama_flags_noting(args).0
+}
+
+/// [`rewrite_llama_flags`], also returning the `(short, long)` pairs it
+/// rewrote, so that an error about `--threads-batch` can say `-tb`, the name
+/// the user typed ([`user_spelling`]).
+pub fn rewrite_llama_flags_noting(
+    args: impl IntoIterator<Item = OsString>,
+) -> (Vec<OsString>, Vec<(&'static str, &'static str)>) {
+    let mut used = Vec::new();
     let mut out = Vec::new();
     let mut rest = false;
     for a in args {
@@ -44,14 +56,61 @@ pub fn rewrite_llama_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsSt
             None => (s, None),
         };
         match LLAMA_SHORT.iter().find(|(short, _)| *short == flag) {
-            Some((_, long)) => out.push(OsString::from(match value {
-                Some(v) => format!("{long}={v}"),
-                None => long.to_string(),
-            })),
+            Some(&(short, long)) => {
+                if !used.contains(&(short, long)) {
+                    used.push((short, long));
+                }
+                out.push(OsString::from(match value {
+                    Some(v) => format!("{long}={v}"),
+                    None => long.to_string(),
+                }))
+            }
             None => out.push(a),
         }
     }
-    out
+    (out, used)
+}
+
+/// A message about rewritten flags in the spelling the user typed.
+pub fn user_spelling(msg: &str, used: &[(&str, &str)]) -> String {
+    let mut s = msg.to_string();
+    for (short, long) in used {
+        s = s.replace(long, short);
+    }
+    s
+}
+
+/// `-fa`: llama.cpp's flash-attention switch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlashAttn {
+    On,
+    Off,
+    Auto,
+}
+
+/// The most bytes a prompt file (`-f`) may hold.
+pub const MAX_PROMPT_FILE: u64 = 64 << 20;
+
+/// Reads a text file of at most `max` bytes: a larger file (or an endless one
+/// such as /dev/zero) is an error, never a read until memory runs out.
+pub fn read_text_file(path: &std::path::Path, max: u64, what: &str) -> anyhow::Result<String> {
+    use anyhow::Context;
+    use std::io::Read;
+    let file = std::fs::File::open(path)
+        .with_context(|| format!("reading the {what} {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading the {what} {}", path.display()))?;
+    if bytes.len() as u64 > max {
+        anyhow::bail!(
+            "the {what} {} is larger than {} MiB",
+            path.display(),
+            max >> 20
+        );
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| anyhow::anyhow!("the {what} {} is not UTF-8 text ({e})", path.display()))
 }
 
 fn cache_type(s: &str) -> Result<GgmlType, String> {
@@ -67,6 +126,17 @@ pub struct ContextArgs {
     /// Threads for generation (default: all cores)
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
+    /// Threads for prompt processing (-tb; default: as -t)
+    #[arg(long = "threads-batch", value_name = "N")]
+    pub threads_batch: Option<usize>,
+    /// Flash attention (-fa): off and auto are accepted; clover's attention is
+    /// llama.cpp's -fa off path, and on is refused
+    #[arg(long = "flash-attn", value_enum, value_name = "on|off|auto")]
+    pub flash_attn: Option<FlashAttn>,
+    /// Read the model into memory instead of mapping it (use when the file may
+    /// change or shrink while clover runs)
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
     /// Logical batch: most prompt tokens per forward call
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     pub batch_size: usize,
@@ -84,6 +154,12 @@ pub struct ContextArgs {
 impl ContextArgs {
     /// The session options, checked (zero sizes and thread counts are errors).
     pub fn session_options(&self) -> anyhow::Result<SessionOptions> {
+        if self.flash_attn == Some(FlashAttn::On) {
+            anyhow::bail!(
+                "-fa on: clover has no flash-attention path (its attention is llama.cpp's \
+                 -fa off); use -fa off or -fa auto"
+            );
+        }
         let opts = SessionOptions {
             n_ctx: self.ctx_size,
             n_batch: self.batch_size,
@@ -91,10 +167,33 @@ impl ContextArgs {
             type_k: self.cache_type_k,
             type_v: self.cache_type_v,
             threads: self.threads,
+            threads_batch: self.threads_batch,
         };
         opts.validate()?;
         Ok(opts)
     }
+}
+
+/// Opens `path` (or the built-in default model), mapped or with `--no-mmap`
+/// read into memory.
+pub fn open_model(path: Option<&std::path::Path>, no_mmap: bool) -> anyhow::Result<LoadedModel> {
+    use anyhow::Context;
+    match path {
+        Some(path) => LoadedModel::open_with(path, !no_mmap)
+            .with_context(|| format!("loading {}", path.display())),
+        None => Ok(super::chat::load_default(!no_mmap)?.0),
+    }
+}
+
+/// A session on `model`, after printing what in `opts` is allowed but
+/// probably a mistake (a context past the trained one, more threads than cores).
+pub fn new_session(model: Arc<LoadedModel>, opts: SessionOptions) -> anyhow::Result<Session> {
+    let warnings = opts.warnings(&model);
+    let session = Session::new(model, opts)?;
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(session)
 }
 
 /// The sampler chain (llama.cpp's defaults).

@@ -195,7 +195,12 @@ pub fn run(args: DiffuseArgs) -> anyhow::Result<()> {
     if prompt.is_empty() {
         bail!("the prompt is empty");
     }
-    if prompt.len() + args.n_predict + b > args.ctx_size {
+    if prompt
+        .len()
+        .saturating_add(args.n_predict)
+        .saturating_add(b)
+        > args.ctx_size
+    {
         bail!(
             "prompt ({} tokens) + -n {} + a block of {b} exceed the context of {}",
             prompt.len(),
@@ -205,16 +210,21 @@ pub fn run(args: DiffuseArgs) -> anyhow::Result<()> {
     }
     let mut opts = StateOptions::new(args.ctx_size);
     opts.max_batch = opts.max_batch.max(b);
+    crate::engine::session::check_memory(&model, &opts)?;
     let mut state = model.new_state(opts)?;
 
     let t0 = Instant::now();
     let logits = model.forward(&mut state, &prompt, 0, LogitsFor::Last)?;
     let mut anchor = argmax(logits);
     let t_prompt = t0.elapsed();
-    let mut out = vec![anchor];
+    // `-n 0` evaluates the prompt and generates nothing, as in llama.cpp.
+    let mut out = Vec::new();
     let mut dec = tok.stream_decoder();
     let mut stdout = std::io::stdout();
-    write!(stdout, "{}", dec.push(anchor)?)?;
+    if args.n_predict > 0 {
+        out.push(anchor);
+        write!(stdout, "{}", dec.push(anchor)?)?;
+    }
     let t1 = Instant::now();
     let (mut passes, mut blocks) = (0usize, 0usize);
     let mut done = tok.is_eog(anchor);
@@ -246,7 +256,9 @@ pub fn run(args: DiffuseArgs) -> anyhow::Result<()> {
         }
         stdout.flush()?;
     }
-    writeln!(stdout)?;
+    if !out.is_empty() {
+        writeln!(stdout)?;
+    }
     let gen = t1.elapsed();
     eprintln!(
         "diffuse: prompt {} tokens in {:.2} ms; {} tokens in {:.2} ms ({:.2} tokens/s), {} blocks, {} diffusion passes",

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -304,14 +303,17 @@ fn dequant(file: &GgufFile, name: &str, out: &Path) -> anyhow::Result<String> {
     let row_bytes = t.ty.row_bytes(ne0).context("row size overflows")? as usize;
     let mut row = vec![0f32; ne0 as usize];
     let mut write = || -> std::io::Result<()> {
-        let mut w = BufWriter::with_capacity(1 << 20, File::create(out)?);
+        let file = crate::output::OutputFile::create(out)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file.file());
         for src in t.data.chunks_exact(row_bytes) {
             kernels::scalar::dequantize_row(t.ty, src, &mut row);
             for x in &row {
                 w.write_all(&x.to_le_bytes())?;
             }
         }
-        w.into_inner().map_err(|e| e.into_error())?.sync_all()
+        w.flush()?;
+        drop(w);
+        file.commit()
     };
     write().with_context(|| format!("cannot write {}", out.display()))?;
     let n: u64 = t.dims.iter().product();

@@ -45,7 +45,9 @@ pub enum Command {
 /// Parses arguments, runs the command, and turns every error into one line on
 /// stderr and a non-zero exit code.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse_from(common::rewrite_llama_flags(std::env::args_os())) {
+    crate::signals::install();
+    let (args, rewritten) = common::rewrite_llama_flags_noting(std::env::args_os());
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(e) if e.use_stderr() => {
             // One line: clap's first paragraph names the flag and the problem.
@@ -56,7 +58,7 @@ pub fn main() -> ExitCode {
                 .take_while(|l| !l.trim().is_empty())
                 .map(str::trim)
                 .collect();
-            eprintln!("{}", first.join(" "));
+            eprintln!("{}", common::user_spelling(&first.join(" "), &rewritten));
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -65,6 +67,10 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
     };
+    if let Err(e) = kernels::isa::init() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
@@ -77,7 +83,10 @@ pub fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", one_line(&e));
+            eprintln!(
+                "error: {}",
+                common::user_spelling(&one_line(&e), &rewritten)
+            );
             ExitCode::FAILURE
         }
     }

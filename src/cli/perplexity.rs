@@ -19,7 +19,6 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 
-use crate::engine::LoadedModel;
 use crate::model::{LogitsFor, StateOptions};
 
 #[derive(Args, Debug)]
@@ -39,6 +38,9 @@ pub struct PerplexityArgs {
     /// Threads (default: all cores)
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
+    /// Read the model into memory instead of mapping it
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
 }
 
 /// Running sums of the scored negative log-likelihoods.
@@ -87,6 +89,9 @@ pub fn score_window(logits: &[f32], n_vocab: usize, tokens: &[u32], sums: &mut N
     }
 }
 
+/// The most bytes the text file may hold.
+const MAX_TEXT_FILE: u64 = 1 << 30;
+
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     if args.ctx_size < 4 {
         bail!("--ctx-size {} is too small (at least 4)", args.ctx_size);
@@ -94,14 +99,8 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     if args.threads == Some(0) {
         bail!("--threads must be at least 1");
     }
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("reading {}", args.file.display()))?;
-    let m = match &args.model {
-        Some(path) => {
-            LoadedModel::open(path).with_context(|| format!("loading {}", path.display()))?
-        }
-        None => super::chat::load_default()?.0,
-    };
+    let text = super::common::read_text_file(&args.file, MAX_TEXT_FILE, "text file")?;
+    let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
     let tokens = m.tokenizer.encode(&text, false)?;
     let c = args.ctx_size;
     let mut n_windows = tokens.len() / c;
@@ -125,10 +124,12 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         .context("thread pool")?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
-    let mut state = model.new_state(StateOptions {
+    let state_opts = StateOptions {
         max_batch: c.min(512),
         ..StateOptions::new(c)
-    })?;
+    };
+    crate::engine::session::check_memory(&m.model, &state_opts)?;
+    let mut state = model.new_state(state_opts)?;
     let mut sums = NllSums::default();
     let t0 = Instant::now();
     let mut out = std::io::stdout().lock();

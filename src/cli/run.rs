@@ -7,18 +7,17 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
 use crate::chat::ChatMessage;
-use crate::engine::{
-    generate, EngineError, GenEvent, GenOptions, Generation, LoadedModel, PlainStep, Session,
-};
+use crate::engine::{generate, EngineError, GenEvent, GenOptions, Generation, PlainStep, Session};
 use crate::sample::Sampler;
 use crate::spec::{DiffusionDrafter, SpecConfig, SpecStats, SpecStep};
 
-use super::common::{n_predict, ContextArgs, SamplingArgs};
+use super::common::{
+    n_predict, new_session, open_model, read_text_file, ContextArgs, SamplingArgs, MAX_PROMPT_FILE,
+};
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -99,19 +98,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let n_predict = n_predict(args.n_predict)?;
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("reading the prompt file {}", f.display()))?,
+        (None, Some(f)) => read_text_file(f, MAX_PROMPT_FILE, "prompt file")?,
         (None, None) => anyhow::bail!("no prompt: pass -p TEXT or -f FILE"),
     };
     if text.is_empty() {
         return Err(EngineError::EmptyPrompt.into());
     }
-    let model = match &args.model {
-        Some(path) => {
-            LoadedModel::open(path).with_context(|| format!("loading {}", path.display()))?
-        }
-        None => super::chat::load_default()?.0,
-    };
+    let model = open_model(args.model.as_deref(), args.context.no_mmap)?;
     let (prompt_text, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &args.system {
@@ -135,7 +128,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         .into());
     }
-    let mut session = Session::new(Arc::new(model), session_opts)?;
+    let mut session = new_session(Arc::new(model), session_opts)?;
     let mut sampler = Sampler::new(params);
     let opts = GenOptions {
         n_predict,

@@ -4,7 +4,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Context;
 use clap::Args;
 
 use crate::synth::{self, Arch, Preset, Recipe, SynthOptions};
@@ -70,15 +69,13 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     // Progress on stderr in tenths, for files that take a while.
     let big = plan.file_bytes() > 1 << 30;
     let mut shown = 0;
-    let bytes = plan
-        .write_with_progress(&path, args.threads, |done, total| {
-            let tenth = done * 10 / total;
-            if big && tenth > shown {
-                shown = tenth;
-                eprintln!("synth: {}% ({done}/{total} tensors)", tenth * 10);
-            }
-        })
-        .with_context(|| format!("synth {}", path.display()))?;
+    let bytes = plan.write_with_progress(&path, args.threads, |done, total| {
+        let tenth = done * 10 / total;
+        if big && tenth > shown {
+            shown = tenth;
+            eprintln!("synth: {}% ({done}/{total} tensors)", tenth * 10);
+        }
+    })?;
     println!(
         "wrote {}: {} bytes, {} tensors, {} parameters in {:.1} s",
         path.display(),

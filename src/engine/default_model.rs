@@ -115,16 +115,9 @@ pub fn ensure_in(dir: &Path, bytes: &[u8], rewrite: bool) -> Result<DefaultModel
         EngineError::Options(format!("{what} {}: {e}", p.display()))
     };
     fs::create_dir_all(dir).map_err(|e| io("creating", dir, e))?;
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let t0 = Instant::now();
-    if let Err(e) = fs::write(&tmp, bytes) {
-        let _ = fs::remove_file(&tmp);
-        return Err(io("writing the default model to", &tmp, e));
-    }
-    if let Err(e) = fs::rename(&tmp, &path) {
-        let _ = fs::remove_file(&tmp);
-        return Err(io("renaming the default model to", &path, e));
-    }
+    crate::output::write_file_atomic(&path, bytes)
+        .map_err(|e| io("writing the default model to", &path, e))?;
     Ok(DefaultModel {
         path,
         created: true,

@@ -49,8 +49,18 @@ impl std::fmt::Debug for LoadedModel {
 impl LoadedModel {
     /// Maps `path` and builds the model. Every failure is an error, never a panic.
     pub fn open(path: &Path) -> Result<LoadedModel, EngineError> {
+        LoadedModel::open_with(path, true)
+    }
+
+    /// [`LoadedModel::open`], or with `mmap` false the file read into memory
+    /// (`--no-mmap`: immune to the file changing while in use).
+    pub fn open_with(path: &Path, mmap: bool) -> Result<LoadedModel, EngineError> {
         let t0 = Instant::now();
-        let file = GgufFile::open_populated(path)?;
+        let file = if mmap {
+            GgufFile::open_populated(path)?
+        } else {
+            GgufFile::read(path)?
+        };
         // A loaded model lives for the rest of the process (see the module docs).
         let file: &'static GgufFile = Box::leak(Box::new(file));
         let model = Model::load(file)?;

@@ -34,6 +34,8 @@ pub struct SessionOptions {
     pub type_v: GgmlType,
     /// Threads of the session's pool; `None` uses every core.
     pub threads: Option<usize>,
+    /// Threads for prompt batches (`-tb`); `None`: the same pool as `threads`.
+    pub threads_batch: Option<usize>,
 }
 
 impl SessionOptions {
@@ -46,6 +48,7 @@ impl SessionOptions {
             type_k: GgmlType::F16,
             type_v: GgmlType::F16,
             threads: None,
+            threads_batch: None,
         }
     }
 
@@ -64,8 +67,67 @@ impl SessionOptions {
         if self.threads == Some(0) {
             return bad("the thread count (-t)");
         }
+        if self.threads_batch == Some(0) {
+            return bad("the batch thread count (-tb)");
+        }
+        for (flag, n) in [("-t", self.threads), ("-tb", self.threads_batch)] {
+            if let Some(n) = n.filter(|&n| n > MAX_THREADS) {
+                return Err(EngineError::Options(format!(
+                    "{flag} {n}: at most {MAX_THREADS} threads"
+                )));
+            }
+        }
         Ok(())
     }
+
+    /// What is allowed but probably a mistake, for `model`: a context past the
+    /// one it was trained for, more threads than cores.
+    pub fn warnings(&self, model: &LoadedModel) -> Vec<String> {
+        let mut w = Vec::new();
+        let trained = model.model.config.context_length;
+        if trained > 0 && self.n_ctx > trained {
+            w.push(format!(
+                "-c {} is more than the {trained} tokens this model was trained on; \
+                 quality may drop past {trained}",
+                self.n_ctx
+            ));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for (flag, n) in [("-t", self.threads), ("-tb", self.threads_batch)] {
+            if let Some(n) = n.filter(|&n| n > cores) {
+                w.push(format!(
+                    "{flag} {n} is more than the {cores} cores of this machine; \
+                     threads will share cores"
+                ));
+            }
+        }
+        w
+    }
+}
+
+/// The most threads `-t` / `-tb` accept.
+pub const MAX_THREADS: usize = 1024;
+
+/// A state for `opts` fits in the machine's available memory (checked before
+/// anything is allocated, so an absurd `-c` is an error, not an abort).
+pub fn check_memory(model: &Model<'_>, opts: &StateOptions) -> Result<(), EngineError> {
+    let needed = State::bytes_needed(&model.config, model.n_vocab(), opts);
+    match available_memory() {
+        Some(available) if needed > available as u128 => Err(EngineError::OutOfMemory {
+            n_ctx: opts.n_ctx,
+            needed,
+            available,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// `MemAvailable` of /proc/meminfo in bytes (`None` where there is none).
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
 }
 
 /// What a prefill did.
@@ -94,6 +156,8 @@ pub struct Session {
     tokens: Vec<u32>,
     checkpoint: Option<Checkpoint>,
     pool: rayon::ThreadPool,
+    /// The pool of prompt batches when `-tb` differs from `-t`.
+    pool_batch: Option<rayon::ThreadPool>,
     threads: usize,
     n_batch: usize,
 }
@@ -112,24 +176,36 @@ impl Session {
                 )));
             }
         }
-        let state = model.model.new_state(StateOptions {
+        let state_opts = StateOptions {
             n_ctx: opts.n_ctx,
             max_batch: opts.n_ubatch.min(opts.n_batch).min(opts.n_ctx),
             type_k: opts.type_k,
             type_v: opts.type_v,
-        })?;
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.threads.unwrap_or(0))
-            .thread_name(|i| format!("clover-worker-{i}"))
-            .build()
-            .map_err(|e| EngineError::Threads(e.to_string()))?;
+        };
+        // Checked before anything is allocated: an absurd -c is an error, not an
+        // abort in the allocator.
+        check_memory(&model.model, &state_opts)?;
+        let state = model.model.new_state(state_opts)?;
+        let new_pool = |n: usize, name: &'static str| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .thread_name(move |i| format!("{name}-{i}"))
+                .build()
+                .map_err(|e| EngineError::Threads(e.to_string()))
+        };
+        let pool = new_pool(opts.threads.unwrap_or(0), "clover-worker")?;
         let threads = pool.current_num_threads();
+        let pool_batch = match opts.threads_batch {
+            Some(n) if n != threads => Some(new_pool(n, "clover-batch")?),
+            _ => None,
+        };
         Ok(Session {
             model,
             state,
             tokens: Vec::new(),
             checkpoint: None,
             pool,
+            pool_batch,
             threads,
             n_batch: opts.n_batch,
         })
@@ -190,10 +266,11 @@ impl Session {
         let rest = &prompt[keep..];
         // Whole logical batches first (no logits), then the last one.
         let split = (rest.len() - 1) / self.n_batch * self.n_batch;
+        let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);
         for chunk in rest[..split].chunks(self.n_batch) {
             let pos = self.tokens.len();
             let (model, state) = (&self.model.model, &mut self.state);
-            self.pool.install(|| {
+            pool.install(|| {
                 model
                     .forward(state, chunk, pos, LogitsFor::Indices(&[]))
                     .map(|_| ())
@@ -203,9 +280,11 @@ impl Session {
         let last = &rest[split..];
         let pos = self.tokens.len();
         let (model, state) = (&self.model.model, &mut self.state);
-        let logits = self
-            .pool
-            .install(|| model.forward(state, last, pos, LogitsFor::Last))?;
+        let pool = match last.len() {
+            1 => &self.pool,
+            _ => pool,
+        };
+        let logits = pool.install(|| model.forward(state, last, pos, LogitsFor::Last))?;
         self.tokens.extend_from_slice(last);
         let info = Prefill {
             reused: keep,

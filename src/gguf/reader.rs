@@ -62,18 +62,25 @@ pub struct TensorView<'a> {
 }
 
 enum Storage {
-    Mmap(Mmap),
+    /// The mapping and its slot in [`crate::signals`]' table of model mappings
+    /// (a `SIGBUS` inside it means the file shrank underneath).
+    Mmap(Mmap, Option<usize>),
     /// u64 words so that the bytes are 8-byte aligned, like a mapping.
-    Owned {
-        words: Vec<u64>,
-        len: usize,
-    },
+    Owned { words: Vec<u64>, len: usize },
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if let Storage::Mmap(_, Some(slot)) = self {
+            crate::signals::forget_mapping(*slot);
+        }
+    }
 }
 
 impl Storage {
     fn bytes(&self) -> &[u8] {
         match self {
-            Storage::Mmap(m) => m,
+            Storage::Mmap(m, _) => m,
             Storage::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
         }
     }
@@ -141,7 +148,43 @@ impl GgufFile {
         // truncated or rewritten by another process while it is mapped; all
         // parsing below is bounds-checked against the mapping's length.
         let map = unsafe { options.map(&file) }.map_err(io)?;
-        GgufFile::parse(Storage::Mmap(map))
+        let slot = crate::signals::register_mapping(map.as_ptr(), map.len());
+        GgufFile::parse(Storage::Mmap(map, slot))
+    }
+
+    /// Reads the whole file into memory (`--no-mmap`, like llama.cpp's): no
+    /// mapping, so the file may change or vanish afterwards without harm.
+    pub fn read(path: &Path) -> Result<GgufFile, GgufError> {
+        use std::io::Read;
+        let io = |cause| GgufError::Io {
+            path: path.to_path_buf(),
+            cause,
+        };
+        let mut file = File::open(path).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file",
+            )));
+        }
+        let len = usize::try_from(meta.len()).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "too large for this machine's address space",
+            ))
+        })?;
+        let mut words: Vec<u64> = Vec::new();
+        words.try_reserve_exact(len.div_ceil(8)).map_err(|_| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::OutOfMemory,
+                format!("cannot allocate {len} bytes to read it (--no-mmap)"),
+            ))
+        })?;
+        words.resize(len.div_ceil(8), 0);
+        let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
+        file.read_exact(bytes).map_err(io)?;
+        GgufFile::parse(Storage::Owned { words, len })
     }
 
     /// Validates a file held in memory (tests, fuzzing).

@@ -1,7 +1,6 @@
 //! GGUF v3 writer: metadata and tensor infos up front, tensor data streamed to
 //! disk one tensor at a time (so a 20 GB file never sits in memory).
 
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
@@ -222,36 +221,18 @@ impl GgufWriter {
     }
 
     /// Writes to `path` through a temporary file in the same folder that is
-    /// renamed into place only when complete, so a failure never leaves a
-    /// truncated model behind.
+    /// renamed into place only when complete ([`crate::output::OutputFile`]), so
+    /// a failure or an interruption never leaves a truncated model behind, and
+    /// a path that is not a regular file is refused.
     pub fn write_to_path(
         &self,
         path: &Path,
         fill: impl FnMut(usize, &TensorPlan, &mut dyn Write) -> io::Result<()>,
     ) -> io::Result<u64> {
-        let file_name = path
-            .file_name()
-            .ok_or_else(|| invalid(format!("{} is not a file path", path.display())))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(file_name);
-        tmp_name.push(".partial");
-        let tmp = path.with_file_name(tmp_name);
-        let result = (|| {
-            let file = File::create(&tmp)?;
-            let n = self.write(BufWriter::with_capacity(1 << 20, &file), fill)?;
-            file.sync_all()?;
-            Ok(n)
-        })();
-        match result {
-            Ok(n) => {
-                std::fs::rename(&tmp, path)?;
-                Ok(n)
-            }
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        }
+        let out = crate::output::OutputFile::create(path)?;
+        let n = self.write(BufWriter::with_capacity(1 << 20, out.file()), fill)?;
+        out.commit()?;
+        Ok(n)
     }
 }
 

@@ -29,7 +29,7 @@ pub fn put(name: &str, il: isize, data: &[f32]) {
         format!("{name}-{il}.f32")
     };
     let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-    if let Err(e) = std::fs::write(d.join(file), bytes) {
+    if let Err(e) = crate::output::write_file_atomic(&d.join(file), &bytes) {
         eprintln!("CLOVER_DUMP_DIR: {e}");
     }
 }

@@ -293,6 +293,7 @@ impl<'a> Model<'a> {
             state.scratch.logits.resize(rows * v, 0.0);
         }
         let kt = kernels::isa::active();
+        let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
         while c0 < n {
             let t = state.max_batch.min(n - c0);
@@ -312,13 +313,23 @@ impl<'a> Model<'a> {
                         .map(|(r, &g)| (r, g - c0)),
                 ),
             }
-            self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
+            let bad = self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
+            first_bad = first_bad.or(bad);
             c0 += t;
         }
-        Ok(&state.scratch.logits[..rows * v])
+        let logits = &state.scratch.logits[..rows * v];
+        if first_bad.is_some() || !all_finite(logits) {
+            // The layers' outputs were finite yet the logits are not: the output
+            // head did it, reported as the last layer's.
+            let layer = first_bad.unwrap_or(Some(self.config.n_layer - 1));
+            return Err(ForwardError::NonFinite { layer });
+        }
+        Ok(logits)
     }
 
     /// One batch: embed, every layer, the output head for `head_rows`.
+    /// Returns where the residual stream first held a NaN or an infinity
+    /// (`Some(None)`: the embedding; `Some(Some(il))`: layer il's output).
     fn run_batch(
         &self,
         kt: &KernelTable,
@@ -326,9 +337,11 @@ impl<'a> Model<'a> {
         tokens: &[u32],
         pos0: usize,
         verify: bool,
-    ) {
+    ) -> Option<Option<usize>> {
         let t = tokens.len();
-        self.embed(tokens, &mut state.scratch.x[..t * self.config.n_embd]);
+        let e = self.config.n_embd;
+        self.embed(tokens, &mut state.scratch.x[..t * e]);
+        let mut first_bad = (!all_finite(&state.scratch.x[..t * e])).then_some(None);
         // A prompt batch may take the prompt kernels; a verify pass must
         // give every row single-token decoding's bits (DESIGN §4.1).
         state.scratch.lin.prompt = !verify;
@@ -336,11 +349,15 @@ impl<'a> Model<'a> {
             dump::set_layer(il);
             self.mixer_block(kt, state, il, pos0, t, verify);
             self.moe_block(kt, state, il, t);
+            if first_bad.is_none() && !all_finite(&state.scratch.x[..t * e]) {
+                first_bad = Some(Some(il));
+            }
         }
         state.scratch.lin.prompt = false;
         state.kv.set_len(pos0 + t);
         state.stats.tokens += t as u64;
         self.head(kt, state);
+        first_bad
     }
 
     pub(crate) fn embed(&self, tokens: &[u32], x: &mut [f32]) {
@@ -501,4 +518,13 @@ pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {
         *a += *b;
     }
+}
+
+/// No NaN and no infinity in `x` (`v·0` is 0 for every finite `v`, NaN
+/// otherwise; the sum has no early exit, so it vectorises).
+fn all_finite(x: &[f32]) -> bool {
+    x.chunks(64)
+        .map(|c| c.iter().map(|&v| v * 0.0).sum::<f32>())
+        .sum::<f32>()
+        == 0.0
 }

@@ -77,4 +77,16 @@ pub enum ForwardError {
     NoDiffusion,
     #[error("a diffusion block of {n} tokens exceeds the batch size {max_batch}")]
     BlockTooLong { n: usize, max_batch: usize },
+    #[error(
+        "the model produced NaN or infinite values, first in {} (the weights are \
+         probably damaged)",
+        match layer {
+            Some(il) => format!("the output of layer {il}"),
+            None => "the token embedding".to_string(),
+        }
+    )]
+    NonFinite {
+        /// The first layer whose output held one (`None`: the embedding did).
+        layer: Option<usize>,
+    },
 }

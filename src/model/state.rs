@@ -125,6 +125,36 @@ impl State {
         })
     }
 
+    /// Bytes [`State::new`] allocates for `opts` (KV cache, recurrent states,
+    /// the largest scratch buffers), in u128 so that no context size overflows:
+    /// checked against the machine's memory before anything is allocated.
+    pub fn bytes_needed(cfg: &ModelConfig, n_vocab: usize, opts: &StateOptions) -> u128 {
+        let n = |x: usize| x as u128;
+        let n_attn = cfg
+            .layer_kinds
+            .iter()
+            .filter(|k| matches!(k, LayerKind::Attention))
+            .count();
+        let n_gdn = cfg.layer_kinds.len() - n_attn;
+        let head = |ty: GgmlType| n(ty.row_bytes(cfg.head_dim as u64).unwrap_or(0) as usize);
+        let kv =
+            n(n_attn) * n(opts.n_ctx) * n(cfg.n_head_kv) * (head(opts.type_k) + head(opts.type_v));
+        let d = n(cfg.ssm_head_dim);
+        let recurrent = n(n_gdn)
+            * 4
+            * (n(cfg.ssm_conv_kernel.saturating_sub(1)) * n(cfg.ssm_conv_channels())
+                + n(cfg.ssm_n_v_heads) * d * d);
+        let t = n(opts.max_batch.min(opts.n_ctx));
+        let width = n(cfg.n_embd)
+            .max(n(cfg.ssm_inner()))
+            .max(n(cfg.n_head * cfg.head_dim * 2))
+            .max(n(cfg.ssm_conv_channels()));
+        // Activations of a batch (a generous count of row buffers), the
+        // attention scores over the context, and the logits.
+        let scratch = 4 * (t * width * 16 + n(cfg.n_head) * n(opts.n_ctx) + 2 * n(n_vocab));
+        kv + recurrent + scratch
+    }
+
     /// Whether a verify pass awaits `Model::commit_verify`.
     pub fn verify_pending(&self) -> bool {
         self.verify.as_ref().is_some_and(|v| v.pending.is_some())

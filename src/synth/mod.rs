@@ -34,7 +34,7 @@ pub use tokenizer_gen::Vocab;
 pub enum SynthError {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}")]
     Io {
         path: String,
         #[source]

@@ -131,6 +131,8 @@ struct TerminalGuard {
 
 impl TerminalGuard {
     fn enter() -> io::Result<Self> {
+        // Saved first, so that SIGTERM / SIGHUP / SIGBUS can put it back.
+        crate::signals::terminal_entering();
         enable_raw_mode()?;
         let mut out = io::stdout();
         if let Err(e) = execute!(
@@ -169,6 +171,7 @@ fn restore_terminal() {
         crossterm::cursor::Show
     );
     let _ = disable_raw_mode();
+    crate::signals::terminal_left();
 }
 
 type Hook = Box<dyn Fn(&panic::PanicHookInfo<'_>) + Sync + Send + 'static>;
