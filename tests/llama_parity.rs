@@ -4,7 +4,7 @@
 //! must equal ours token for token, and llama-perplexity's log-prob dump must
 //! match ours to its resolution. When the llama.cpp build is absent
 //! (`LLAMA_BIN_DIR`, default /work/llama/build/bin) these live checks cannot
-//! run: they say so loudly and defer to `tests/llama_parity_fixtures.rs`,
+//! run: each prints one `SKIPPED` line and defers to `tests/llama_parity_fixtures.rs`,
 //! which checks parity against stored llama.cpp outputs. Under
 //! `CLOVER_REQUIRE_ORACLES=1` (CI, which has no llama.cpp build) the deferral
 //! is only accepted when those fixtures are present.
@@ -17,9 +17,12 @@ use clover::kernels::GgmlType;
 use clover::model::tiny::{tiny_config, Tensor, TinyModel};
 use clover::model::{Arch, LogitsFor, StateOptions};
 
-/// Called when llama.cpp is absent: prints why this check does not run and,
-/// under `CLOVER_REQUIRE_ORACLES`, insists that the fixture test has its data.
-fn defer_to_fixtures(what: &str) {
+mod skip;
+
+/// Called when llama.cpp is absent: says in one line which test did not run
+/// and, under `CLOVER_REQUIRE_ORACLES`, insists that the fixture test has its
+/// data.
+fn defer_to_fixtures(test: &str) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/parity");
     let n = std::fs::read_dir(&dir)
         .map(|d| {
@@ -37,16 +40,31 @@ fn defer_to_fixtures(what: &str) {
             dir.display()
         );
     }
-    eprintln!(
-        "SKIPPED live llama.cpp parity ({what}): llama.cpp not found; \
-         tests/llama_parity_fixtures.rs checks parity from {n} stored fixtures"
+    skip::skipped(
+        test,
+        &format!("no llama-completion in {}", llama_bin_dir().display()),
+        &format!(
+            "scripts/build_llama_cpp.sh builds it, then set LLAMA_BIN_DIR to the folder it \
+             prints (tests/llama_parity_fixtures.rs checks {n} stored llama.cpp outputs meanwhile)"
+        ),
     );
 }
 
-fn llama_completion() -> Option<PathBuf> {
-    let dir = std::env::var("LLAMA_BIN_DIR").unwrap_or_else(|_| "/work/llama/build/bin".into());
-    let p = PathBuf::from(dir).join("llama-completion");
-    p.exists().then_some(p)
+fn llama_bin_dir() -> PathBuf {
+    std::env::var("LLAMA_BIN_DIR")
+        .unwrap_or_else(|_| "/work/llama/build/bin".into())
+        .into()
+}
+
+/// llama-completion, or `None` after the test's one skip line.
+fn llama_completion_or_defer(test: &str) -> Option<PathBuf> {
+    let p = llama_bin_dir().join("llama-completion");
+    if p.exists() {
+        Some(p)
+    } else {
+        defer_to_fixtures(test);
+        None
+    }
 }
 
 const EOS: usize = 49;
@@ -165,16 +183,12 @@ fn theirs_once(bin: &PathBuf, path: &std::path::Path, prompt: &str, n: usize) ->
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-fn check(tm: &TinyModel, name: &str) {
-    let Some(bin) = llama_completion() else {
-        defer_to_fixtures(name);
-        return;
-    };
+fn check(bin: &PathBuf, tm: &TinyModel, name: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(format!("{name}.gguf"));
     write(tm, &path);
     let n = 32;
-    let want = theirs(&bin, &path, "abc", n);
+    let want = theirs(bin, &path, "abc", n);
     let got = ours(tm, &[0, 1, 2], n);
     assert_eq!(got, want, "{name}: ours vs llama.cpp");
 }
@@ -187,13 +201,21 @@ fn qwen(n_layer: usize, seed: u64) -> TinyModel {
 
 #[test]
 fn greedy_tokens_match_llama_cpp_on_f32_hybrid_models() {
+    let Some(bin) = llama_completion_or_defer("greedy_tokens_match_llama_cpp_on_f32_hybrid_models")
+    else {
+        return;
+    };
     for seed in [77, 78, 79] {
-        check(&qwen(4, seed), &format!("f32_seed{seed}"));
+        check(&bin, &qwen(4, seed), &format!("f32_seed{seed}"));
     }
 }
 
 #[test]
 fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
+    let Some(bin) = llama_completion_or_defer("greedy_tokens_match_llama_cpp_with_f16_matrices")
+    else {
+        return;
+    };
     let mut tm = qwen(6, 80);
     let names: Vec<String> = tm.tensors.keys().cloned().collect();
     for n in names {
@@ -204,7 +226,7 @@ fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
             tm.set(&n, f);
         }
     }
-    check(&tm, "f16_seed80");
+    check(&bin, &tm, "f16_seed80");
 }
 
 /// Log-probabilities of every position in the second half of each chunk,
@@ -213,7 +235,12 @@ fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
 /// within half a quantisation step plus 2e-5.
 #[test]
 fn log_probs_match_llama_cpp_perplexity_dump() {
-    log_probs_match(GgmlType::F32, "f32", 0.0);
+    log_probs_match(
+        "log_probs_match_llama_cpp_perplexity_dump",
+        GgmlType::F32,
+        "f32",
+        0.0,
+    );
 }
 
 /// The DESIGN's default cache: K/V in f16 (llama.cpp without flash attention
@@ -224,17 +251,19 @@ fn log_probs_match_llama_cpp_perplexity_dump() {
 /// difference is above 7e-4.
 #[test]
 fn log_probs_stay_near_llama_cpp_with_an_f16_kv_cache() {
-    log_probs_match(GgmlType::F16, "f16", 3e-4);
+    log_probs_match(
+        "log_probs_stay_near_llama_cpp_with_an_f16_kv_cache",
+        GgmlType::F16,
+        "f16",
+        3e-4,
+    );
 }
 
-fn log_probs_match(cache: GgmlType, cache_flag: &str, extra: f32) {
-    let dir_bin = match llama_completion() {
-        Some(p) => p.parent().unwrap().to_path_buf(),
-        None => {
-            defer_to_fixtures("log-probs");
-            return;
-        }
+fn log_probs_match(test: &str, cache: GgmlType, cache_flag: &str, extra: f32) {
+    let Some(completion) = llama_completion_or_defer(test) else {
+        return;
     };
+    let dir_bin = completion.parent().unwrap().to_path_buf();
     let perplexity = dir_bin.join("llama-perplexity");
     let tm = qwen(4, 81);
     let dir = tempfile::tempdir().unwrap();

@@ -5,10 +5,40 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use clover::kernels::GgmlType;
 use clover::synth::{self, Arch, Preset, Recipe, SynthOptions};
+
+mod skip;
+
+/// Whether python3 can import these modules (its traceback, if not, is not
+/// shown: the caller's skip line says what is missing).
+fn python_imports(modules: &str) -> bool {
+    Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The skip line of a test that needs a llama.cpp tool (found through the
+/// environment variable `var`) and gguf-py: names whichever is missing.
+fn skip_without(test: &str, tool: &Path, var: &str, has_py: bool, modules: &str) {
+    let (mut missing, mut how) = (Vec::new(), Vec::new());
+    if !tool.exists() {
+        missing.push(format!("no {}", tool.display()));
+        how.push(format!(
+            "scripts/build_llama_cpp.sh builds llama.cpp (set {var} to match)"
+        ));
+    }
+    if !has_py {
+        missing.push(format!("python3 cannot import {modules}"));
+        how.push("pip install gguf==0.19.0 numpy".to_string());
+    }
+    skip::skipped(test, &missing.join(", "), &how.join(", "));
+}
 
 fn opts(arch: Arch, preset: Preset, recipe: Recipe, seed: u64) -> SynthOptions {
     SynthOptions {
@@ -472,12 +502,15 @@ fn every_recipe_writes_a_tiny_file_that_reads_back_in_both_architectures() {
 fn q8_0_q4_0_and_q4_k_m_type_maps_match_llama_quantize_on_tiny() {
     let quantize = std::env::var("LLAMA_QUANTIZE")
         .unwrap_or_else(|_| "/work/llama/build/bin/llama-quantize".to_string());
-    let has_gguf = Command::new("python3")
-        .args(["-c", "import gguf"])
-        .status()
-        .is_ok_and(|s| s.success());
+    let has_gguf = python_imports("gguf");
     if !Path::new(&quantize).exists() || !has_gguf {
-        eprintln!("SKIPPED: needs {quantize} and python3 with gguf");
+        skip_without(
+            "q8_0_q4_0_and_q4_k_m_type_maps_match_llama_quantize_on_tiny",
+            Path::new(&quantize),
+            "LLAMA_QUANTIZE",
+            has_gguf,
+            "gguf",
+        );
         return;
     }
     let script = concat!(
@@ -503,12 +536,16 @@ fn q8_0_q4_0_and_q4_k_m_type_maps_match_llama_quantize_on_tiny() {
 #[test]
 fn llama_cpp_loads_tiny_qwen35moe_and_its_greedy_text_matches_a_numpy_forward() {
     let bin = std::env::var("LLAMA_BIN").unwrap_or_else(|_| "/work/llama/build/bin".to_string());
-    let has_py = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !Path::new(&bin).join("llama-completion").exists() || !has_py {
-        eprintln!("SKIPPED: needs {bin}/llama-completion and python3 with gguf and numpy");
+    let has_py = python_imports("gguf, numpy");
+    let completion = Path::new(&bin).join("llama-completion");
+    if !completion.exists() || !has_py {
+        skip_without(
+            "llama_cpp_loads_tiny_qwen35moe_and_its_greedy_text_matches_a_numpy_forward",
+            &completion,
+            "LLAMA_BIN",
+            has_py,
+            "gguf, numpy",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

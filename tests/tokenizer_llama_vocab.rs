@@ -3,7 +3,8 @@
 //! token ids that llama.cpp's `test-tokenizer-0` checks.
 //!
 //! The files live in the llama.cpp source tree: set `CLOVER_LLAMA_MODELS` to its `models/`
-//! folder, or the default below is used. The test says loudly when it skips.
+//! folder, or the default below is used. A test that finds no files prints one `SKIPPED` line
+//! (`.ci/run` fetches them, and there a missing file is a failure).
 //!
 //! The GGUF is read by a minimal parser here (metadata only), so this test does not depend on
 //! the engine's reader.
@@ -11,6 +12,8 @@
 use std::path::PathBuf;
 
 use clover::tokenizer::{Tokenizer, TokenizerSpec};
+
+mod skip;
 
 const DEFAULT_MODELS: &str = "/work/llama/llama_cpp_python-0.3.36/vendor/llama.cpp/models";
 
@@ -133,24 +136,29 @@ fn read_gguf(path: &std::path::Path) -> (TokenizerSpec, Option<String>) {
 
 /// Outside-oracle data is optional on a developer machine, mandatory in CI
 /// (`.ci/run` sets `CLOVER_REQUIRE_ORACLES=1`).
-fn skip_unless_required(why: &str) {
+fn skip_unless_required(test: &str, why: &str) {
     if std::env::var_os("CLOVER_REQUIRE_ORACLES").is_some() {
         panic!("oracle data required but missing: {why}");
     }
-    eprintln!("SKIPPED: {why}");
+    skip::skipped(
+        test,
+        why,
+        "set CLOVER_LLAMA_MODELS to llama.cpp's models/ folder \
+         (.ci/run unpacks it from the llama-cpp-python 0.3.36 source package)",
+    );
 }
 
-fn check_vectors(name: &str, pre: &str) {
+fn check_vectors(test: &str, name: &str, pre: &str) {
     let dir = models_dir();
     let gguf = dir.join(format!("ggml-vocab-{name}.gguf"));
     let (Ok(inp), Ok(out)) = (
         std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.inp"))),
         std::fs::read_to_string(dir.join(format!("ggml-vocab-{name}.gguf.out"))),
     ) else {
-        skip_unless_required(&format!(
-            "llama.cpp vocab test files not found in {} (set CLOVER_LLAMA_MODELS)",
-            dir.display()
-        ));
+        skip_unless_required(
+            test,
+            &format!("no ggml-vocab-{name}.gguf.inp/.out in {}", dir.display()),
+        );
         return;
     };
     let spec = read_spec(&gguf);
@@ -200,22 +208,30 @@ fn check_vectors(name: &str, pre: &str) {
 
 #[test]
 fn qwen35_encoding_matches_llama_cpp_test_vectors() {
-    check_vectors("qwen35", "qwen35");
+    check_vectors(
+        "qwen35_encoding_matches_llama_cpp_test_vectors",
+        "qwen35",
+        "qwen35",
+    );
 }
 
 #[test]
 fn qwen2_encoding_matches_llama_cpp_test_vectors() {
-    check_vectors("qwen2", "qwen2");
+    check_vectors(
+        "qwen2_encoding_matches_llama_cpp_test_vectors",
+        "qwen2",
+        "qwen2",
+    );
 }
 
 #[test]
 fn real_vocab_parses_specials_and_renders_its_chat_template() {
     let gguf = models_dir().join("ggml-vocab-qwen35.gguf");
     if !gguf.exists() {
-        skip_unless_required(&format!(
-            "{} not found (set CLOVER_LLAMA_MODELS)",
-            gguf.display()
-        ));
+        skip_unless_required(
+            "real_vocab_parses_specials_and_renders_its_chat_template",
+            &format!("no {}", gguf.display()),
+        );
         return;
     }
     let (spec, template) = read_gguf(&gguf);

@@ -1,7 +1,7 @@
 //! The model `clover chat`, `clover run` and `clover perplexity` use without
 //! `-m`: **clover-tiny-kjv**, a 6 M-parameter `clover_moe` trained in this
-//! repository on the King James Bible (`training/`, README "The default
-//! model"), stored at `models/clover-tiny-kjv.gguf`.
+//! repository on the King James Bible (`training/`, docs/DEFAULT_MODEL.md),
+//! stored at `models/clover-tiny-kjv.gguf`.
 //!
 //! The file is compiled into the binary (`include_bytes!`), so a copied
 //! binary needs nothing else. Weights are memory-mapped, so on first use the
