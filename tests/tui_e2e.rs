@@ -418,3 +418,108 @@ fn chat_with_piped_stdout_runs_in_line_mode() {
     assert!(text.starts_with("You wrote \"piped question\"."), "{text}");
     assert!(text.trim_end().ends_with("Ctrl-C to quit."), "{text}");
 }
+
+/// Whether the pane's terminal is back in cooked mode (`icanon` and `echo` on),
+/// asked of `stty` from the shell in the pane.
+fn cooked_mode(tmux: &Tmux, dir: &Path) -> bool {
+    let out = dir.join("stty");
+    tmux.type_text(&format!("stty -a > '{}'", out.display()));
+    tmux.keys(&["Enter"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&out) {
+            if s.contains("icanon") {
+                let words: Vec<&str> = s.split_whitespace().collect();
+                return words.contains(&"icanon") && words.contains(&"echo");
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no stty output; screen:\n{}",
+            tmux.screen()
+        );
+        sleep(Duration::from_millis(100));
+    }
+}
+
+/// Starts `clover ARGS` full screen in a fresh pane, recording its pid and
+/// exit status, and waits for the chat UI.
+fn start_chat(dir: &Path, args: &str) -> (Tmux, std::path::PathBuf, i32) {
+    let bin = env!("CARGO_BIN_EXE_clover");
+    let tmux = Tmux::start(100, 30);
+    let pid_file = dir.join("pid");
+    let exit_file = dir.join("exit");
+    tmux.type_text(&format!(
+        "sh -c 'echo $$ > \"{}\"; exec \"{bin}\" {args}'; echo EXIT:$? > '{}'",
+        pid_file.display(),
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the chat UI", 60, |s| s.contains("Type a message"));
+    assert!(tmux.alternate_on());
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (tmux, exit_file, pid)
+}
+
+#[test]
+fn sigterm_and_sighup_to_the_chat_restore_the_terminal() {
+    if !tmux_available() {
+        assert!(std::env::var_os("CI").is_none(), "tmux is required in CI");
+        eprintln!("SKIPPED sigterm_and_sighup_to_the_chat_restore_the_terminal: no tmux");
+        return;
+    }
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
+        let dir = tempfile::tempdir().unwrap();
+        let (tmux, exit_file, pid) = start_chat(dir.path(), "chat --demo");
+        // SAFETY: kill with the pid the chat's shell wrote before exec.
+        assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+        let exit = wait_exit(&tmux, &exit_file, 20, "the chat did not end");
+        assert_eq!(exit, format!("EXIT:{}", 128 + sig), "{name}");
+        assert!(!tmux.alternate_on(), "{name} left the alternate screen on");
+        assert!(
+            cooked_mode(&tmux, dir.path()),
+            "{name} left the terminal raw"
+        );
+    }
+}
+
+#[test]
+fn a_model_file_that_shrinks_under_the_chat_restores_the_terminal_and_says_why() {
+    if !tmux_available() {
+        assert!(std::env::var_os("CI").is_none(), "tmux is required in CI");
+        eprintln!("SKIPPED a_model_file_that_shrinks_under_the_chat…: no tmux");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    std::fs::copy(src, &model).unwrap();
+    let err_file = dir.path().join("err");
+    let args = format!(
+        "chat -m \"{}\" -t 1 -n -1 --temp 0 --spec-type none 2> \"{}\"",
+        model.display(),
+        err_file.display()
+    );
+    let (tmux, exit_file, _) = start_chat(dir.path(), &args);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&model)
+        .unwrap()
+        .set_len(11_000_000)
+        .unwrap();
+    tmux.type_text("In the beginning");
+    tmux.keys(&["Enter"]);
+    let exit = wait_exit(&tmux, &exit_file, 30, "the chat did not end");
+    assert_eq!(exit, "EXIT:1");
+    assert!(!tmux.alternate_on());
+    assert!(cooked_mode(&tmux, dir.path()));
+    let err = std::fs::read_to_string(&err_file).unwrap();
+    assert!(
+        err.contains("the model file changed or shrank while in use"),
+        "{err}"
+    );
+}
