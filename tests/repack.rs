@@ -26,7 +26,9 @@ fn small(dir: &std::path::Path, recipe: Recipe) -> std::path::PathBuf {
 
 fn repack_available(ty: GgmlType) -> bool {
     std::env::var("CLOVER_REPACK").as_deref() != Ok("0")
-        && kernels::isa::active().packed_gemm(ty).is_some()
+        && kernels::isa::active()
+            .packed_gemm(ty, kernels::Mode::Decode)
+            .is_some()
 }
 
 /// The file's first `n_layer` layers (and its output head), bound with or

@@ -60,8 +60,14 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, SamplingMode, Throughput};
-use kernels::matmul::{matvec, quantize_rows, QMatrix};
-use kernels::{repack, scalar, GgmlType, Isa, KernelTable};
+use kernels::matmul::{matmul, quantize_rows, QActs, QMatrix};
+use kernels::{repack, scalar, GgmlType, Isa, KernelTable, Mode};
+
+/// One decode step's mat-vec: the plan for one activation row.
+fn matvec(kt: &KernelTable, m: &QMatrix, x: &[u8], out: &mut [f32]) {
+    let x = QActs::new(m.ty.vec_dot_type(), m.n_in, 1, x).expect("one activation row");
+    matmul(kt, m, &x, out, &mut [], Mode::Decode);
+}
 use rayon::prelude::*;
 
 /// Elements per weight row (a multiple of every block size).
@@ -380,7 +386,7 @@ fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
             // repacks them where this tier has the product (kernels::repack):
             // GB/s of the repacked bytes it streams.
             let rows = rows / repack::ROWS * repack::ROWS;
-            if kt.packed_gemm(ty).is_none() || !repack::packable(ty, N_IN, rows) {
+            if kt.packed_gemm(ty, Mode::Decode).is_none() || !repack::packable(ty, N_IN, rows) {
                 continue;
             }
             let pb = repack::packed_bytes(ty, N_IN, rows);
@@ -516,7 +522,7 @@ fn paired(bytes: usize, n: usize) {
         let words = &weights.words;
         let m = QMatrix::new(ty, N_IN, rows, bytemuck::cast_slice(words)).unwrap();
         let mut packed = Vec::new();
-        let (m, kbytes, label) = if kt.packed_gemm(ty).is_some() {
+        let (m, kbytes, label) = if kt.packed_gemm(ty, Mode::Decode).is_some() {
             let pb = repack::packed_bytes(ty, N_IN, rows);
             packed = vec![0u64; pb.div_ceil(8)];
             let dst = &mut bytemuck::cast_slice_mut(&mut packed)[..pb];

@@ -15,7 +15,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix, ACT_TILE};
-use kernels::{scalar, GgmlType, Isa, KernelTable};
+use kernels::{scalar, GgmlType, Isa, KernelTable, Mode};
 
 const N: usize = 2048;
 
@@ -104,7 +104,7 @@ fn main() {
             });
             let t_new = one.install(|| {
                 min_time(reps, || {
-                    matmul(&kt, &m, &x, &mut out, &mut tile);
+                    matmul(&kt, &m, &x, &mut out, &mut tile, Mode::Decode);
                     black_box(&out);
                 })
             });

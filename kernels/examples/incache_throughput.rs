@@ -104,7 +104,8 @@ fn main() {
             // Repacked eight rows at a time, as the loader does where the
             // tier has the product (GB/s of the repacked bytes).
             let rows8 = rows / repack::ROWS * repack::ROWS;
-            if kt.packed_gemm(ty).is_some() && repack::packable(ty, N, rows8) {
+            if kt.packed_gemm(ty, kernels::Mode::Decode).is_some() && repack::packable(ty, N, rows8)
+            {
                 let pb = repack::packed_bytes(ty, N, rows8);
                 let mut p = aligned(pb);
                 let pbytes = &mut bytemuck::cast_slice_mut(&mut p)[..pb];

@@ -114,7 +114,7 @@ fn matmul_equals_single_row_decode_bit_for_bit_for_every_type_and_tier() {
                 let x = QActs::new(ty.vec_dot_type(), n, rows, xb.bytes()).unwrap();
                 let mut out = vec![f32::NAN; rows * n_out];
                 let mut tile = vec![0.0; matmul_tile_len(rows)];
-                pool(2).install(|| matmul(&kt, &m, &x, &mut out, &mut tile));
+                pool(2).install(|| matmul(&kt, &m, &x, &mut out, &mut tile, Mode::Decode));
                 let mut one = vec![f32::NAN; n_out];
                 for t in 0..rows {
                     matvec_serial(&kt, &m, x.row(t), &mut one);
@@ -183,7 +183,7 @@ fn grouping_rows_by_expert_gives_every_row_what_the_per_row_gather_gives() {
             let (xb, _) = acts(&kt, ty, n, rows, &mut rng);
             let x = QActs::new(ty.vec_dot_type(), n, rows, xb.bytes()).unwrap();
             let mut per_row = vec![f32::NAN; rows * n_out];
-            pool(2).install(|| expert_gather(&kt, &e, &expert_of, &x, &mut per_row));
+            pool(2).install(|| expert_gather(&kt, &e, &expert_of, &x, &mut per_row, Mode::Decode));
             let rb = x.ty.row_bytes(n as u64).unwrap() as usize;
             for ex in 0..n_expert {
                 let mine: Vec<usize> = (0..rows).filter(|&r| expert_of[r] == ex).collect();
@@ -200,7 +200,8 @@ fn grouping_rows_by_expert_gives_every_row_what_the_per_row_gather_gives() {
                 let g = QActs::new(x.ty, n, mine.len(), buf.bytes()).unwrap();
                 let mut out = vec![f32::NAN; mine.len() * n_out];
                 let mut tile = vec![0.0; matmul_tile_len(mine.len())];
-                pool(2).install(|| matmul_vec_dot(&kt, &e.expert(ex), &g, &mut out, &mut tile));
+                pool(2)
+                    .install(|| matmul(&kt, &e.expert(ex), &g, &mut out, &mut tile, Mode::Decode));
                 for (i, &r) in mine.iter().enumerate() {
                     assert_eq!(
                         bits(&out[i * n_out..(i + 1) * n_out]),
@@ -223,7 +224,7 @@ fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
     for isa in Isa::all_available() {
         let kt = KernelTable::new(isa);
         for ty in TYPES {
-            let Some(g) = kt.prompt_gemm(ty) else {
+            let Some(g) = kt.prompt_gemm(ty, Mode::Prompt) else {
                 continue;
             };
             checked += 1;

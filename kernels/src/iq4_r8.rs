@@ -66,7 +66,7 @@ pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
 
 /// The reference: `out[i·stride + t] = W[i] · x[t]` for the `w_rows` rows of
 /// the repacked `w` (a multiple of 8) and `act_rows` Q8_K rows, in the sum
-/// the module docs define. The signature of [`crate::isa::GemmFn`].
+/// the module docs define. The signature of [`crate::sig::GemmFn`].
 pub fn gemm_ref(
     n: usize,
     w: &[u8],

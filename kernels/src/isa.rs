@@ -5,148 +5,11 @@
 use std::fmt;
 use std::sync::OnceLock;
 
+use crate::plan::Mode;
 use crate::{scalar, GgmlType};
 
-/// Dot product of `n` weights (raw bytes of the weight type) with `n`
-/// activations in the weight type's `vec_dot_type()` layout.
-pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
-/// Many dot products at once: `w_rows` contiguous weight rows (`w`) against
-/// `act_rows` contiguous activation rows (`act`), all of `n` elements, into
-/// `out[i * out_stride + t] = vec_dot(n, w_i, act_t)`. A tier's kernel equals
-/// that tier's `VecDotFn` bit for bit on every output.
-/// One token of the gated delta rule over one value head's state rows
-/// (`s`, `q`, `k`, `v`, decay `e^g`, `β`, read-out scale, `out`; `out` empty:
-/// the update alone): see `x86::avx512::legacy::delta_rows`.
-pub type DeltaRowsFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, f32, &mut [f32]);
-
-/// One position of a replay ([`DeltaReplayFn`]): the key, the value head's
-/// values (one per state row), the decay `e^g` and `β`.
-#[derive(Clone, Copy, Debug)]
-pub struct ReplayStep<'a> {
-    pub k: &'a [f32],
-    pub v: &'a [f32],
-    pub decay: f32,
-    pub beta: f32,
-}
-
-/// Several positions of the gated delta rule over one value head's state
-/// rows (`s`, `[v.len()][k.len()]`), without read-out: the bits of one
-/// [`DeltaRowsFn`] call per position in order, each row kept in registers
-/// across the positions. `false` (nothing done) for a shape it does not take.
-pub type DeltaReplayFn = fn(&mut [f32], &[ReplayStep]) -> bool;
-
-pub type GemmFn = fn(
-    n: usize,
-    w: &[u8],
-    w_rows: usize,
-    act: &[u8],
-    act_rows: usize,
-    out: &mut [f32],
-    out_stride: usize,
-);
-/// Quantises an f32 activation row into an activation type (Q8_0, Q8_1, Q8_K,
-/// F16, BF16, F32); `dst` is exactly `row_bytes(src.len())` long.
-pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Isa {
-    Scalar,
-    Avx2,
-    Avx512,
-    Neon,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct IsaError(pub String);
-
-impl fmt::Display for IsaError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for IsaError {}
-
-impl Isa {
-    pub const ALL: [Isa; 4] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Isa::Scalar => "scalar",
-            Isa::Avx2 => "avx2",
-            Isa::Avx512 => "avx512",
-            Isa::Neon => "neon",
-        }
-    }
-
-    pub fn from_name(s: &str) -> Option<Isa> {
-        Isa::ALL
-            .into_iter()
-            .find(|i| i.name().eq_ignore_ascii_case(s))
-    }
-
-    /// Whether this host can run the tier.
-    pub fn available(self) -> bool {
-        match self {
-            Isa::Scalar => true,
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => {
-                is_x86_feature_detected!("avx2")
-                    && is_x86_feature_detected!("fma")
-                    && is_x86_feature_detected!("f16c")
-            }
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx512 => {
-                Isa::Avx2.available()
-                    && is_x86_feature_detected!("avx512f")
-                    && is_x86_feature_detected!("avx512bw")
-                    && is_x86_feature_detected!("avx512vl")
-            }
-            #[cfg(target_arch = "aarch64")]
-            Isa::Neon => std::arch::is_aarch64_feature_detected!("neon"),
-            #[allow(unreachable_patterns)]
-            _ => false,
-        }
-    }
-
-    /// Every tier this host can run, slowest first.
-    pub fn all_available() -> Vec<Isa> {
-        Isa::ALL.into_iter().filter(|i| i.available()).collect()
-    }
-
-    /// The fastest tier this host can run.
-    pub fn detect() -> Isa {
-        *Isa::all_available().last().unwrap_or(&Isa::Scalar)
-    }
-
-    /// The tier named by `CLOVER_ISA`, or the detected one when it is unset.
-    pub fn from_env() -> Result<Isa, IsaError> {
-        match std::env::var("CLOVER_ISA") {
-            Err(_) => Ok(Isa::detect()),
-            Ok(s) if s.is_empty() => Ok(Isa::detect()),
-            Ok(s) => {
-                let isa = Isa::from_name(&s).ok_or_else(|| {
-                    IsaError(format!(
-                        "CLOVER_ISA={s} is not one of scalar, avx2, avx512, neon"
-                    ))
-                })?;
-                if !isa.available() {
-                    return Err(IsaError(format!(
-                        "CLOVER_ISA={s}: this CPU does not support {}",
-                        isa.name()
-                    )));
-                }
-                Ok(isa)
-            }
-        }
-    }
-}
-
-impl fmt::Display for Isa {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+pub use crate::cpu::{Isa, IsaError};
+pub use crate::sig::{DeltaReplayFn, DeltaRowsFn, GemmFn, QuantizeFn, ReplayStep, VecDotFn};
 
 /// The kernels of one tier, per weight type.
 pub struct KernelTable {
@@ -164,7 +27,6 @@ pub struct KernelTable {
     packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     delta_replay: Option<DeltaReplayFn>,
-    ggml_batch: bool,
 }
 
 fn type_index(ty: GgmlType) -> usize {
@@ -390,7 +252,6 @@ impl KernelTable {
             tiled: GgmlType::ALL.map(|t| tier_tiled(isa, t)),
             repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
             repacked_rows: GgmlType::ALL.map(|t| tier_repacked_rows(isa, t)),
-            ggml_batch: std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml"),
             delta_rows: tier_delta_rows(isa),
             delta_replay: tier_delta_replay(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
@@ -418,26 +279,14 @@ impl KernelTable {
         }
     }
 
-    /// Whether batched products (≥ 2 activation rows) sum in the orders
-    /// llama.cpp's x86 build uses for batches (`CLOVER_BATCH_ORDER=ggml`,
-    /// read when the table is built): llamafile's tinyBLAS for F32 / F16,
-    /// the repacked gemm, the tiled K-quant matmul, tinyBLAS's `V·softmax`.
-    /// Off (the default), every row of a batch is computed exactly as a
-    /// single token would be, so a verify pass reproduces plain decoding bit
-    /// for bit (DESIGN §4.1); single tokens follow llama.cpp either way.
-    #[inline]
-    pub fn ggml_batch(&self) -> bool {
-        self.ggml_batch
-    }
-
     /// The dot for one output of a product of `rows` activation rows (for a
     /// routed expert: the rows routed to it) with weights of type `ty` in
     /// rows of `n_out`, in the order llama.cpp's x86 build uses there:
     /// repacked weights their kernel's ([`KernelTable::weight_dot`]); K-quants
     /// on ≥ 8 rows the tiled matmul's; `vec_dot` otherwise.
     #[inline]
-    pub fn batch_dot(&self, ty: GgmlType, n_out: usize, rows: usize) -> VecDotFn {
-        if !self.ggml_batch {
+    pub fn batch_dot(&self, ty: GgmlType, n_out: usize, rows: usize, mode: Mode) -> VecDotFn {
+        if mode != Mode::Ggml {
             return self.weight_dot(ty, n_out);
         }
         if let Some(f) = self.repacked[type_index(ty)] {
@@ -455,8 +304,8 @@ impl KernelTable {
     /// ggml repacks the weights, the dot of its gemm kernel, which takes the
     /// first `rows − rows % 4` rows (the rest take [`KernelTable::batch_dot`]).
     #[inline]
-    pub fn repacked_gemm_dot(&self, ty: GgmlType, n_out: usize) -> Option<VecDotFn> {
-        if !self.ggml_batch {
+    pub fn repacked_gemm_dot(&self, ty: GgmlType, n_out: usize, mode: Mode) -> Option<VecDotFn> {
+        if mode != Mode::Ggml {
             return None;
         }
         match self.repacked_gemm[type_index(ty)] {
@@ -483,7 +332,13 @@ impl KernelTable {
     /// order only where that order is `vec_dot`'s too (not for F32 / F16,
     /// which take tinyBLAS's). `None` otherwise, so a batch row always
     /// equals what the per-row path would give, bit for bit.
-    pub fn gemm_for_batch(&self, ty: GgmlType, n_out: usize, rows: usize) -> Option<GemmFn> {
+    pub fn gemm_for_batch(
+        &self,
+        ty: GgmlType,
+        n_out: usize,
+        rows: usize,
+        mode: Mode,
+    ) -> Option<GemmFn> {
         let i = type_index(ty);
         let repacked = self.repacked[i].is_some() && n_out.is_multiple_of(8);
         if repacked && rows == 1 {
@@ -491,7 +346,7 @@ impl KernelTable {
             // dot `batch_dot` gives one row in either batch order).
             return self.repacked_rows[i];
         }
-        let ggml_not_vec_dot = self.ggml_batch
+        let ggml_not_vec_dot = mode == Mode::Ggml
             && (matches!(ty, GgmlType::F32 | GgmlType::F16)
                 || (self.tiled[i].is_some() && rows >= 8));
         if repacked || ggml_not_vec_dot {
@@ -517,25 +372,25 @@ impl KernelTable {
     }
 
     /// The tier's product for a prompt batch of weight type `ty`, when it
-    /// has one and the table is not in llama.cpp's batch order: faster, in
-    /// its own f32 order (not `vec_dot`'s bits), so never for a verify pass.
+    /// has one (only in [`Mode::Prompt`]): faster, in its own f32 order (not
+    /// `vec_dot`'s bits), so never for a verify pass.
     #[inline]
-    pub fn prompt_gemm(&self, ty: GgmlType) -> Option<GemmFn> {
-        if self.ggml_batch {
+    pub fn prompt_gemm(&self, ty: GgmlType, mode: Mode) -> Option<GemmFn> {
+        if mode != Mode::Prompt {
             return None;
         }
         self.prompt_gemm[type_index(ty)]
     }
 
     /// The product on weights of type `ty` repacked eight rows at a time
-    /// ([`crate::repack`]), when the tier has one and the table is not in
-    /// llama.cpp's batch order. It takes the repacked bytes, serves any
+    /// ([`crate::repack`]), when the tier has one and `mode` is not
+    /// llama.cpp's order ([`Mode::Ggml`]). It takes the repacked bytes, serves any
     /// number of activation rows and gives every output the same bits for
     /// any of them (a verify batch reproduces decoding); a GemmFn whose
     /// `w_rows` is a multiple of 8.
     #[inline]
-    pub fn packed_gemm(&self, ty: GgmlType) -> Option<GemmFn> {
-        if self.ggml_batch {
+    pub fn packed_gemm(&self, ty: GgmlType, mode: Mode) -> Option<GemmFn> {
+        if mode == Mode::Ggml {
             return None;
         }
         self.packed_gemm[type_index(ty)]
@@ -571,4 +426,12 @@ pub fn init() -> Result<Isa, IsaError> {
 /// `CLOVER_ISA` is invalid).
 pub fn active() -> &'static KernelTable {
     ACTIVE.get_or_init(|| KernelTable::new(Isa::from_env().unwrap_or_else(|_| Isa::detect())))
+}
+
+impl fmt::Debug for KernelTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelTable")
+            .field("isa", &self.isa)
+            .finish()
+    }
 }

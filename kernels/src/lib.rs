@@ -6,16 +6,21 @@
 #[cfg(target_arch = "aarch64")]
 pub mod aarch64;
 pub mod blocks;
+pub mod cpu;
 pub mod iq4_r8;
 pub mod isa;
 pub mod matmul;
+pub mod plan;
 pub mod q4k_r8;
 pub mod repack;
 pub mod scalar;
+pub mod sig;
 pub mod types;
 #[cfg(target_arch = "x86_64")]
 pub mod x86;
 
-pub use isa::{Isa, KernelTable};
+pub use cpu::Isa;
+pub use isa::KernelTable;
 pub use matmul::{QActs, QExperts, QMatrix};
+pub use plan::{Kernel, Mode};
 pub use types::{GgmlType, UnsupportedType};

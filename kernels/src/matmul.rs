@@ -10,17 +10,21 @@
 //! y[t][o] = vec_dot(W[o], x̃[t])        f32 accumulation inside vec_dot
 //! ```
 //!
-//! - [`matvec`]: one activation row; output rows are split across threads in
-//!   disjoint `par_chunks_mut` chunks of at least [`MIN_ROWS_PER_TASK`] rows.
-//! - [`matmul`]: many activation rows. Each task owns a chunk of weight rows
+//! Every driver runs the kernel [`KernelTable::plan`] picks for the product
+//! and its numerics [`Mode`] (see [`crate::plan`]).
+//!
+//! - [`matmul`] on one activation row (a mat-vec): output rows are split
+//!   across threads in disjoint `par_chunks_mut` chunks of at least
+//!   [`MIN_ROWS_PER_TASK`] rows; [`matvec_serial`] is the same on one thread.
+//! - [`matmul`] on many activation rows. Each task owns a chunk of weight rows
 //!   and, per tile of [`ACT_TILE`] activation rows, reads each of its weight
 //!   rows once (from memory on the first tile, from cache after) and dots it
-//!   with every activation row of the tile ([`dot_block`]: the tier's
+//!   with every activation row of the tile (in [`Mode::Decode`] the tier's
 //!   multi-row `GemmFn` when it has one for the type, which equals the
 //!   per-pair `vec_dot` bit for bit, else one `vec_dot` per pair). Results
 //!   land in a caller-provided `[o][t]` tile that is then transposed into
-//!   `y[t][o]`. A row of a batch therefore gets exactly what [`matvec`] gives
-//!   it alone (speculative verify == single-token decode).
+//!   `y[t][o]`. In [`Mode::Decode`] a row of a batch therefore gets exactly
+//!   what it gets alone (speculative verify == single-token decode).
 //! - [`expert_gather`]: row `r` of the activations is multiplied by its own
 //!   expert's matrix (`expert_of[r]`), all rows in one parallel region (one
 //!   `vec_dot` per pair: the model uses it only when experts are hardly
@@ -32,7 +36,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
-use crate::isa::{GemmFn, VecDotFn};
+use crate::plan::{Kernel, Mode};
 use crate::{GgmlType, KernelTable};
 
 /// Fewest output rows one rayon task computes: below this, scheduling costs
@@ -78,6 +82,9 @@ pub struct QMatrix<'a> {
     data: &'a [u8],
     /// The same rows repacked ([`crate::repack`]), when the loader made them.
     packed: Option<&'a [u8]>,
+    /// One routed expert of a stack ([`QExperts::expert`]): ggml's
+    /// `MUL_MAT_ID`, which in llama.cpp's batch order never takes tinyBLAS.
+    pub expert: bool,
 }
 
 impl<'a> QMatrix<'a> {
@@ -106,6 +113,7 @@ impl<'a> QMatrix<'a> {
             row_bytes: rb,
             data: &data[..need],
             packed: None,
+            expert: false,
         })
     }
 
@@ -290,6 +298,7 @@ impl<'a> QExperts<'a> {
             row_bytes: self.row_bytes,
             data: &self.data[e * size..(e + 1) * size],
             packed: self.packed.map(|p| &p[e * one..(e + 1) * one]),
+            expert: true,
         }
     }
 }
@@ -299,12 +308,6 @@ impl<'a> QExperts<'a> {
 pub fn rows_per_task(n_out: usize) -> usize {
     let tasks = rayon::current_num_threads() * 4;
     n_out.div_ceil(tasks).max(MIN_ROWS_PER_TASK)
-}
-
-/// The kernel and bytes for `w`'s repacked rows, when it has them and the
-/// table has the kernel.
-fn packed_kernel<'a>(kt: &KernelTable, w: &QMatrix<'a>) -> Option<(GemmFn, &'a [u8])> {
-    kt.packed_gemm(w.ty).zip(w.packed)
 }
 
 /// [`rows_per_task`] rounded up to whole groups of repacked rows.
@@ -333,74 +336,67 @@ fn check_pair(w: &QMatrix, x_ty: GgmlType, x_n: usize) {
     assert_eq!(x_n, w.n_in, "activation length mismatch");
 }
 
-/// `out[o] = W[o] · x` for one activation row `x` (`w.ty.vec_dot_type()`
-/// bytes of `w.n_in` elements); `out` holds at least `w.n_out` floats.
-pub fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
-    let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
-    assert_eq!(x.len(), rb, "activation row has the wrong byte length");
-    let dot = kt.weight_dot(w.ty, w.n_out);
-    // The multi-row kernel where it gives `dot`'s bits (see `gemm_for_batch`):
-    // it may take weight rows in pairs.
-    let rows_kernel = kt.gemm_for_batch(w.ty, w.n_out, 1);
-    let packed = packed_kernel(kt, w);
-    let n = w.n_in;
-    let out = &mut out[..w.n_out];
-    let per = match packed {
-        Some(_) => packed_rows_per_task(w.n_out),
-        None => rows_per_task(w.n_out),
-    };
-    let run = |c: usize, ys: &mut [f32]| match (packed, rows_kernel) {
-        (Some((g, p)), _) => g(
-            n,
-            w.packed_rows(p, c * per, ys.len()),
-            ys.len(),
-            x,
-            1,
-            ys,
-            1,
-        ),
-        (None, Some(g)) => g(n, w.rows(c * per, ys.len()), ys.len(), x, 1, ys, 1),
-        (None, None) => {
-            for (i, y) in ys.iter_mut().enumerate() {
-                *y = dot(n, w.row(c * per + i), x);
-            }
-        }
-    };
-    if out.len() <= per {
-        run(0, out);
-    } else {
-        out.par_chunks_mut(per)
-            .enumerate()
-            .for_each(|(c, ys)| run(c, ys));
+/// The weight rows a task hands to a multi-row kernel: the repacked rows for
+/// [`Kernel::Packed`], else the file's.
+fn kernel_rows<'a>(k: &Kernel, w: &QMatrix<'a>, first: usize, count: usize) -> &'a [u8] {
+    match (k, w.packed) {
+        (Kernel::Packed(_), Some(p)) => w.packed_rows(p, first, count),
+        _ => w.rows(first, count),
     }
 }
 
-/// [`matvec`] on the calling thread only (no rayon): for callers that
-/// already split the work, and for timing one core.
-pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
+/// Rows per task for a plan: whole groups of repacked rows for
+/// [`Kernel::Packed`].
+fn task_rows(k: &Kernel, n_out: usize) -> usize {
+    match k {
+        Kernel::Packed(_) => packed_rows_per_task(n_out),
+        _ => rows_per_task(n_out),
+    }
+}
+
+/// `ys[i] = W[first + i] · x` for one activation row, with kernel `k`.
+fn matvec_rows(k: &Kernel, w: &QMatrix, first: usize, x: &[u8], ys: &mut [f32]) {
+    let n = w.n_in;
+    match *k {
+        Kernel::Packed(g) | Kernel::Rows(g) | Kernel::Prompt(g) => {
+            g(n, kernel_rows(k, w, first, ys.len()), ys.len(), x, 1, ys, 1)
+        }
+        Kernel::Dots { dot, .. } => {
+            for (i, y) in ys.iter_mut().enumerate() {
+                *y = dot(n, w.row(first + i), x);
+            }
+        }
+    }
+}
+
+fn check_row(w: &QMatrix, x: &[u8]) {
     let rb = row_bytes(w.ty.vec_dot_type(), w.n_in).expect("weights are whole blocks");
     assert_eq!(x.len(), rb, "activation row has the wrong byte length");
-    let out = &mut out[..w.n_out];
-    if let Some((g, p)) = packed_kernel(kt, w) {
-        g(w.n_in, p, w.n_out, x, 1, out, 1);
-        return;
-    }
-    // The multi-row kernel gives `vec_dot`'s bits.
-    if let Some(g) = kt.gemm(w.ty) {
-        g(w.n_in, w.rows(0, w.n_out), w.n_out, x, 1, out, 1);
-        return;
-    }
-    let dot = kt.vec_dot(w.ty);
-    for (o, y) in out.iter_mut().enumerate() {
-        *y = dot(w.n_in, w.row(o), x);
-    }
+}
+
+/// [`matmul`] of one activation row in [`Mode::Decode`] (the tests' mat-vec).
+#[cfg(test)]
+pub(crate) fn matvec(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
+    let x = QActs::new(w.ty.vec_dot_type(), w.n_in, 1, x).expect("one activation row");
+    matmul(kt, w, &x, out, &mut [], Mode::Decode);
+}
+
+/// [`matmul`] of one activation row on the calling thread only (no rayon):
+/// for callers that already split the work, and for timing one core. The
+/// plan is [`Mode::Decode`]'s, so the bits are a decode step's.
+pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
+    check_row(w, x);
+    let k = kt.plan(w, 1, Mode::Decode);
+    matvec_rows(&k, w, 0, x, &mut out[..w.n_out]);
 }
 
 /// `out[i * out_stride + t] = W[o + i] · x[t0 + t]` for `i < w_rows`,
-/// `t < act_rows`: the tier's multi-row kernel when it has one for `w.ty`,
-/// else one `vec_dot` per pair. Both give the same bits.
+/// `t < act_rows`, straight through the tier's multi-row kernel for `w.ty`
+/// (or its repacked product), else one `vec_dot` per pair: the raw kernels
+/// the tests compare with `vec_dot`, bypassing the plan.
+#[cfg(test)]
 #[allow(clippy::too_many_arguments)]
-pub fn dot_block(
+pub(crate) fn dot_block(
     kt: &KernelTable,
     w: &QMatrix,
     o: usize,
@@ -412,7 +408,7 @@ pub fn dot_block(
     out_stride: usize,
 ) {
     let n = w.n_in;
-    if let Some((g, p)) = packed_kernel(kt, w) {
+    if let (Some(g), Some(p)) = (kt.packed_gemm(w.ty, Mode::Decode), w.packed) {
         assert!(
             o.is_multiple_of(crate::repack::ROWS) && w_rows.is_multiple_of(crate::repack::ROWS),
             "repacked rows come in groups of 8"
@@ -449,65 +445,25 @@ pub fn matmul_tile_len(rows: usize) -> usize {
     ROW_BLOCK * rows
 }
 
-/// `out[t][o] = W[o] · x[t]` for every activation row; `out` is
-/// `x.rows x w.n_out` row-major. `tile` is scratch of at least
-/// `matmul_tile_len(x.rows)` floats when `x.rows > 1` (unused otherwise).
-pub fn matmul(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
-    // ggml hands a batch of F32 / F16 weights to llamafile's tinyBLAS when
-    // its shape allows, else to the vec_dot loop.
-    let tinyblas = kt.ggml_batch() && w.n_in.is_multiple_of(16) && w.n_out.is_multiple_of(4);
-    let dot = match w.ty {
-        GgmlType::F32 if tinyblas => kt.gemm_f32(),
-        GgmlType::F16 if tinyblas => kt.gemm_f16(),
-        _ => kt.batch_dot(w.ty, w.n_out, x.rows),
-    };
-    // Repacked weights: ggml's gemm kernel takes the rows four at a time,
-    // its gemv the last `rows % 4`.
-    let split = x.rows - x.rows % 4;
-    match kt.repacked_gemm_dot(w.ty, w.n_out) {
-        Some(gemm) if split > 0 => matmul_with(kt, w, x, out, tile, (gemm, split, dot), None),
-        _ => matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), None),
-    }
-}
-
-/// Fewest activation rows [`matmul_prompt`] takes its prompt kernel for.
+/// Fewest activation rows the prompt kernels are planned for.
 pub const PROMPT_MIN_ROWS: usize = 8;
 
 /// Activation rows per prompt-kernel call (its weight unpacking is shared
 /// by all of them).
 const PROMPT_ACT_TILE: usize = 128;
 
-/// [`matmul`] for a prompt batch, which need not reproduce single-token
-/// decoding bit for bit: the tier's prompt kernel where it has one
-/// ([`KernelTable::prompt_gemm`]) and the batch has at least
-/// [`PROMPT_MIN_ROWS`] rows, else exactly [`matmul`].
-pub fn matmul_prompt(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
-    match kt.prompt_gemm(w.ty) {
-        // Repacked weights have their own product for every batch.
-        Some(g) if x.rows >= PROMPT_MIN_ROWS && packed_kernel(kt, w).is_none() => {
-            let dot = kt.vec_dot(w.ty);
-            matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), Some(g));
-        }
-        _ => matmul(kt, w, x, out, tile),
-    }
-}
-
-/// [`matmul`] with every output from `vec_dot` (ggml's `MUL_MAT_ID`, which
-/// never takes the tinyBLAS path): one expert's rows on the tokens routed
-/// to it.
-pub fn matmul_vec_dot(kt: &KernelTable, w: &QMatrix, x: &QActs, out: &mut [f32], tile: &mut [f32]) {
-    let dot = kt.batch_dot(w.ty, w.n_out, x.rows);
-    matmul_with(kt, w, x, out, tile, (dot, x.rows, dot), None);
-}
-
-fn matmul_with(
+/// `out[t][o] = W[o] · x[t]` for every activation row, with the kernel
+/// [`KernelTable::plan`] gives for `mode`; `out` is `x.rows x w.n_out`
+/// row-major. `tile` is scratch of at least `matmul_tile_len(x.rows)` floats
+/// when `x.rows > 1` (unused otherwise). One row is a mat-vec split over
+/// output rows; more are tiled (see the module docs).
+pub fn matmul(
     kt: &KernelTable,
     w: &QMatrix,
     x: &QActs,
     out: &mut [f32],
     tile: &mut [f32],
-    (dot, split, dot_tail): (VecDotFn, usize, VecDotFn),
-    prompt: Option<GemmFn>,
+    mode: Mode,
 ) {
     check_pair(w, x.ty, x.n);
     let rows = x.rows;
@@ -515,8 +471,18 @@ fn matmul_with(
         return;
     }
     let out = &mut out[..rows * w.n_out];
+    let k = kt.plan(w, rows, mode);
     if rows == 1 {
-        matvec(kt, w, x.row(0), out);
+        let xr = x.row(0);
+        check_row(w, xr);
+        let per = task_rows(&k, w.n_out);
+        if out.len() <= per {
+            matvec_rows(&k, w, 0, xr, out);
+        } else {
+            out.par_chunks_mut(per)
+                .enumerate()
+                .for_each(|(c, ys)| matvec_rows(&k, w, c * per, xr, ys));
+        }
         return;
     }
     assert!(
@@ -526,20 +492,9 @@ fn matmul_with(
         tile.len()
     );
     let n = w.n_in;
-    let packed = packed_kernel(kt, w);
-    let rows_kernel = if let Some((g, _)) = packed {
-        Some(g)
-    } else if prompt.is_some() {
-        prompt
-    } else if split == rows {
-        kt.gemm_for_batch(w.ty, w.n_out, rows)
-    } else {
-        None
-    };
-    let act_tile = if prompt.is_some() {
-        PROMPT_ACT_TILE
-    } else {
-        ACT_TILE
+    let act_tile = match k {
+        Kernel::Prompt(_) => PROMPT_ACT_TILE,
+        _ => ACT_TILE,
     };
     let mut o0 = 0;
     while o0 < w.n_out {
@@ -547,11 +502,7 @@ fn matmul_with(
         let tile = &mut tile[..nb * rows];
         // Split each block, not the whole matrix, across the pool: a block
         // is one parallel region.
-        let per = if packed.is_some() {
-            packed_rows_per_task(nb).min(nb)
-        } else {
-            rows_per_task(nb).min(nb)
-        };
+        let per = task_rows(&k, nb).min(nb);
         // One task: weight rows o0+c·per … (per of them) × all activation rows,
         // written [o][t] into its disjoint slice of the tile.
         let run = |c: usize, ys: &mut [f32]| {
@@ -559,22 +510,18 @@ fn matmul_with(
             let n_rows = ys.len() / rows;
             for t0 in (0..rows).step_by(act_tile) {
                 let t1 = (t0 + act_tile).min(rows);
-                match rows_kernel {
-                    // Same per-output arithmetic as `dot` (see `gemm_for_batch`).
-                    Some(g) => {
-                        let wr = match packed {
-                            Some((_, p)) => w.packed_rows(p, first, n_rows),
-                            None => w.rows(first, n_rows),
-                        };
+                match k {
+                    Kernel::Packed(g) | Kernel::Rows(g) | Kernel::Prompt(g) => {
+                        let wr = kernel_rows(&k, w, first, n_rows);
                         let xr = x.rows(t0, t1 - t0);
                         g(n, wr, n_rows, xr, t1 - t0, &mut ys[t0..], rows);
                     }
-                    None => {
+                    Kernel::Dots { dot, split, tail } => {
                         for i in 0..n_rows {
                             let wr = w.row(first + i);
                             let yo = &mut ys[i * rows + t0..i * rows + t1];
                             for (y, t) in yo.iter_mut().zip(t0..t1) {
-                                let f = if t < split { dot } else { dot_tail };
+                                let f = if t < split { dot } else { tail };
                                 *y = f(n, wr, x.row(t));
                             }
                         }
@@ -620,52 +567,39 @@ fn matmul_with(
 
 /// `out[r] = E_{expert_of[r]} · x[r]` for every activation row `r`; `out` is
 /// `expert_of.len() x e.n_out` row-major. One parallel region over
-/// (row, chunk of output rows) pairs.
+/// (row, chunk of output rows) pairs. Each row takes the plan of its expert
+/// for the number of rows routed to it, as ggml picks the kernel per expert
+/// ([`Mode::Prompt`] plans as [`Mode::Decode`]: a prompt kernel needs an
+/// expert's rows side by side, which a gather does not have).
 pub fn expert_gather(
     kt: &KernelTable,
     e: &QExperts,
     expert_of: &[usize],
     x: &QActs,
     out: &mut [f32],
+    mode: Mode,
 ) {
     assert_eq!(x.rows, expert_of.len(), "one expert per activation row");
     if expert_of.is_empty() || e.n_out == 0 {
         return;
     }
     check_pair(&e.expert(expert_of[0]), x.ty, x.n);
-    let (n, n_out) = (e.n_in, e.n_out);
-    let packed = kt.packed_gemm(e.ty).filter(|_| e.packed.is_some());
-    let per = if packed.is_some() {
-        packed_rows_per_task(n_out * expert_of.len()).min(n_out)
+    let mode = mode.without_prompt();
+    let (n_out, total) = (e.n_out, e.n_out * expert_of.len());
+    let packed = kt.packed_gemm(e.ty, mode).is_some() && e.packed.is_some();
+    let per = if packed {
+        packed_rows_per_task(total).min(n_out)
     } else {
-        rows_per_task(n_out * expert_of.len()).min(n_out)
+        rows_per_task(total).min(n_out)
     };
     let chunks_per_row = n_out.div_ceil(per);
     let out = &mut out[..expert_of.len() * n_out];
     let run = |r: usize, c: usize, ys: &mut [f32]| {
         let m = e.expert(expert_of[r]);
-        let a = x.row(r);
-        if let (Some(g), Some(p)) = (packed, m.packed) {
-            let wr = m.packed_rows(p, c * per, ys.len());
-            g(n, wr, ys.len(), a, 1, ys, 1);
-            return;
-        }
-        // ggml picks the kernel per expert from the rows routed to it (a
-        // count, not a map: no allocation on the decode path). Where the
-        // tier's multi-row kernel gives `dot`'s bits it takes the chunk
-        // (weight rows in pairs: see `gemm_for_batch`).
+        // A count, not a map: no allocation on the decode path.
         let rows = expert_of.iter().filter(|&&y| y == expert_of[r]).count();
-        match (
-            kt.batch_dot(e.ty, n_out, rows),
-            kt.gemm_for_batch(e.ty, n_out, rows),
-        ) {
-            (_, Some(g)) => g(n, m.rows(c * per, ys.len()), ys.len(), a, 1, ys, 1),
-            (dot, None) => {
-                for (i, y) in ys.iter_mut().enumerate() {
-                    *y = dot(n, m.row(c * per + i), a);
-                }
-            }
-        }
+        let k = kt.plan(&m, rows, mode);
+        matvec_rows(&k, &m, c * per, x.row(r), ys);
     };
     if expert_of.len() * chunks_per_row == 1 {
         run(0, 0, out);

@@ -190,7 +190,7 @@ fn matmul_matches_dequantised_reference_across_tiles_and_row_blocks() {
             let mut tile = vec![0.0; matmul_tile_len(rows)];
             for threads in [1, 2] {
                 let mut out = vec![f32::NAN; rows * n_out];
-                pool(threads).install(|| matmul(kt, &m, &x, &mut out, &mut tile));
+                pool(threads).install(|| matmul(kt, &m, &x, &mut out, &mut tile, Mode::Decode));
                 check(ty, &out, &wf, &xf, n, n_out, &format!("matmul rows={rows}"));
             }
         }
@@ -207,7 +207,14 @@ fn matmul_of_many_rows_equals_row_by_row_matvec_bit_for_bit() {
     let (xb, _) = acts(kt, GgmlType::Q6_K, n, rows, &mut rng);
     let x = QActs::new(GgmlType::Q8_K, n, rows, xb.bytes()).unwrap();
     let mut out = vec![0.0; rows * n_out];
-    matmul(kt, &m, &x, &mut out, &mut vec![0.0; matmul_tile_len(rows)]);
+    matmul(
+        kt,
+        &m,
+        &x,
+        &mut out,
+        &mut vec![0.0; matmul_tile_len(rows)],
+        Mode::Decode,
+    );
     let mut one = vec![0.0; n_out];
     for t in 0..rows {
         matvec(kt, &m, x.row(t), &mut one);
@@ -229,7 +236,7 @@ fn expert_gather_multiplies_each_row_by_its_own_expert() {
         let x = QActs::new(ty.vec_dot_type(), n, rows, xb.bytes()).unwrap();
         for threads in [1, 2] {
             let mut out = vec![f32::NAN; rows * n_out];
-            pool(threads).install(|| expert_gather(kt, &e, &expert_of, &x, &mut out));
+            pool(threads).install(|| expert_gather(kt, &e, &expert_of, &x, &mut out, Mode::Decode));
             for (r, &ex) in expert_of.iter().enumerate() {
                 let wx = &wf[ex * n_out * n..(ex + 1) * n_out * n];
                 check(
@@ -272,5 +279,6 @@ fn matmul_refuses_activations_of_the_wrong_type() {
         &x,
         &mut [0.0; 2],
         &mut vec![0.0; matmul_tile_len(2)],
+        Mode::Decode,
     );
 }

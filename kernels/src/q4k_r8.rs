@@ -60,7 +60,7 @@ pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
 }
 
 /// The reference (the module docs' sum), with the signature of
-/// [`crate::isa::GemmFn`]: `out[i·stride + t] = W[i] · x[t]` for the `w_rows`
+/// [`crate::sig::GemmFn`]: `out[i·stride + t] = W[i] · x[t]` for the `w_rows`
 /// rows of the repacked `w` (a multiple of 8) and `act_rows` Q8_K rows.
 pub fn gemm_ref(
     n: usize,

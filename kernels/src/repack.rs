@@ -5,8 +5,8 @@
 //! for bit for any number of activation rows.
 
 use crate::blocks::{as_blocks, as_blocks_mut};
-use crate::isa::GemmFn;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::GemmFn;
 use crate::GgmlType;
 
 /// Weight rows per group.

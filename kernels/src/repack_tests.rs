@@ -1,6 +1,6 @@
 use super::*;
 use crate::matmul::{self, QActs, QExperts, QMatrix};
-use crate::{scalar, GgmlType, Isa, KernelTable};
+use crate::{scalar, GgmlType, Isa, KernelTable, Mode};
 
 const TYPES: [GgmlType; 2] = [GgmlType::IQ4_XS, GgmlType::Q4_K];
 
@@ -136,7 +136,7 @@ fn every_packed_kernel_gives_the_references_bits() {
     for isa in Isa::all_available() {
         let kt = KernelTable::new(isa);
         for ty in TYPES {
-            let Some(g) = kt.packed_gemm(ty) else {
+            let Some(g) = kt.packed_gemm(ty, Mode::Decode) else {
                 continue;
             };
             for (n, rows) in [(256, 8), (768, 24), (4096, 16)] {
@@ -173,7 +173,7 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
     for isa in Isa::all_available() {
         let kt = KernelTable::new(isa);
         for ty in TYPES {
-            if kt.packed_gemm(ty).is_none() {
+            if kt.packed_gemm(ty, Mode::Decode).is_none() {
                 continue;
             }
             // 1040 rows: more than one ROW_BLOCK of the tiled matmul and
@@ -208,15 +208,18 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
                 let x = QActs::new(GgmlType::Q8_K, n, batch, bytes(&a)).unwrap();
                 let mut tile = vec![0f32; matmul::matmul_tile_len(batch)];
                 let mut out = vec![0f32; batch * rows];
-                type Product = fn(&KernelTable, &QMatrix, &QActs, &mut [f32], &mut [f32]);
-                let products: [(&str, Product); 3] = [
-                    ("matmul", matmul::matmul),
-                    ("matmul_prompt", matmul::matmul_prompt),
-                    ("matmul_vec_dot", matmul::matmul_vec_dot),
+                // Every mode and a routed expert's (MUL_MAT_ID) matrix: the
+                // plan takes the repacked rows for each.
+                let mut expert = m;
+                expert.expert = true;
+                let products = [
+                    ("matmul", Mode::Decode, &m),
+                    ("matmul prompt", Mode::Prompt, &m),
+                    ("matmul expert", Mode::Decode, &expert),
                 ];
-                for (what, f) in products {
+                for (what, mode, w) in products {
                     out.fill(f32::NAN);
-                    f(&kt, &m, &x, &mut out, &mut tile);
+                    matmul::matmul(&kt, w, &x, &mut out, &mut tile, mode);
                     for t in 0..batch {
                         check(&out[t * rows..(t + 1) * rows], t, what);
                     }
@@ -231,7 +234,7 @@ fn the_expert_gather_takes_each_experts_repacked_rows() {
     for isa in Isa::all_available() {
         let kt = KernelTable::new(isa);
         for ty in TYPES {
-            if kt.packed_gemm(ty).is_none() {
+            if kt.packed_gemm(ty, Mode::Decode).is_none() {
                 continue;
             }
             let (n, n_out, n_expert, tokens) = (256, 48, 4, 6);
@@ -247,7 +250,7 @@ fn the_expert_gather_takes_each_experts_repacked_rows() {
             let expert_of = [2, 0, 2, 3, 1, 2];
             let x = QActs::new(GgmlType::Q8_K, n, tokens, bytes(&a)).unwrap();
             let mut out = vec![f32::NAN; tokens * n_out];
-            matmul::expert_gather(&kt, &stack, &expert_of, &x, &mut out);
+            matmul::expert_gather(&kt, &stack, &expert_of, &x, &mut out, Mode::Decode);
             for (t, &e) in expert_of.iter().enumerate() {
                 let mut want = vec![0f32; n_out];
                 let pe = &bytes(&p)[e * one..(e + 1) * one];

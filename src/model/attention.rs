@@ -21,7 +21,7 @@
 //! tinyBLAS), four (`ggml_vec_dot_f32`, blocks of 64) for a single token —
 //! reduced as `_mm512_reduce_add_ps` (see `v_weighted_sum`).
 
-use kernels::{scalar, GgmlType, KernelTable};
+use kernels::{scalar, GgmlType, KernelTable, Mode};
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
@@ -78,6 +78,7 @@ impl AttentionScratch {
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &AttentionWeights,
     kv: &mut KvCache,
@@ -94,9 +95,9 @@ pub fn forward(
 
     // 1. Projections.
     lin.new_input();
-    lin.project(kt, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
-    lin.project(kt, &w.k, u, &mut sc.k[..t * nkv * d]);
-    lin.project(kt, &w.v, u, &mut sc.v[..t * nkv * d]);
+    lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
+    lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
+    lin.project(kt, mode, &w.v, u, &mut sc.v[..t * nkv * d]);
 
     dump::here("Qcur_full", &sc.qg[..t * nh * 2 * d]);
     dump::here("Kcur", &sc.k[..t * nkv * d]);
@@ -139,7 +140,7 @@ pub fn forward(
     let n_ctx = sc.n_ctx;
     let qaw = sc.q_act_words;
     // tinyBLAS's lane order for a batch only in the ggml batch mode.
-    let batch_order = t > 1 && kt.ggml_batch();
+    let batch_order = t > 1 && mode == Mode::Ggml;
     for ti in 0..t {
         let p = pos0 + ti;
         let qrow = &sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
@@ -178,7 +179,13 @@ pub fn forward(
     dump::here("attn_gated", &sc.o[..t * nh * d]);
     // 4. Output projection.
     lin.new_input();
-    lin.project(kt, &w.o, &sc.o[..t * nh * d], &mut out[..t * cfg.n_embd]);
+    lin.project(
+        kt,
+        mode,
+        &w.o,
+        &sc.o[..t * nh * d],
+        &mut out[..t * cfg.n_embd],
+    );
 }
 
 /// Lane accumulators per output of `v_weighted_sum`: 4 × 16.

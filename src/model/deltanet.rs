@@ -15,7 +15,7 @@
 //! works on contiguous rows j. The 1/√d_k scale is applied to the read-out, as
 //! llama.cpp's fused recurrence does (the same value as scaling q).
 
-use kernels::KernelTable;
+use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
 use super::chunked::{self, ChunkScratch, HeadInputs};
@@ -160,6 +160,7 @@ pub fn push_window(window: &mut [f32], mixed: &[f32], ch: usize) {
 #[inline]
 #[allow(clippy::too_many_arguments)]
 pub fn delta_step(
+    kt: &KernelTable,
     s: &mut [f32],
     q: &[f32],
     k: &[f32],
@@ -172,26 +173,26 @@ pub fn delta_step(
     let dk = k.len();
     let decay = g.exp();
     // The tier's interleaved row step where it has one (the same bits).
-    if let Some(rows) = kernels::isa::active().delta_rows() {
+    if let Some(rows) = kt.delta_rows() {
         rows(s, q, k, v, decay, beta, scale, out);
         return;
     }
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
         // Rows are independent: decay, predict, correct, read out.
-        let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
+        let delta = (v[j] - decay_and_predict(kt, row, k, decay)) * beta;
         axpy(row, k, delta);
-        out[j] = dot_f32(row, q) * scale;
+        out[j] = dot_f32(kt, row, q) * scale;
     }
 }
 
 /// `row ← e^g · row`, returning `row · k` (the prediction m_j), in ggml's
 /// order (`ggml_vec_scale_f32`, then `ggml_vec_dot_f32`).
 #[inline(always)]
-fn decay_and_predict(row: &mut [f32], k: &[f32], decay: f32) -> f32 {
+fn decay_and_predict(kt: &KernelTable, row: &mut [f32], k: &[f32], decay: f32) -> f32 {
     for si in row.iter_mut() {
         *si *= decay;
     }
-    dot_f32(row, k)
+    dot_f32(kt, row, k)
 }
 
 /// `row += a · k`, fused as ggml's `ggml_vec_mad_f32`.
@@ -204,15 +205,15 @@ fn axpy(row: &mut [f32], k: &[f32], a: f32) {
 /// state, used to replay stashed positions (always inlined, so that the
 /// replay's AVX2 entry point compiles it for AVX2).
 #[inline(always)]
-pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
+pub fn delta_update(kt: &KernelTable, s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
     let dk = k.len();
     let decay = g.exp();
-    if let Some(rows) = kernels::isa::active().delta_rows() {
+    if let Some(rows) = kt.delta_rows() {
         rows(s, &[], k, v, decay, beta, 0.0, &mut []);
         return;
     }
     for (j, row) in s.chunks_exact_mut(dk).enumerate() {
-        let delta = (v[j] - decay_and_predict(row, k, decay)) * beta;
+        let delta = (v[j] - decay_and_predict(kt, row, k, decay)) * beta;
         axpy(row, k, delta);
     }
 }
@@ -223,6 +224,7 @@ pub fn delta_update(s: &mut [f32], k: &[f32], v: &[f32], g: f32, beta: f32) {
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &DeltaNetWeights,
     state: &mut DeltaNetState,
@@ -239,10 +241,10 @@ pub fn forward(
 
     // 1. Projections (u converted once per dot type).
     lin.new_input();
-    lin.project(kt, &w.qkv, u, &mut sc.mixed[..t * ch]);
-    lin.project(kt, &w.gate, u, &mut sc.z[..t * inner]);
-    lin.project(kt, &w.beta, u, &mut sc.beta[..t * hv]);
-    lin.project(kt, &w.alpha, u, &mut sc.gate[..t * hv]);
+    lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
+    lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
+    lin.project(kt, mode, &w.beta, u, &mut sc.beta[..t * hv]);
+    lin.project(kt, mode, &w.alpha, u, &mut sc.gate[..t * hv]);
     if dump::on() {
         dump::here("linear_attn_qkv_mixed", &sc.mixed[..t * ch]);
         dump::here("z", &sc.z[..t * inner]);
@@ -322,7 +324,17 @@ pub fn forward(
                     let q = &row[kh * d..(kh + 1) * d];
                     let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
                     let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
-                    delta_step(s, q, k, v, gate[ti * hv + h], beta[ti * hv + h], scale, o);
+                    delta_step(
+                        kt,
+                        s,
+                        q,
+                        k,
+                        v,
+                        gate[ti * hv + h],
+                        beta[ti * hv + h],
+                        scale,
+                        o,
+                    );
                 }
             });
     }
@@ -347,5 +359,11 @@ pub fn forward(
     }
     dump::here("final_output", &sc.o[..t * inner]);
     lin.new_input();
-    lin.project(kt, &w.out, &sc.o[..t * inner], &mut out[..t * cfg.n_embd]);
+    lin.project(
+        kt,
+        mode,
+        &w.out,
+        &sc.o[..t * inner],
+        &mut out[..t * cfg.n_embd],
+    );
 }

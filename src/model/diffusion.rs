@@ -18,7 +18,7 @@
 //! Logits are shifted: the row of block index j predicts position n+j+1.
 //! Scratch for the block is allocated per call (a block is ≤ 16 tokens).
 
-use kernels::KernelTable;
+use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
@@ -104,6 +104,7 @@ pub fn conv_two_sided(
 #[allow(clippy::too_many_arguments)]
 pub fn gdn_block(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &DeltaNetWeights,
     dw: &DiffusionWeights,
@@ -120,9 +121,9 @@ pub fn gdn_block(
 
     // 1. Projections and g (β is not used by the block pass).
     lin.new_input();
-    lin.project(kt, &w.qkv, u, &mut sc.mixed[..t * ch]);
-    lin.project(kt, &w.gate, u, &mut sc.z[..t * inner]);
-    lin.project(kt, &w.alpha, u, &mut sc.g[..t * hv]);
+    lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
+    lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
+    lin.project(kt, mode, &w.alpha, u, &mut sc.g[..t * hv]);
     for gt in sc.g[..t * hv].chunks_exact_mut(hv) {
         for ((g, &dt), &a) in gt.iter_mut().zip(&w.dt_bias).zip(&w.a) {
             *g = softplus(*g + dt) * a;
@@ -193,7 +194,13 @@ pub fn gdn_block(
         }
     }
     lin.new_input();
-    lin.project(kt, &w.out, &sc.o[..t * inner], &mut out[..t * cfg.n_embd]);
+    lin.project(
+        kt,
+        mode,
+        &w.out,
+        &sc.o[..t * inner],
+        &mut out[..t * cfg.n_embd],
+    );
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -231,6 +238,7 @@ impl AttnBlockScratch {
 #[allow(clippy::too_many_arguments)]
 pub fn attention_block(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &AttentionWeights,
     kv: &KvCache,
@@ -245,9 +253,9 @@ pub fn attention_block(
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     let eps = cfg.rms_eps;
     lin.new_input();
-    lin.project(kt, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
-    lin.project(kt, &w.k, u, &mut sc.k[..t * nkv * d]);
-    lin.project(kt, &w.v, u, &mut sc.v[..t * nkv * d]);
+    lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
+    lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
+    lin.project(kt, mode, &w.v, u, &mut sc.v[..t * nkv * d]);
     let mut rope = RopeCache::new(cfg.n_rot, cfg.rope_base);
     for ti in 0..t {
         rope.set_position(pos0 + ti);
@@ -314,7 +322,13 @@ pub fn attention_block(
         });
     }
     lin.new_input();
-    lin.project(kt, &w.o, &sc.o[..t * nh * d], &mut out[..t * cfg.n_embd]);
+    lin.project(
+        kt,
+        mode,
+        &w.o,
+        &sc.o[..t * nh * d],
+        &mut out[..t * cfg.n_embd],
+    );
 }
 
 /// Test knobs of a diffusion pass.
@@ -392,7 +406,10 @@ impl Model<'_> {
         if state.scratch.logits.len() < rows.len() * v {
             state.scratch.logits.resize(rows.len() * v, 0.0);
         }
-        let kt = kernels::isa::active();
+        let kt = self.kt;
+        // The block pass never takes the prompt kernels (decoding's numerics,
+        // or llama.cpp's batch order in a parity run).
+        let mode = self.order.mode(false);
         let cfg = &self.config;
         let e = cfg.n_embd;
         let mut gsc = GdnBlockScratch::new(cfg, t);
@@ -414,6 +431,7 @@ impl Model<'_> {
                     let dw = w.diffusion.as_ref().ok_or(ForwardError::NoDiffusion)?;
                     gdn_block(
                         kt,
+                        mode,
                         cfg,
                         w,
                         dw,
@@ -427,6 +445,7 @@ impl Model<'_> {
                 }
                 (MixerWeights::Attention(w), LayerSlot::Attention(a)) => attention_block(
                     kt,
+                    mode,
                     cfg,
                     w,
                     &state.kv,
@@ -441,12 +460,12 @@ impl Model<'_> {
                 _ => unreachable!("layer slots are built from the same layer kinds"),
             }
             add_into(&mut s.x[..t * e], &s.y[..t * e]);
-            self.moe_block(kt, state, il, t);
+            self.moe_block(kt, mode, state, il, t);
         }
         let s = &mut state.scratch;
         s.head_rows.clear();
         s.head_rows.extend(rows.iter().copied());
-        self.head(kt, state);
+        self.head(kt, mode, state);
         Ok(&state.scratch.logits[..rows.len() * v])
     }
 }

@@ -12,7 +12,8 @@
 
 use std::time::Instant;
 
-use kernels::KernelTable;
+use kernels::plan::BatchOrder;
+use kernels::{KernelTable, Mode};
 
 use super::attention::{self, AttentionScratch};
 use super::config::ModelConfig;
@@ -145,6 +146,12 @@ impl Scratch {
 pub struct Model<'a> {
     pub config: ModelConfig,
     pub weights: Weights<'a>,
+    /// How batches are summed: clover's orders, or llama.cpp's for parity
+    /// runs (`CLOVER_BATCH_ORDER=ggml` sets the default).
+    pub order: BatchOrder,
+    /// The kernel tier every product of this model runs on (chosen once per
+    /// process, `kernels::isa::init`), handed down to every op.
+    pub kt: &'static KernelTable,
 }
 
 impl<'a> Model<'a> {
@@ -159,7 +166,12 @@ impl<'a> Model<'a> {
             config.drop_last_layer_as_mtp();
         }
         let weights = Weights::bind(&config, lookup)?;
-        Ok(Model { config, weights })
+        Ok(Model {
+            config,
+            weights,
+            order: BatchOrder::from_env(),
+            kt: kernels::isa::active(),
+        })
     }
 
     pub fn n_vocab(&self) -> usize {
@@ -229,7 +241,13 @@ impl<'a> Model<'a> {
         if n_keep > n {
             return Err(ForwardError::KeepTooMany { n_keep, n });
         }
-        super::verify::advance_all(&self.config, &stash.layers, &mut state.recurrent, n_keep);
+        super::verify::advance_all(
+            self.kt,
+            &self.config,
+            &stash.layers,
+            &mut state.recurrent,
+            n_keep,
+        );
         stash.pending = None;
         state.kv.truncate(pos0 + n_keep);
         Ok(())
@@ -292,7 +310,7 @@ impl<'a> Model<'a> {
         if state.scratch.logits.len() < rows * v {
             state.scratch.logits.resize(rows * v, 0.0);
         }
-        let kt = kernels::isa::active();
+        let kt = self.kt;
         let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
         while c0 < n {
@@ -344,19 +362,19 @@ impl<'a> Model<'a> {
         let mut first_bad = (!all_finite(&state.scratch.x[..t * e])).then_some(None);
         // A prompt batch may take the prompt kernels; a verify pass must
         // give every row single-token decoding's bits (DESIGN §4.1).
-        state.scratch.lin.prompt = !verify;
+        let mode = self.order.mode(!verify);
         for il in 0..self.config.n_layer {
             dump::set_layer(il);
-            self.mixer_block(kt, state, il, pos0, t, verify);
-            self.moe_block(kt, state, il, t);
+            self.mixer_block(kt, mode, state, il, pos0, t, verify);
+            self.moe_block(kt, mode, state, il, t);
             if first_bad.is_none() && !all_finite(&state.scratch.x[..t * e]) {
                 first_bad = Some(Some(il));
             }
         }
-        state.scratch.lin.prompt = false;
         state.kv.set_len(pos0 + t);
         state.stats.tokens += t as u64;
-        self.head(kt, state);
+        // The output head in decoding's numerics for every batch.
+        self.head(kt, self.order.mode(false), state);
         first_bad
     }
 
@@ -369,9 +387,11 @@ impl<'a> Model<'a> {
 
     /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)`. In a verify pass a GDN layer
     /// runs on a scratch copy of its state and stashes its inputs.
+    #[allow(clippy::too_many_arguments)]
     fn mixer_block(
         &self,
         kt: &KernelTable,
+        mode: Mode,
         state: &mut State,
         il: usize,
         pos0: usize,
@@ -403,6 +423,7 @@ impl<'a> Model<'a> {
                 };
                 deltanet::forward(
                     kt,
+                    mode,
                     cfg,
                     w,
                     target,
@@ -416,6 +437,7 @@ impl<'a> Model<'a> {
             }
             (MixerWeights::Attention(w), LayerSlot::Attention(a)) => attention::forward(
                 kt,
+                mode,
                 cfg,
                 w,
                 &mut state.kv,
@@ -438,7 +460,14 @@ impl<'a> Model<'a> {
     }
 
     /// `x += MoE(rmsnorm(x) ⊙ post_attention_norm)`.
-    pub(crate) fn moe_block(&self, kt: &KernelTable, state: &mut State, il: usize, t: usize) {
+    pub(crate) fn moe_block(
+        &self,
+        kt: &KernelTable,
+        mode: Mode,
+        state: &mut State,
+        il: usize,
+        t: usize,
+    ) {
         let cfg = &self.config;
         let e = cfg.n_embd;
         let fw = &self.weights.layers[il].ffn;
@@ -448,6 +477,7 @@ impl<'a> Model<'a> {
         dump::put("attn_post_norm", il as isize, &s.xn[..t * e]);
         moe::forward(
             kt,
+            mode,
             cfg,
             fw,
             &s.xn[..t * e],
@@ -466,7 +496,7 @@ impl<'a> Model<'a> {
     }
 
     /// Logits of the batch rows in `head_rows`.
-    pub(crate) fn head(&self, kt: &KernelTable, state: &mut State) {
+    pub(crate) fn head(&self, kt: &KernelTable, mode: Mode, state: &mut State) {
         let s = &mut state.scratch;
         let r = s.head_rows.len();
         if r == 0 {
@@ -491,6 +521,7 @@ impl<'a> Model<'a> {
         s.lin.new_input();
         s.lin.project(
             kt,
+            mode,
             &self.weights.output,
             &s.head_in[..r * e],
             &mut s.head_out[..r * v],

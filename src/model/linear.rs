@@ -10,7 +10,7 @@
 //! and owns the activation conversion cache.
 
 use kernels::matmul::{self as km, QActs, QMatrix};
-use kernels::{scalar, GgmlType, KernelTable};
+use kernels::{scalar, GgmlType, KernelTable, Mode};
 
 /// A zero-copy weight matrix: `n_out` rows of `row_bytes` bytes.
 #[derive(Clone, Copy, Debug)]
@@ -22,6 +22,9 @@ pub struct Matrix<'a> {
     data: &'a [u8],
     /// The rows repacked for the kernels (`kernels::repack`), when loaded so.
     packed: Option<&'a [u8]>,
+    /// One routed expert of a stack (ggml's `MUL_MAT_ID`; see
+    /// `kernels::QMatrix::expert`).
+    expert: bool,
 }
 
 impl<'a> Matrix<'a> {
@@ -37,6 +40,15 @@ impl<'a> Matrix<'a> {
             row_bytes,
             data,
             packed: None,
+            expert: false,
+        }
+    }
+
+    /// The same matrix marked as one routed expert of a stack.
+    pub fn as_expert(self) -> Matrix<'a> {
+        Matrix {
+            expert: true,
+            ..self
         }
     }
 
@@ -61,8 +73,9 @@ impl<'a> Matrix<'a> {
 
     /// The kernels' view of the same bytes.
     pub fn q(&self) -> QMatrix<'a> {
-        let q = QMatrix::new(self.ty, self.n_in, self.n_out, self.data)
+        let mut q = QMatrix::new(self.ty, self.n_in, self.n_out, self.data)
             .expect("checked in new_unchecked");
+        q.expert = self.expert;
         match self.packed {
             Some(p) => q.with_packed(p).expect("repacked by the loader"),
             None => q,
@@ -222,10 +235,6 @@ impl ActCache {
 pub struct MatScratch {
     pub cache: ActCache,
     pub tile: Vec<f32>,
-    /// The batch is a prompt (not a verify or draft pass): products may take
-    /// the prompt kernels, which need not give single-token decoding's bits
-    /// (`kernels::matmul::matmul_prompt`). Set for one batch at a time.
-    pub prompt: bool,
 }
 
 impl MatScratch {
@@ -234,19 +243,20 @@ impl MatScratch {
         MatScratch {
             cache: ActCache::with_capacity(rows * max_in * 4),
             tile: vec![0.0; km::matmul_tile_len(rows.max(1))],
-            prompt: false,
         }
     }
 
-    /// `out = x · Wᵀ`, converting `x` at most once per dot type until the
-    /// next `new_input`.
-    pub fn project(&mut self, kt: &KernelTable, w: &Matrix, x: &[f32], out: &mut [f32]) {
-        if self.prompt {
-            let acts = self.cache.get(kt, w.ty.vec_dot_type(), x, w.n_in);
-            matmul_prompt(kt, w, acts, out, &mut self.tile);
-        } else {
-            project(kt, w, x, &mut self.cache, out, &mut self.tile);
-        }
+    /// `out = x · Wᵀ` in numerics `mode`, converting `x` at most once per dot
+    /// type until the next `new_input`.
+    pub fn project(
+        &mut self,
+        kt: &KernelTable,
+        mode: Mode,
+        w: &Matrix,
+        x: &[f32],
+        out: &mut [f32],
+    ) {
+        project(kt, mode, w, x, &mut self.cache, out, &mut self.tile);
     }
 
     /// Call whenever the f32 input of the next products changes.
@@ -263,40 +273,25 @@ fn grow_tile(tile: &mut Vec<f32>, rows: usize) {
     }
 }
 
-/// `out[t][o] = W[o] · x[t]` for every activation row `t`; `out` is
+/// `out[t][o] = W[o] · x[t]` for every activation row `t` in numerics
+/// `mode` (the kernel is `KernelTable::plan`'s); `out` is
 /// `x.rows() x w.n_out`. `tile` is scratch, grown once when too small.
-pub fn matmul(kt: &KernelTable, w: &Matrix, x: &Activations, out: &mut [f32], tile: &mut Vec<f32>) {
-    grow_tile(tile, x.rows);
-    km::matmul(kt, &w.q(), &x.q(), out, tile);
-}
-
-/// [`matmul`] for a prompt batch (see [`MatScratch::prompt`]).
-pub fn matmul_prompt(
+pub fn matmul(
     kt: &KernelTable,
     w: &Matrix,
     x: &Activations,
     out: &mut [f32],
     tile: &mut Vec<f32>,
+    mode: Mode,
 ) {
     grow_tile(tile, x.rows);
-    km::matmul_prompt(kt, &w.q(), &x.q(), out, tile);
-}
-
-/// [`matmul`] of one routed expert (ggml's `MUL_MAT_ID`: always `vec_dot`).
-pub fn matmul_expert(
-    kt: &KernelTable,
-    w: &Matrix,
-    x: &Activations,
-    out: &mut [f32],
-    tile: &mut Vec<f32>,
-) {
-    grow_tile(tile, x.rows);
-    km::matmul_vec_dot(kt, &w.q(), &x.q(), out, tile);
+    km::matmul(kt, &w.q(), &x.q(), out, tile, mode);
 }
 
 /// Converts `x` (`rows x w.n_in`) through `cache` and multiplies.
 pub fn project(
     kt: &KernelTable,
+    mode: Mode,
     w: &Matrix,
     x: &[f32],
     cache: &mut ActCache,
@@ -304,7 +299,7 @@ pub fn project(
     tile: &mut Vec<f32>,
 ) {
     let acts = cache.get(kt, w.ty.vec_dot_type(), x, w.n_in);
-    matmul(kt, w, acts, out, tile);
+    matmul(kt, w, acts, out, tile, mode);
 }
 
 #[cfg(test)]
@@ -334,7 +329,7 @@ mod tests {
             let mut acts = Activations::default();
             acts.quantize(kt, GgmlType::F32, &x, n_in);
             let mut out = vec![0.0; rows * n_out];
-            matmul(kt, &m, &acts, &mut out, &mut Vec::new());
+            matmul(kt, &m, &acts, &mut out, &mut Vec::new(), Mode::Decode);
             for t in 0..rows {
                 for o in 0..n_out {
                     let want: f32 = (0..n_in).map(|i| w[o * n_in + i] * x[t * n_in + i]).sum();
@@ -357,7 +352,15 @@ mod tests {
         let x = [1.0 + 1.0 / 4096.0, 0.0, 0.0, 0.0];
         let mut cache = ActCache::default();
         let mut out = [0.0f32];
-        project(kt, &m, &x, &mut cache, &mut out, &mut Vec::new());
+        project(
+            kt,
+            Mode::Decode,
+            &m,
+            &x,
+            &mut cache,
+            &mut out,
+            &mut Vec::new(),
+        );
         assert_eq!(out[0], 1.0);
     }
 

@@ -1,6 +1,8 @@
 //! Binding a model to a GGUF file: metadata through `ModelConfig`, tensors
 //! zero-copy through `WeightRef`s over the file's bytes.
 
+use kernels::plan::BatchOrder;
+use kernels::Mode;
 use std::collections::HashMap;
 
 use kernels::repack;
@@ -60,14 +62,15 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
     let mut out = HashMap::new();
     let mode = std::env::var("CLOVER_REPACK").ok();
     let kt = kernels::isa::active();
-    if mode.as_deref() == Some("0") {
+    // llama.cpp's batch order takes no repacked product.
+    if mode.as_deref() == Some("0") || BatchOrder::from_env() == BatchOrder::Ggml {
         return out;
     }
     let tied = file.tensor("output.weight").is_none();
     let todo: Vec<(&crate::gguf::TensorInfo, usize, usize, usize)> = file
         .tensors()
         .iter()
-        .filter(|t| kt.packed_gemm(t.ty).is_some())
+        .filter(|t| kt.packed_gemm(t.ty, Mode::Decode).is_some())
         .filter(|t| tied || t.name != "token_embd.weight")
         .filter_map(|t| {
             let (n_in, n_out, n_expert) = match t.dims.as_slice() {

@@ -12,12 +12,12 @@
 //! A batch is grouped by expert: each selected expert's weights are streamed
 //! once for all the tokens routed to it (an expert-gather product).
 
-use kernels::KernelTable;
+use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
 use super::dump;
-use super::linear::{matmul, matmul_expert, matmul_prompt, Activations, MatScratch, Matrix};
+use super::linear::{matmul, Activations, MatScratch, Matrix};
 use super::ops::{sigmoid, softmax_inplace, swiglu_row};
 use super::weights::{Experts, FfnWeights, GateUp};
 
@@ -136,6 +136,7 @@ impl MoeScratch {
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &FfnWeights,
     u: &[f32],
@@ -149,7 +150,7 @@ pub fn forward(
 
     // 1. Route.
     lin.new_input();
-    lin.project(kt, &w.router, u, &mut sc.router[..t * ne]);
+    lin.project(kt, mode, &w.router, u, &mut sc.router[..t * ne]);
     dump::here("ffn_moe_logits", &sc.router[..t * ne]);
     for ti in 0..t {
         route(
@@ -194,16 +195,16 @@ pub fn forward(
         ExpertPath::Flat => true,
     };
     if flat {
-        experts_flat(kt, cfg, w, u, t, sc, lin);
+        experts_flat(kt, mode, cfg, w, u, t, sc, lin);
     } else {
-        experts_grouped(kt, cfg, w, u, sc, lin);
+        experts_grouped(kt, mode, cfg, w, u, sc, lin);
     }
 
     // 4. Shared expert and its gate.
     let ffs = cfg.n_ff_shexp;
-    lin.project(kt, &w.shexp_gate, u, &mut sc.sh_g[..t * ffs]);
-    lin.project(kt, &w.shexp_up, u, &mut sc.sh_u[..t * ffs]);
-    lin.project(kt, &w.shexp_gate_inp, u, &mut sc.sh_gate[..t]);
+    lin.project(kt, mode, &w.shexp_gate, u, &mut sc.sh_g[..t * ffs]);
+    lin.project(kt, mode, &w.shexp_up, u, &mut sc.sh_u[..t * ffs]);
+    lin.project(kt, mode, &w.shexp_gate_inp, u, &mut sc.sh_gate[..t]);
     for r in 0..t {
         swiglu(
             &sc.sh_g[r * ffs..(r + 1) * ffs],
@@ -213,12 +214,15 @@ pub fn forward(
     }
     sc.h_act
         .quantize(kt, w.shexp_down.ty.vec_dot_type(), &sc.h[..t * ffs], ffs);
+    // The shared expert's down projection in decoding's numerics even in a
+    // prompt batch (as before the plan: no prompt kernel here).
     matmul(
         kt,
         &w.shexp_down,
         &sc.h_act,
         &mut sc.sh_out[..t * e],
         &mut lin.tile,
+        mode.without_prompt(),
     );
 
     if dump::on() {
@@ -282,6 +286,7 @@ struct ExpertBufs {
 /// up, down) per task, writing its rows of `sc.dn` (routed order).
 fn experts_grouped(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &FfnWeights,
     u: &[f32],
@@ -311,15 +316,11 @@ fn experts_grouped(
         }
     }
     let routed = &sc.routed;
-    // A prompt batch: an expert with enough tokens takes the prompt kernels.
-    let prompt = lin.prompt;
+    // One expert's rows: the plan picks the kernel for their count and the
+    // mode (a prompt batch's expert with enough tokens takes the prompt
+    // kernels).
     let product = |m: &Matrix, x: &Activations, out: &mut [f32], tile: &mut Vec<f32>| {
-        if prompt && x.rows() >= kernels::matmul::PROMPT_MIN_ROWS && kt.prompt_gemm(m.ty).is_some()
-        {
-            matmul_prompt(kt, m, x, out, tile);
-        } else {
-            matmul_expert(kt, m, x, out, tile);
-        }
+        matmul(kt, m, x, out, tile, mode);
     };
     jobs.into_par_iter()
         .for_each_init(ExpertBufs::default, |b, (x, a, dn)| {
@@ -360,8 +361,10 @@ fn experts_grouped(
 
 /// Every (token, slot) pair at once, in routed order: one parallel product
 /// per projection, each pair reading its own expert's rows.
+#[allow(clippy::too_many_arguments)]
 fn experts_flat(
     kt: &KernelTable,
+    mode: Mode,
     cfg: &ModelConfig,
     w: &FfnWeights,
     u: &[f32],
@@ -385,6 +388,7 @@ fn experts_flat(
                 .gather(lin.cache.get(kt, gu.ty.vec_dot_type(), u, e), &sc.idx);
             rows_product(
                 kt,
+                mode,
                 &gu,
                 &sc.expert_of,
                 &sc.gathered,
@@ -398,12 +402,26 @@ fn experts_flat(
         GateUp::Split { gate, up } => {
             sc.gathered
                 .gather(lin.cache.get(kt, gate.ty.vec_dot_type(), u, e), &sc.idx);
-            rows_product(kt, &gate, &sc.expert_of, &sc.gathered, &mut sc.gu[..n * ff]);
+            rows_product(
+                kt,
+                mode,
+                &gate,
+                &sc.expert_of,
+                &sc.gathered,
+                &mut sc.gu[..n * ff],
+            );
             if up.ty.vec_dot_type() != gate.ty.vec_dot_type() {
                 sc.gathered
                     .gather(lin.cache.get(kt, up.ty.vec_dot_type(), u, e), &sc.idx);
             }
-            rows_product(kt, &up, &sc.expert_of, &sc.gathered, &mut sc.up[..n * ff]);
+            rows_product(
+                kt,
+                mode,
+                &up,
+                &sc.expert_of,
+                &sc.gathered,
+                &mut sc.up[..n * ff],
+            );
             for r in 0..n {
                 let (g, upr) = (&sc.gu[r * ff..(r + 1) * ff], &sc.up[r * ff..(r + 1) * ff]);
                 swiglu(g, upr, &mut sc.h[r * ff..(r + 1) * ff]);
@@ -412,19 +430,27 @@ fn experts_flat(
     }
     sc.h_act
         .quantize(kt, w.down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
-    rows_product(kt, &w.down, &sc.expert_of, &sc.h_act, &mut sc.dn[..n * e]);
+    rows_product(
+        kt,
+        mode,
+        &w.down,
+        &sc.expert_of,
+        &sc.h_act,
+        &mut sc.dn[..n * e],
+    );
 }
 
 /// `out[r] = M_{expert_of[r]} · acts[r]` for every row r, in one parallel
 /// region over (row, output chunk).
 fn rows_product(
     kt: &KernelTable,
+    mode: Mode,
     m: &Experts,
     expert_of: &[usize],
     acts: &Activations,
     out: &mut [f32],
 ) {
-    kernels::matmul::expert_gather(kt, &m.q(), expert_of, &acts.q(), out);
+    kernels::matmul::expert_gather(kt, &m.q(), expert_of, &acts.q(), out, mode);
 }
 
 /// `h = silu(g) ⊙ up` (one ggml row: `ggml_vec_swiglu_f32`).

@@ -17,6 +17,8 @@
 //!   pair), rotating `(x_i, x_{i+n_rot/2})` with ggml's fused
 //!   multiply-adds; dims ≥ n_rot are untouched.
 
+use kernels::KernelTable;
+
 /// `out = rmsnorm(x) ⊙ w`.
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let scale = rms_scale(x, eps);
@@ -86,20 +88,13 @@ fn pow2(n: i32) -> f64 {
     f64::from_bits(((n + 1023) as u64) << 52)
 }
 
-/// Whether the host has FMA: the row functions below then run a copy
-/// compiled with it, so `mul_add` is one instruction instead of a libm
-/// `fmaf` call (the same fused result either way).
+/// Whether the host has FMA (`kernels::cpu`, where every CPU feature is
+/// detected): the row functions below then run a copy compiled with it, so
+/// `mul_add` is one instruction instead of a libm `fmaf` call (the same fused
+/// result either way).
 #[inline]
 pub(crate) fn has_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static FMA: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *FMA.get_or_init(|| std::arch::is_x86_feature_detected!("fma"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    kernels::cpu::has_fma()
 }
 
 /// Defines `$name($args)` that runs `$body` (an `#[inline(always)]` fn)
@@ -158,12 +153,12 @@ fn swiglu_row_body(g: &[f32], up: &[f32], h: &mut [f32]) {
     }
 }
 
-/// `Σ a·b` in ggml's `ggml_vec_dot_f32` order: the active kernel tier's F32
-/// dot (the AVX2 tier sums as llama.cpp's AVX-512 build does).
+/// `Σ a·b` in ggml's `ggml_vec_dot_f32` order: the tier's F32 dot (the AVX2
+/// tier sums as llama.cpp's AVX-512 build does).
 #[inline]
-pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+pub fn dot_f32(kt: &KernelTable, a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    (kernels::isa::active().vec_dot(kernels::GgmlType::F32))(
+    (kt.vec_dot(kernels::GgmlType::F32))(
         n,
         bytemuck::cast_slice(&a[..n]),
         bytemuck::cast_slice(&b[..n]),

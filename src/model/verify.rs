@@ -12,7 +12,8 @@
 //! conv windows from the stashed `mixed` rows and truncates the KV cache to
 //! `pos0 + n_keep`. Rejected positions cost neither a re-decode nor a copy.
 
-use kernels::isa::ReplayStep;
+use kernels::sig::ReplayStep;
+use kernels::KernelTable;
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
@@ -62,8 +63,15 @@ impl GdnStash {
     }
 
     /// Advances `state` over the first `n_keep` stashed positions.
-    pub fn advance(&self, cfg: &ModelConfig, state: &mut DeltaNetState, n_keep: usize) {
+    pub fn advance(
+        &self,
+        kt: &KernelTable,
+        cfg: &ModelConfig,
+        state: &mut DeltaNetState,
+        n_keep: usize,
+    ) {
         advance_all(
+            kt,
             cfg,
             std::slice::from_ref(self),
             std::slice::from_mut(state),
@@ -74,10 +82,17 @@ impl GdnStash {
     /// Replays the first `n_keep` positions into value head `h`'s state `s`
     /// (`[d_v][d_k]`), with the same per-head arithmetic as the forward
     /// (`deltanet::delta_update`), compiled for AVX2 where the CPU has it.
-    fn replay_head(&self, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
+    fn replay_head(
+        &self,
+        kt: &KernelTable,
+        cfg: &ModelConfig,
+        h: usize,
+        s: &mut [f32],
+        n_keep: usize,
+    ) {
         // The tier's replay kernel keeps the state rows in registers across
         // the positions (the bits of `delta_update` once per position).
-        if let Some(replay) = kernels::isa::active().delta_replay() {
+        if let Some(replay) = kt.delta_replay() {
             let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
             let kv_w = cfg.ssm_conv_channels() - hk * d;
             let kh = h % hk;
@@ -107,12 +122,12 @@ impl GdnStash {
             }
         }
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") {
+        if kernels::cpu::has_avx2() {
             // SAFETY: the CPU supports AVX2, checked just above.
-            unsafe { replay_head_avx2(self, cfg, h, s, n_keep) };
+            unsafe { replay_head_avx2(kt, self, cfg, h, s, n_keep) };
             return;
         }
-        replay_head_body(self, cfg, h, s, n_keep);
+        replay_head_body(kt, self, cfg, h, s, n_keep);
     }
 }
 
@@ -122,7 +137,14 @@ impl GdnStash {
 /// stays equal to the plain forward's recurrence (compiled for the
 /// baseline ISA), only faster.
 #[inline(always)]
-fn replay_head_body(stash: &GdnStash, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
+fn replay_head_body(
+    kt: &KernelTable,
+    stash: &GdnStash,
+    cfg: &ModelConfig,
+    h: usize,
+    s: &mut [f32],
+    n_keep: usize,
+) {
     let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
     let kv_w = cfg.ssm_conv_channels() - hk * d;
     let kh = h % hk;
@@ -130,14 +152,21 @@ fn replay_head_body(stash: &GdnStash, cfg: &ModelConfig, h: usize, s: &mut [f32]
         let row = &stash.kv[t * kv_w..(t + 1) * kv_w];
         let k = &row[kh * d..(kh + 1) * d];
         let v = &row[hk * d + h * d..hk * d + (h + 1) * d];
-        delta_update(s, k, v, stash.gate[t * hv + h], stash.beta[t * hv + h]);
+        delta_update(kt, s, k, v, stash.gate[t * hv + h], stash.beta[t * hv + h]);
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn replay_head_avx2(stash: &GdnStash, cfg: &ModelConfig, h: usize, s: &mut [f32], n_keep: usize) {
-    replay_head_body(stash, cfg, h, s, n_keep);
+fn replay_head_avx2(
+    kt: &KernelTable,
+    stash: &GdnStash,
+    cfg: &ModelConfig,
+    h: usize,
+    s: &mut [f32],
+    n_keep: usize,
+) {
+    replay_head_body(kt, stash, cfg, h, s, n_keep);
 }
 
 /// Advances every GDN layer's state (`states[i]` from `stashes[i]`) over the
@@ -148,6 +177,7 @@ fn replay_head_avx2(stash: &GdnStash, cfg: &ModelConfig, h: usize, s: &mut [f32]
 /// would add a synchronisation point per layer, and on a loaded machine each
 /// one can wait for a descheduled worker.
 pub fn advance_all(
+    kt: &KernelTable,
     cfg: &ModelConfig,
     stashes: &[GdnStash],
     states: &mut [DeltaNetState],
@@ -163,7 +193,7 @@ pub fn advance_all(
         }
     }
     jobs.into_par_iter()
-        .for_each(|(stash, h, s)| stash.replay_head(cfg, h, s, n_keep));
+        .for_each(|(stash, h, s)| stash.replay_head(kt, cfg, h, s, n_keep));
     for (stash, st) in stashes.iter().zip(states.iter_mut()) {
         push_window(&mut st.conv, &stash.mixed[..n_keep * ch], ch);
     }

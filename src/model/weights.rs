@@ -73,6 +73,7 @@ impl<'a> Experts<'a> {
             &self.data[e * size..(e + 1) * size],
         );
         let one = kernels::repack::packed_bytes(self.ty, self.n_in, self.n_out);
+        let m = m.as_expert();
         match self.packed {
             Some(p) => m.with_packed(&p[e * one..(e + 1) * one]),
             None => m,

@@ -31,6 +31,7 @@ fn run(tm: &TinyModel, il: usize, u: &[f32], step: usize, ty: GgmlType) -> Vec<f
         let n = step.min(t - p);
         attention::forward(
             kt,
+            kernels::Mode::Decode,
             cfg,
             w,
             &mut kv,

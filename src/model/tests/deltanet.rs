@@ -167,7 +167,17 @@ fn one_token_steps_match_the_design_transcription() {
     for step in 0..6 {
         let u = r.vec(cfg.n_embd, 1.0);
         deltanet::forward(
-            kt, cfg, w, &mut state, &u, 1, &mut sc, &mut lin, &mut out, None,
+            kt,
+            kernels::Mode::Decode,
+            cfg,
+            w,
+            &mut state,
+            &u,
+            1,
+            &mut sc,
+            &mut lin,
+            &mut out,
+            None,
         );
         let want = reference.step(&u);
         for (i, (&got, &want)) in out.iter().zip(&want).enumerate() {
@@ -208,6 +218,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     for t in 0..5 {
         deltanet::forward(
             kt,
+            kernels::Mode::Decode,
             cfg,
             w,
             &mut s1,
@@ -224,6 +235,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     let mut batched = vec![0.0f32; 5 * e];
     deltanet::forward(
         kt,
+        kernels::Mode::Decode,
         cfg,
         w,
         &mut s2,
@@ -236,6 +248,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     );
     deltanet::forward(
         kt,
+        kernels::Mode::Decode,
         cfg,
         w,
         &mut s2,
@@ -291,6 +304,7 @@ fn chunked_form_equals_token_by_token_across_chunk_boundaries() {
         // Two calls: the second starts from a non-zero state.
         deltanet::forward(
             kt,
+            kernels::Mode::Decode,
             cfg,
             w,
             &mut st,
@@ -303,6 +317,7 @@ fn chunked_form_equals_token_by_token_across_chunk_boundaries() {
         );
         deltanet::forward(
             kt,
+            kernels::Mode::Decode,
             cfg,
             w,
             &mut st,

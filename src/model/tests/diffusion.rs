@@ -478,7 +478,19 @@ fn lambda_one_gives_exactly_the_history_read_out() {
     let mut lin = MatScratch::new(t, c.ssm_conv_channels().max(c.n_embd));
     let mut out = vec![0.0; t * c.n_embd];
     let kt = kernels::isa::active();
-    gdn_block(kt, c, w, dw, &state, &u, t, &mut sc, &mut lin, &mut out);
+    gdn_block(
+        kt,
+        kernels::Mode::Decode,
+        c,
+        w,
+        dw,
+        &state,
+        &u,
+        t,
+        &mut sc,
+        &mut lin,
+        &mut out,
+    );
     let (hk, hv, d, ch) = (
         c.ssm_n_k_heads,
         c.ssm_n_v_heads,

@@ -119,6 +119,7 @@ fn run_path(tm: &TinyModel, u: &[f32], path: ExpertPath) -> (Vec<f32>, Vec<usize
     let mut out = vec![0.0f32; u.len()];
     moe::forward(
         kt,
+        kernels::Mode::Decode,
         cfg,
         &model.weights.layers[0].ffn,
         u,

@@ -14,7 +14,6 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use crate::blocks::as_blocks;
-use crate::isa::{QuantizeFn, VecDotFn};
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::kquant_search::unpack_scale_min_k4;
@@ -22,6 +21,7 @@ use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 const QK_K: usize = 256;

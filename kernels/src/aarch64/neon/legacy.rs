@@ -19,7 +19,7 @@ use std::arch::asm;
 use half::bf16;
 
 use crate::blocks::{as_blocks, as_blocks_mut};
-use crate::isa::{Isa, QuantizeFn, VecDotFn};
+use crate::cpu::Isa;
 use crate::scalar::iq4_nl::{BlockIq4Nl, KVALUES};
 use crate::scalar::q4_0::BlockQ4_0;
 use crate::scalar::q4_1::BlockQ4_1;
@@ -27,6 +27,7 @@ use crate::scalar::q5_0::BlockQ5_0;
 use crate::scalar::q5_1::BlockQ5_1;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_1::BlockQ8_1;
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 fn has_dotprod() -> bool {

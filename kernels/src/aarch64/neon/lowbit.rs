@@ -16,10 +16,11 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use crate::blocks::{as_blocks, as_blocks_mut};
-use crate::isa::{Isa, QuantizeFn, VecDotFn};
+use crate::cpu::Isa;
 use crate::scalar::q2_k::BlockQ2K;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 const QK_K: usize = 256;

@@ -2,7 +2,7 @@
 //! family (legacy 32-element blocks and floats; K-quants and IQ4_XS; Q2_K,
 //! Q3_K and the Q8_K quantiser).
 
-use crate::isa::{QuantizeFn, VecDotFn};
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 pub mod kquants;

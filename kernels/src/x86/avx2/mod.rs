@@ -1,7 +1,7 @@
 //! AVX2 kernels: the same function names as the scalar reference, split by
 //! family (legacy 32-element blocks and floats; K-quants and IQ4_XS).
 
-use crate::isa::{QuantizeFn, VecDotFn};
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 pub mod kquants;

@@ -20,7 +20,6 @@
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
-use crate::isa::GemmFn;
 use crate::scalar::iq4_nl::BlockIq4Nl;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q3_k::BlockQ3K;
@@ -31,6 +30,7 @@ use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::GemmFn;
 use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8, q4_k_repacked};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{

@@ -19,7 +19,7 @@
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
-use crate::isa::GemmFn;
+use crate::sig::GemmFn;
 
 use super::gemm::check_shapes;
 use super::legacy::{f32_leftovers, reduce16};
@@ -119,7 +119,7 @@ fn f32_cols<const C: usize>(x: &[f32], y: [&[f32]; C]) -> [f32; C] {
 #[cfg(test)]
 mod tests {
     use crate::matmul::{dot_block, matmul, matmul_tile_len, matvec_serial};
-    use crate::{GgmlType, Isa, KernelTable, QActs, QMatrix};
+    use crate::{GgmlType, Isa, KernelTable, Mode, QActs, QMatrix};
 
     /// Deterministic values in [−1, 1) (splitmix64).
     fn values(seed: u64, len: usize) -> Vec<f32> {
@@ -156,7 +156,9 @@ mod tests {
     fn the_avx512_tier_hands_out_the_f32_multi_row_kernel_for_batches() {
         let Some(kt) = table() else { return };
         assert!(kt.gemm(GgmlType::F32).is_some());
-        assert!(kt.gemm_for_batch(GgmlType::F32, 256, 4).is_some());
+        assert!(kt
+            .gemm_for_batch(GgmlType::F32, 256, 4, Mode::Decode)
+            .is_some());
         assert!(KernelTable::new(Isa::Scalar).gemm(GgmlType::F32).is_none());
     }
 
@@ -212,7 +214,7 @@ mod tests {
                     .num_threads(2)
                     .build()
                     .unwrap();
-                pool.install(|| matmul(&kt, &m, &x, &mut out, &mut tile));
+                pool.install(|| matmul(&kt, &m, &x, &mut out, &mut tile, Mode::Decode));
                 let mut one = vec![f32::NAN; n_out];
                 for t in 0..rows {
                     matvec_serial(&kt, &m, x.row(t), &mut one);

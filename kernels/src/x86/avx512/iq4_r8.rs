@@ -14,9 +14,9 @@
 use std::arch::x86_64::*;
 
 use crate::iq4_r8::Group;
-use crate::isa::GemmFn;
 use crate::repack::ROWS;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::GemmFn;
 use crate::x86::avx2::kquants::load_u8_128;
 use crate::GgmlType;
 

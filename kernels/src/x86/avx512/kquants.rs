@@ -41,13 +41,13 @@
 
 use std::arch::x86_64::*;
 
-use crate::isa::{QuantizeFn, VecDotFn};
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::x86::avx2::kquants::{
     at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_halves, load_i8, load_u8,
     load_u8_128, mins_dot_bsums, rows,

@@ -17,7 +17,7 @@ use std::arch::x86_64::*;
 use half::{bf16, f16};
 
 use crate::blocks::as_blocks;
-use crate::isa::{Isa, QuantizeFn, VecDotFn};
+use crate::cpu::Isa;
 use crate::scalar::iq4_nl::BlockIq4Nl;
 use crate::scalar::q4_0::BlockQ4_0;
 use crate::scalar::q4_1::BlockQ4_1;
@@ -25,6 +25,7 @@ use crate::scalar::q5_0::BlockQ5_0;
 use crate::scalar::q5_1::BlockQ5_1;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_1::BlockQ8_1;
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::x86::avx2::legacy::{f16_to_f32, halves8, hsum_ps, scale_products, AsymBlock, SymBlock};
 use crate::GgmlType;
 
@@ -726,14 +727,14 @@ unsafe fn delta_rows_avx512<const OUT: bool>(
     }
 }
 
-/// [`crate::isa::DeltaReplayFn`]: `steps` positions of [`delta_rows`]
+/// [`crate::sig::DeltaReplayFn`]: `steps` positions of [`delta_rows`]
 /// without read-out, each pair of state rows loaded once and kept in
 /// registers across the positions (a position's pass over the whole state
 /// loaded and stored every row twice). Per row and position the same ops in
 /// the same order as `delta_rows_avx512`'s grouped rows: decay, the dot in
 /// four accumulators over 64-steps folded `(a0 + a2) + (a1 + a3)`, then
 /// `row += δ·k` fused; so the same bits. Takes `d_k` of 64 or 128 only.
-pub fn delta_replay(s: &mut [f32], steps: &[crate::isa::ReplayStep]) -> bool {
+pub fn delta_replay(s: &mut [f32], steps: &[crate::sig::ReplayStep]) -> bool {
     let Some(first) = steps.first() else {
         return true;
     };
@@ -766,7 +767,7 @@ pub fn delta_replay(s: &mut [f32], steps: &[crate::isa::ReplayStep]) -> bool {
 unsafe fn delta_replay_avx512<const NC: usize>(
     s: &mut [f32],
     dv: usize,
-    steps: &[crate::isa::ReplayStep],
+    steps: &[crate::sig::ReplayStep],
 ) {
     const G: usize = 2;
     let dk = 16 * NC;

@@ -21,10 +21,11 @@
 
 use std::arch::x86_64::*;
 
-use crate::isa::{Isa, VecDotFn};
+use crate::cpu::Isa;
 use crate::scalar::q2_k::BlockQ2K;
 use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::VecDotFn;
 use crate::x86::avx2::kquants::{f16_to_f32, hsum_ps, load_bsums, load_u8, load_u8_128, rows};
 use crate::x86::avx512::kquants::fold8;
 use crate::GgmlType;

@@ -2,7 +2,7 @@
 //! family (legacy 32-element blocks and floats; K-quants and IQ4_XS; Q2_K and
 //! Q3_K; the Q8 activation quantisers).
 
-use crate::isa::{QuantizeFn, VecDotFn};
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 pub mod gemm;

@@ -47,7 +47,7 @@ use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::GgmlType;
 
 /// This tier's prompt-batch product for weight type `ty`, if it has one.
-pub fn gemm_fn(ty: GgmlType) -> Option<crate::isa::GemmFn> {
+pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::GemmFn> {
     if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
         return None;
     }

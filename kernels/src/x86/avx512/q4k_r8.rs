@@ -12,10 +12,10 @@
 
 use std::arch::x86_64::*;
 
-use crate::isa::GemmFn;
 use crate::q4k_r8::Group;
 use crate::repack::ROWS;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::GemmFn;
 use crate::GgmlType;
 
 use super::repack::repacked_product;

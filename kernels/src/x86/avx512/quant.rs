@@ -14,10 +14,11 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use crate::blocks::as_blocks_mut;
-use crate::isa::{Isa, QuantizeFn};
+use crate::cpu::Isa;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_1::BlockQ8_1;
 use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::QuantizeFn;
 use crate::GgmlType;
 
 const QK_K: usize = 256;

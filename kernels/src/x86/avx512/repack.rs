@@ -23,7 +23,7 @@ pub(crate) trait GroupRows: Pod {
     unsafe fn rows8<const C: usize>(gs: &[Self], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C];
 }
 
-/// A [`crate::isa::GemmFn`] over groups of `G`: `out[i·stride + t] = W[i] ·
+/// A [`crate::sig::GemmFn`] over groups of `G`: `out[i·stride + t] = W[i] ·
 /// x[t]`.
 ///
 /// # Safety
