@@ -6,6 +6,7 @@ pub mod cli;
 pub mod engine;
 pub mod gguf;
 pub mod model;
+pub mod output;
 pub mod sample;
 pub mod spec;
 pub mod synth;
