@@ -504,11 +504,11 @@ fn demo_chat_saves_on_ctrl_s_and_load_continues_the_conversation() {
     ));
     tmux.keys(&["Enter"]);
     tmux.wait_until("the chat UI", 60, |s| s.contains("Type a message"));
-    tmux.type_text("remember the saved words");
+    tmux.type_text("remember these words");
     tmux.keys(&["Enter"]);
     tmux.wait_until("the reply to finish", 60, |s| s.contains("tokens ·"));
     tmux.keys(&["C-s"]);
-    let saved = tmux.wait_until("the save notice", 10, |s| s.contains("saved "));
+    let saved = tmux.wait_until("the save notice", 10, |s| s.contains("saved /"));
     let mut files: Vec<_> = std::fs::read_dir(&save_dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -518,7 +518,7 @@ fn demo_chat_saves_on_ctrl_s_and_load_continues_the_conversation() {
     let json = files[0].clone();
     assert!(json.to_string_lossy().ends_with(".json"), "{files:?}");
     let md = std::fs::read_to_string(&files[1]).unwrap();
-    assert!(md.contains("remember the saved words"), "{md}");
+    assert!(md.contains("remember these words"), "{md}");
     tmux.keys(&["C-c"]);
     assert_eq!(wait_exit(&tmux, &exit_file, 20, "no exit"), "EXIT:0");
     std::fs::remove_file(&exit_file).unwrap();
@@ -531,7 +531,7 @@ fn demo_chat_saves_on_ctrl_s_and_load_continues_the_conversation() {
     ));
     tmux.keys(&["Enter"]);
     let loaded = tmux.wait_until("the loaded conversation", 60, |s| {
-        s.contains("remember the saved words") && s.contains("◆ clover")
+        s.contains("remember these words") && s.contains("◆ clover")
     });
     assert!(!loaded.contains("Type a message below"), "{loaded}");
     tmux.type_text("and more");
