@@ -7,9 +7,10 @@
 //! `min(n_predict, n_ctx / 4)`). When it does not fit, the oldest turns are left
 //! out ([`fit_context`]: whole turns, the system prompt and the newest user turn
 //! always kept, down to half the budget so that shifts stay rare) and reported as
-//! `ContextShift`; `Session::prefill` then keeps the longest prefix it can (the
-//! Gated DeltaNet state cannot be cut, so what follows the shared prefix is
-//! evaluated again). A turn that does not fit even alone is an `Error`, and the
+//! `ContextShift`; `Session::prefill` then keeps the longest prefix it can: the
+//! Gated DeltaNet state cannot be cut, so the kept turns are evaluated again from
+//! the end of the system prompt, whose state the session keeps a copy of
+//! (`Session::keep_prefix`). A turn that does not fit even alone is an `Error`, and the
 //! next one is tried afresh. A reply that reaches the end of the context ends with
 //! `Done { context_full: true }`.
 //!
@@ -240,6 +241,27 @@ impl ChatSession {
         Ok((m.tokenize(&text)?, thinking))
     }
 
+    /// How many leading tokens of `prompt` (the conversation `messages`, fitted)
+    /// are the system prompt's, as the template renders it alone: the prefix every
+    /// turn shares, also after a context shift or a fresh start (0: no system prompt).
+    fn system_prefix(
+        &self,
+        messages: &[ChatMessage],
+        prompt: &[u32],
+    ) -> Result<usize, EngineError> {
+        let system: Vec<TemplateMessage> = messages
+            .iter()
+            .take_while(|m| m.role == crate::tui::Role::System)
+            .map(|c| TemplateMessage::new(c.role.as_str(), c.content.as_str()))
+            .collect();
+        if system.is_empty() {
+            return Ok(0);
+        }
+        let m = self.session.model();
+        let alone = m.tokenize(&m.render_chat(&system, false)?)?;
+        Ok(alone.iter().zip(prompt).take_while(|(a, b)| a == b).count())
+    }
+
     fn reply(
         &mut self,
         messages: &[ChatMessage],
@@ -273,6 +295,8 @@ impl ChatSession {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
+        let shared = self.system_prefix(messages, &prompt)?;
+        self.session.keep_prefix(&prompt[..shared]);
         let opts = GenOptions {
             n_predict: self.n_predict,
             starts_thinking,

@@ -246,9 +246,9 @@ impl ChatLog {
         }
         if let Some(turn) = self.streaming() {
             turn.note = Some(format!(
-                "context full: the {dropped} oldest message{} (marked above) left out, \
-                 {tokens} tokens kept and re-read",
-                if dropped == 1 { " is" } else { "s are" }
+                "context full: left out the {dropped} oldest message{} (marked above); \
+                 {tokens} tokens kept",
+                if dropped == 1 { "" } else { "s" }
             ));
         }
     }

@@ -160,8 +160,8 @@ pub fn run_lines_with<E: ChatEngine>(
                 dropped = d;
                 let _ = writeln!(
                     notes,
-                    "clover: the context is full: left out the {d} oldest message{} \
-                     and re-read the {tokens} tokens kept",
+                    "clover: the context is full: left out the {d} oldest message{}; \
+                     {tokens} tokens kept",
                     if d == 1 { "" } else { "s" }
                 );
             }
