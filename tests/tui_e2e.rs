@@ -534,6 +534,11 @@ fn demo_chat_saves_on_ctrl_s_and_load_continues_the_conversation() {
         s.contains("remember these words") && s.contains("◆ clover")
     });
     assert!(!loaded.contains("Type a message below"), "{loaded}");
+    assert!(loaded.contains("(from the saved chat)"), "{loaded}");
+    assert!(
+        loaded.contains("continuing the 2 saved messages"),
+        "{loaded}"
+    );
     tmux.type_text("and more");
     tmux.keys(&["Enter"]);
     tmux.wait_until("the reply to the loaded chat", 60, |s| {

@@ -89,6 +89,13 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         history: loaded.as_ref().map(Transcript::history).unwrap_or_default(),
         save_dir: args.save_dir.clone(),
     };
+    if let Some(path) = &args.load {
+        opts.notice = Some(format!(
+            "continuing the {} saved messages of {}",
+            opts.history.len(),
+            path.display()
+        ));
+    }
     if args.demo {
         let threads = args
             .context
@@ -113,7 +120,10 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let mut engine = ChatSession::new(session, params, n_predict);
     if let Some(d) = &default {
         engine.set_display_name(d.display_name());
-        opts.notice = Some(d.note());
+        opts.notice = Some(match opts.notice.take() {
+            Some(loaded) => format!("{loaded}; {}", d.note()),
+            None => d.note(),
+        });
     }
     front_end(engine, &opts)
 }

@@ -25,6 +25,8 @@ pub enum Ending {
     },
     /// Stopped by the user (Esc).
     Stopped,
+    /// Read from a saved conversation (`--load`).
+    Loaded,
     Error(String),
 }
 
@@ -136,6 +138,14 @@ pub struct ChatLog {
 }
 
 impl ChatLog {
+    /// Adds a turn of a saved conversation (`--load`).
+    pub fn push_loaded(&mut self, role: Role, text: &str) {
+        self.push_plain(role, text);
+        if let Some(t) = self.turns.last_mut() {
+            t.ending = Ending::Loaded;
+        }
+    }
+
     pub fn push_plain(&mut self, role: Role, text: &str) {
         self.turns.push(Turn {
             role,

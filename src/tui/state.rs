@@ -139,7 +139,7 @@ impl App {
     pub fn from_options(info: EngineInfo, opts: &ChatOptions) -> Self {
         let mut app = App::new(info, opts.system.as_deref(), opts.spec);
         for m in &opts.history {
-            app.chat.push_plain(m.role, &m.content);
+            app.chat.push_loaded(m.role, &m.content);
         }
         app.notice = opts.notice.clone();
         if let Some(d) = &opts.save_dir {

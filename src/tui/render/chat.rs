@@ -160,6 +160,10 @@ fn turn_lines(turn: &Turn, pending: &[String], fold: bool, width: usize, out: &m
             Style::new().fg(Color::DarkGray),
         ),
         Ending::Stopped => ("[stopped]".into(), Style::new().fg(Color::Yellow)),
+        Ending::Loaded => (
+            "(from the saved chat)".into(),
+            Style::new().fg(Color::DarkGray),
+        ),
         Ending::Error(e) => (format!("[error: {e}]"), Style::new().fg(Color::Red)),
     };
     let full = matches!(
