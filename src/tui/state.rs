@@ -90,6 +90,8 @@ pub struct App {
     pub context_used: usize,
     reply_tokens: usize,
     prefill_tokens: usize,
+    /// A context shift was reported and its prefill not yet.
+    after_shift: bool,
     pub view: ViewInfo,
     /// Where Ctrl-S saves the conversation.
     pub save_dir: PathBuf,
@@ -128,6 +130,7 @@ impl App {
             context_used: 0,
             reply_tokens: 0,
             prefill_tokens: 0,
+            after_shift: false,
             view: ViewInfo::default(),
             save_dir: PathBuf::from("."),
         }
@@ -379,6 +382,9 @@ impl App {
     fn on_event(&mut self, ev: EngineEvent, now_ms: f64) {
         match ev {
             EngineEvent::Prefill { tokens, ms } => {
+                if std::mem::take(&mut self.after_shift) {
+                    self.context_used = self.context_used.saturating_sub(tokens);
+                }
                 self.prefill_tokens = tokens;
                 self.speeds.prefill(tokens, ms, now_ms);
             }
@@ -405,8 +411,10 @@ impl App {
             EngineEvent::Routing { layer_experts } => self.routing.record(&layer_experts),
             EngineEvent::ContextShift { dropped, tokens } => {
                 self.chat.drop_oldest(dropped, tokens);
-                // The engine evaluates what is kept afresh: the prefill counts it all.
-                self.context_used = 0;
+                // The context now holds the `tokens` kept; the prefill that follows
+                // counts the part of them evaluated again.
+                self.context_used = tokens;
+                self.after_shift = true;
                 self.notice = Some(format!(
                     "context full: {dropped} oldest message{} left out",
                     if dropped == 1 { "" } else { "s" }
@@ -845,5 +853,31 @@ mod tests {
             panic!("no request")
         };
         assert_eq!(m, vec![ChatMessage::new(Role::User, "next")]);
+    }
+
+    #[test]
+    fn context_in_use_after_a_shift_is_what_was_kept_plus_the_reply() {
+        let mut a = app();
+        a.context_used = 900;
+        type_text(&mut a, "x");
+        a.handle_key(Key::plain(Code::Enter));
+        let ev = |e| WorkerMsg::Event(e);
+        a.on_worker(
+            ev(EngineEvent::ContextShift {
+                dropped: 2,
+                tokens: 300,
+            }),
+            0.0,
+        );
+        // 20 tokens of system prompt were kept in the cache; 280 evaluated again.
+        a.on_worker(
+            ev(EngineEvent::Prefill {
+                tokens: 280,
+                ms: 1.0,
+            }),
+            0.0,
+        );
+        a.on_worker(text_event("a", TokenKind::Plain), 1.0);
+        assert_eq!(a.context_now(), 301);
     }
 }
