@@ -200,13 +200,7 @@ extern "C" fn on_terminate(sig: libc::c_int) {
 extern "C" fn on_bus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let in_map = (0..MAX_MAPS).any(|i| {
-        let (s, n) = (
-            MAP_START[i].load(Ordering::SeqCst),
-            MAP_LEN[i].load(Ordering::SeqCst),
-        );
-        n != 0 && n != usize::MAX && addr >= s && addr - s < n
-    });
+    let in_map = in_mapping(addr);
     clean_up();
     if in_map {
         // SAFETY: write and _exit are async-signal-safe.

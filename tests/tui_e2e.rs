@@ -523,3 +523,138 @@ fn a_model_file_that_shrinks_under_the_chat_restores_the_terminal_and_says_why()
         "{err}"
     );
 }
+
+/// Skips (loudly) without tmux, except in CI.
+fn tmux_or_skip(what: &str) -> bool {
+    if tmux_available() {
+        return true;
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("tmux is required for the TUI end-to-end test in CI");
+    }
+    eprintln!("###  SKIPPED tui_e2e {what}: tmux is not installed");
+    false
+}
+
+#[test]
+fn chat_with_a_small_context_keeps_answering_after_it_fills_and_marks_the_cut_reply() {
+    if !tmux_or_skip("full-context test") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    clover::synth::plan(clover::synth::SynthOptions {
+        arch: clover::synth::Arch::CloverMoe,
+        preset: clover::synth::Preset::Tiny,
+        recipe: clover::synth::Recipe::Q8_0,
+        seed: 3,
+    })
+    .unwrap()
+    .write(&model, Some(1))
+    .unwrap();
+    let exit_file = dir.path().join("exit");
+    let bin = env!("CARGO_BIN_EXE_clover");
+    let tmux = Tmux::start(100, 30);
+    // No reply limit: a reply runs until the 128-token context is full.
+    tmux.type_text(&format!(
+        "'{bin}' chat -m '{}' -c 128 -n -1 -t 1 --temp 0; echo EXIT:$? > '{}'",
+        model.display(),
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the chat UI", 60, |s| s.contains("Type a message"));
+    let finished = |s: &str| !s.contains("● generating") && !s.contains('▌');
+    tmux.type_text("first question");
+    tmux.keys(&["Enter"]);
+    let first = tmux.wait_until("a reply cut by the full context", 60, |s| {
+        s.contains("[context full]") && finished(s)
+    });
+    assert!(!first.contains("[error"), "{first}");
+    // The next turns do not fit beside the whole conversation: the oldest turns are
+    // left out, and the chat keeps answering.
+    for (i, q) in ["second question", "third question"].iter().enumerate() {
+        tmux.type_text(q);
+        tmux.keys(&["Enter"]);
+        let s = tmux.wait_until("the next reply", 60, |s| {
+            s.contains(q) && finished(s) && s.matches("tokens ·").count() >= 1
+        });
+        assert!(!s.contains("[error"), "reply {}: {s}", i + 2);
+    }
+    // Scroll back over the whole chat: the shift was shown.
+    tmux.keys(&["PPage", "PPage", "PPage", "PPage"]);
+    let top = tmux.wait_until("the shift notice", 10, |s| {
+        s.contains("left out of the context")
+    });
+    assert!(!top.contains("longer than the context"), "{top}");
+    tmux.keys(&["C-c"]);
+    let exit = wait_exit(&tmux, &exit_file, 20, "clover did not exit after Ctrl-C");
+    assert_eq!(exit, "EXIT:0");
+}
+
+#[test]
+fn demo_chat_saves_on_ctrl_s_and_load_continues_the_conversation() {
+    if !tmux_or_skip("save/load test") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let exit_file = dir.path().join("exit");
+    let bin = env!("CARGO_BIN_EXE_clover");
+    let tmux = Tmux::start(100, 30);
+    let save_dir = dir.path().join("saved");
+    std::fs::create_dir(&save_dir).unwrap();
+    tmux.type_text(&format!(
+        "'{bin}' chat --demo --save-dir '{}'; echo EXIT:$? > '{}'",
+        save_dir.display(),
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the chat UI", 60, |s| s.contains("Type a message"));
+    tmux.type_text("remember these words");
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the reply to finish", 60, |s| s.contains("tokens ·"));
+    tmux.keys(&["C-s"]);
+    let saved = tmux.wait_until("the save notice", 10, |s| s.contains("saved /"));
+    let mut files: Vec<_> = std::fs::read_dir(&save_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}\n{saved}");
+    let json = files[0].clone();
+    assert!(json.to_string_lossy().ends_with(".json"), "{files:?}");
+    let md = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(md.contains("remember these words"), "{md}");
+    tmux.keys(&["C-c"]);
+    assert_eq!(wait_exit(&tmux, &exit_file, 20, "no exit"), "EXIT:0");
+    std::fs::remove_file(&exit_file).unwrap();
+
+    // Continue it: the saved turns are shown, and F5 starts afresh.
+    tmux.type_text(&format!(
+        "clear; '{bin}' chat --demo --load '{}'; echo EXIT:$? > '{}'",
+        json.display(),
+        exit_file.display()
+    ));
+    tmux.keys(&["Enter"]);
+    let loaded = tmux.wait_until("the loaded conversation", 60, |s| {
+        s.contains("remember these words") && s.contains("◆ clover")
+    });
+    assert!(!loaded.contains("Type a message below"), "{loaded}");
+    assert!(loaded.contains("(from the saved chat)"), "{loaded}");
+    assert!(
+        loaded.contains("continuing the 2 saved messages"),
+        "{loaded}"
+    );
+    tmux.type_text("and more");
+    tmux.keys(&["Enter"]);
+    tmux.wait_until("the reply to the loaded chat", 60, |s| {
+        s.contains("You wrote \"and more\".")
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_until("the reply to stop", 20, |s| s.contains("[stopped]"));
+    tmux.keys(&["F5"]);
+    tmux.wait_until("a fresh conversation", 10, |s| {
+        s.contains("── new conversation (F5) ──")
+    });
+    tmux.keys(&["C-c"]);
+    assert_eq!(wait_exit(&tmux, &exit_file, 20, "no exit"), "EXIT:0");
+}

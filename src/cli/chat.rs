@@ -11,6 +11,7 @@ use clap::{Args, ValueEnum};
 
 use crate::engine::{default_model, ChatSession, LoadedModel};
 use crate::tui::demo::DemoEngine;
+use crate::tui::transcript::Transcript;
 use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
 
 use super::common::{n_predict, ContextArgs, SamplingArgs};
@@ -49,9 +50,15 @@ pub struct ChatArgs {
     /// Run the built-in demo engine (no model needed)
     #[arg(long, conflicts_with = "model")]
     pub demo: bool,
-    /// System prompt
+    /// System prompt (with --load: replaces the saved one)
     #[arg(long = "system", value_name = "TEXT")]
     pub system: Option<String>,
+    /// Continue a conversation saved with Ctrl-S (its .json file)
+    #[arg(long = "load", value_name = "FILE")]
+    pub load: Option<PathBuf>,
+    /// Where Ctrl-S saves the conversation (default: the current directory)
+    #[arg(long = "save-dir", value_name = "DIR")]
+    pub save_dir: Option<PathBuf>,
 }
 
 /// The demo's simulated cost of one forward pass.
@@ -61,14 +68,34 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     let session_opts = args.context.session_options()?;
     let params = args.sampling.params()?;
     let n_predict = n_predict(args.n_predict)?;
+    let loaded = match &args.load {
+        Some(path) => {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("--load {}", path.display()))?;
+            Some(Transcript::parse(&bytes).with_context(|| format!("--load {}", path.display()))?)
+        }
+        None => None,
+    };
     let mut opts = ChatOptions {
-        system: args.system.clone(),
+        system: args
+            .system
+            .clone()
+            .or_else(|| loaded.as_ref().and_then(|t| t.system.clone())),
         spec: match args.spec_type {
             Some(s) => s == SpecType::DraftSelf,
             None => args.model.is_none() && !args.demo,
         },
         notice: None,
+        history: loaded.as_ref().map(Transcript::history).unwrap_or_default(),
+        save_dir: args.save_dir.clone(),
     };
+    if let Some(path) = &args.load {
+        opts.notice = Some(format!(
+            "continuing the {} saved messages of {}",
+            opts.history.len(),
+            path.display()
+        ));
+    }
     if args.demo {
         let threads = args
             .context
@@ -86,11 +113,19 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         ),
         None => load_default(mmap)?,
     };
+    if args.spec_type == Some(SpecType::DraftSelf) && !model.model.has_diffusion() {
+        anyhow::bail!(
+            "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
+        );
+    }
     let session = super::common::new_session(Arc::new(model), session_opts)?;
     let mut engine = ChatSession::new(session, params, n_predict);
     if let Some(d) = &default {
         engine.set_display_name(d.display_name());
-        opts.notice = Some(d.note());
+        opts.notice = Some(match opts.notice.take() {
+            Some(loaded) => format!("{loaded}; {}", d.note()),
+            None => d.note(),
+        });
     }
     front_end(engine, &opts)
 }

@@ -2,7 +2,19 @@
 //! conversation with the chat template, prefills only what the session does not
 //! already hold (`Session::prefill`), and streams the reply as `EngineEvent`s.
 //!
-//! Per turn: `Prefill` (the newly evaluated tokens), then per token `Text` (text
+//! A full context never ends a chat: before each turn the conversation is fitted
+//! into the context minus a reserve for the reply ([`reply_reserve`]:
+//! `min(n_predict, n_ctx / 4)`). When it does not fit, the oldest turns are left
+//! out ([`fit_context`]: whole turns, the system prompt and the newest user turn
+//! always kept, down to half the budget so that shifts stay rare) and reported as
+//! `ContextShift`; `Session::prefill` then keeps the longest prefix it can: the
+//! Gated DeltaNet state cannot be cut, so the kept turns are evaluated again from
+//! the end of the system prompt, whose state the session keeps a copy of
+//! (`Session::keep_prefix`). A turn that does not fit even alone is an `Error`, and the
+//! next one is tried afresh. A reply that reaches the end of the context ends with
+//! `Done { context_full: true }`.
+//!
+//! Per turn: `ContextShift` (when turns were dropped), `Prefill` (the newly evaluated tokens), then per token `Text` (text
 //! between `<think>` and `</think>` flagged `thinking`, the tags themselves sent
 //! as empty text), after each forward pass `LayerTimes` and `Routing`, and `Done`
 //! unless the user stopped the reply.
@@ -30,6 +42,7 @@ use crate::model::ForwardError;
 use crate::model::{LayerKind as ModelLayerKind, Stats};
 use crate::sample::{Sampler, SamplerParams};
 use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats, SpecStep};
+use crate::tui::engine::{fit_context, reply_reserve, Fit};
 use crate::tui::{
     ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, TokenKind,
 };
@@ -228,16 +241,62 @@ impl ChatSession {
         Ok((m.tokenize(&text)?, thinking))
     }
 
+    /// How many leading tokens of `prompt` (the conversation `messages`, fitted)
+    /// are the system prompt's, as the template renders it alone: the prefix every
+    /// turn shares, also after a context shift or a fresh start (0: no system prompt).
+    fn system_prefix(
+        &self,
+        messages: &[ChatMessage],
+        prompt: &[u32],
+    ) -> Result<usize, EngineError> {
+        let system: Vec<TemplateMessage> = messages
+            .iter()
+            .take_while(|m| m.role == crate::tui::Role::System)
+            .map(|c| TemplateMessage::new(c.role.as_str(), c.content.as_str()))
+            .collect();
+        if system.is_empty() {
+            return Ok(0);
+        }
+        let m = self.session.model();
+        let alone = m.tokenize(&m.render_chat(&system, false)?)?;
+        Ok(alone.iter().zip(prompt).take_while(|(a, b)| a == b).count())
+    }
+
     fn reply(
         &mut self,
         messages: &[ChatMessage],
         controls: &Controls,
         emit: &mut dyn FnMut(EngineEvent),
     ) -> Result<(), EngineError> {
-        let (prompt, starts_thinking) = self.prompt_tokens(messages)?;
+        let n_ctx = self.session.n_ctx();
+        let reserve = reply_reserve(n_ctx, self.n_predict);
+        let budget = n_ctx - reserve.min(n_ctx);
+        let fit = fit_context(messages, budget, |m| {
+            self.prompt_tokens(m).map(|p| (p.0.len(), p))
+        })?;
+        let (prompt, starts_thinking) = match fit {
+            Fit::Fits { dropped, prompt } => {
+                if dropped > 0 {
+                    emit(EngineEvent::ContextShift {
+                        dropped,
+                        tokens: prompt.0.len(),
+                    });
+                }
+                prompt
+            }
+            Fit::TooLong { tokens } => {
+                return Err(EngineError::TurnTooLong {
+                    n_prompt: tokens,
+                    budget,
+                    n_ctx,
+                })
+            }
+        };
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
+        let shared = self.system_prefix(messages, &prompt)?;
+        self.session.keep_prefix(&prompt[..shared]);
         let opts = GenOptions {
             n_predict: self.n_predict,
             starts_thinking,
@@ -330,6 +389,7 @@ impl ChatSession {
                 tokens: gen.tokens.len(),
                 decode_ms: gen.timings.total_ms - gen.timings.prompt_ms,
                 context_used: self.session.n_past(),
+                context_full: gen.stop == super::StopReason::ContextFull,
             });
         }
         Ok(())

@@ -63,6 +63,15 @@ pub enum EngineError {
     EmptyPrompt,
     #[error("the prompt is {n_prompt} tokens, longer than the context of {n_ctx} (raise -c)")]
     PromptTooLong { n_prompt: usize, n_ctx: usize },
+    #[error(
+        "this turn needs {n_prompt} tokens with the system prompt, more than the {budget} \
+         a context of {n_ctx} leaves beside the reply (raise -c or send a shorter message)"
+    )]
+    TurnTooLong {
+        n_prompt: usize,
+        budget: usize,
+        n_ctx: usize,
+    },
     #[error("{0}")]
     Options(String),
     #[error("thread pool: {0}")]

@@ -9,6 +9,10 @@
 //! * the position of the [`Session::checkpoint`] (a copy of the recurrent state,
 //!   taken after the last prompt — a chat turn whose reply was re-rendered
 //!   differently restarts there), or else
+//! * the end of the shared prefix declared with [`Session::keep_prefix`] (the
+//!   system prompt: a chat whose oldest turns were dropped, or a fresh
+//!   conversation, restarts there; the recurrent state is copied each time an
+//!   evaluation passes that position), or else
 //! * nothing (the state is reset).
 
 use std::sync::Arc;
@@ -155,6 +159,10 @@ pub struct Session {
     /// The tokens the state holds, position by position.
     tokens: Vec<u32>,
     checkpoint: Option<Checkpoint>,
+    /// The prefix every prompt is expected to share ([`Session::keep_prefix`]).
+    shared: Vec<u32>,
+    /// The recurrent state at the end of `shared`, once an evaluation passed it.
+    shared_state: Option<Checkpoint>,
     pool: rayon::ThreadPool,
     /// The pool of prompt batches when `-tb` differs from `-t`.
     pool_batch: Option<rayon::ThreadPool>,
@@ -204,6 +212,8 @@ impl Session {
             state,
             tokens: Vec::new(),
             checkpoint: None,
+            shared: Vec::new(),
+            shared_state: None,
             pool,
             pool_batch,
             threads,
@@ -257,13 +267,33 @@ impl Session {
         if keep < self.tokens.len() {
             if self.checkpoint.as_ref().is_some_and(|c| c.pos == keep) {
                 self.restore_checkpoint();
+            } else if self.shared_state.as_ref().is_some_and(|c| c.pos == keep) {
+                self.restore_shared();
             } else {
                 self.reset();
             }
         }
         debug_assert_eq!(self.tokens.len(), keep);
         let t0 = Instant::now();
-        let rest = &prompt[keep..];
+        // Passing the end of the shared prefix: evaluate up to it and copy the state.
+        let n_shared = self.shared.len();
+        if keep < n_shared && n_shared < prompt.len() && prompt.starts_with(&self.shared) {
+            for chunk in prompt[keep..n_shared].chunks(self.n_batch) {
+                let pos = self.tokens.len();
+                let (model, state) = (&self.model.model, &mut self.state);
+                self.pool.install(|| {
+                    model
+                        .forward(state, chunk, pos, LogitsFor::Indices(&[]))
+                        .map(|_| ())
+                })?;
+                self.tokens.extend_from_slice(chunk);
+            }
+            self.shared_state = Some(Checkpoint {
+                pos: n_shared,
+                recurrent: self.state.recurrent.clone(),
+            });
+        }
+        let rest = &prompt[self.tokens.len()..];
         // Whole logical batches first (no logits), then the last one.
         let split = (rest.len() - 1) / self.n_batch * self.n_batch;
         let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);
@@ -288,7 +318,7 @@ impl Session {
         self.tokens.extend_from_slice(last);
         let info = Prefill {
             reused: keep,
-            evaluated: rest.len(),
+            evaluated: prompt.len() - keep,
             ms: t0.elapsed().as_secs_f64() * 1000.0,
         };
         Ok((info, logits))
@@ -296,7 +326,8 @@ impl Session {
 
     /// How much of `prompt` can stay: all the state holds when `prompt` extends it
     /// by at least one token (the last token must be evaluated to get logits), else
-    /// the checkpoint when `prompt` extends that, else nothing.
+    /// the later of the checkpoint and the shared prefix's copy that `prompt`
+    /// extends, else nothing.
     fn reusable_prefix(&self, prompt: &[u32]) -> usize {
         let common = self
             .tokens
@@ -307,10 +338,41 @@ impl Session {
         if common == self.tokens.len() && common < prompt.len() {
             return common;
         }
-        match &self.checkpoint {
-            Some(c) if c.pos <= common && c.pos < prompt.len() => c.pos,
-            _ => 0,
+        // The held KV cache covers `common` positions of `prompt`; a copy of the
+        // recurrent state at or below that restarts there (the shared prefix's copy
+        // only for a prompt that starts with that prefix).
+        let shared = self
+            .shared_state
+            .as_ref()
+            .filter(|_| prompt.starts_with(&self.shared));
+        [self.checkpoint.as_ref(), shared]
+            .into_iter()
+            .flatten()
+            .map(|c| c.pos)
+            .filter(|&pos| pos <= common && pos < prompt.len())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Declares the prefix prompts are expected to share (a chat's system prompt).
+    /// The next evaluation that passes its end keeps a copy of the recurrent state
+    /// there, so that a later prompt sharing only this prefix restarts there instead
+    /// of from nothing. An empty prefix turns this off.
+    pub fn keep_prefix(&mut self, prefix: &[u32]) {
+        if self.shared != prefix {
+            self.shared = prefix.to_vec();
+            self.shared_state = None;
         }
+    }
+
+    fn restore_shared(&mut self) {
+        let Some(c) = &self.shared_state else { return };
+        for (dst, src) in self.state.recurrent.iter_mut().zip(&c.recurrent) {
+            dst.conv.copy_from_slice(&src.conv);
+            dst.ssm.copy_from_slice(&src.ssm);
+        }
+        self.state.kv.truncate(c.pos);
+        self.tokens.truncate(c.pos);
     }
 
     /// Runs one token at the next position and returns its logits.

@@ -254,6 +254,38 @@ fn a_driver_advancing_the_state_itself_keeps_the_session_consistent() {
 }
 
 #[test]
+fn a_shared_prefix_copy_restarts_only_prompts_that_start_with_that_prefix() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = prompt(&m);
+    assert!(p.len() > 6);
+    let mut s = session(&m, 256);
+    s.keep_prefix(&p[..4]);
+    s.prefill(&p).unwrap();
+    // Shares the prefix, then differs: restarts at its end, with the logits of a
+    // session that evaluated it in the same two pieces from scratch.
+    let mut q = p[..4].to_vec();
+    q.extend(p[1..5].iter().rev());
+    let (info, logits) = s.prefill(&q).unwrap();
+    assert_eq!((info.reused, info.evaluated), (4, q.len() - 4));
+    let warm = logits.to_vec();
+    let mut cold = session(&m, 256);
+    cold.keep_prefix(&p[..4]);
+    let (info, logits) = cold.prefill(&q).unwrap();
+    assert_eq!(info.reused, 0);
+    assert_eq!(warm, logits.to_vec());
+    // Differs inside the prefix: nothing is reused.
+    let mut r = q.clone();
+    r.swap(0, 1);
+    let (info, _) = s.prefill(&r).unwrap();
+    assert_eq!(info.reused, 0);
+    // A different declared prefix drops the copy.
+    s.prefill(&q).unwrap();
+    s.keep_prefix(&q[..3]);
+    let (info, _) = s.prefill(&p).unwrap();
+    assert_eq!(info.reused, 0);
+}
+
+#[test]
 fn session_rejects_empty_and_too_long_prompts_and_zero_sizes() {
     let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
     let mut s = session(&m, 8);
@@ -582,6 +614,86 @@ fn a_second_chat_turn_prefills_only_new_tokens_and_replies_like_a_fresh_engine()
     let fresh = chat_turn(&mut cold, &msgs, None);
     assert!(matches!(fresh[0], EngineEvent::Prefill { tokens, .. } if tokens == prompt2.len()));
     assert_eq!(reply_text(&second), reply_text(&fresh));
+}
+
+#[test]
+fn after_a_context_shift_the_kept_turns_are_read_again_after_the_system_prompt_and_answered_like_a_fresh_engine(
+) {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let engine = || ChatSession::new(session(&m, 160), SamplerParams::greedy(), Some(12));
+    let system = "You are a helpful assistant.";
+    let sys_tokens = m
+        .tokenize(
+            &m.render_chat(&[crate::chat::ChatMessage::new("system", system)], false)
+                .unwrap(),
+        )
+        .unwrap();
+    let mut warm = engine();
+    let mut msgs = vec![UiMessage::new(Role::System, system)];
+    for i in 0..40 {
+        msgs.push(UiMessage::new(
+            Role::User,
+            format!("Question {i}: what about foxes and dogs?"),
+        ));
+        let ev = chat_turn(&mut warm, &msgs, None);
+        assert!(
+            matches!(ev.last(), Some(EngineEvent::Done { .. })),
+            "turn {i}: {ev:?}"
+        );
+        let Some(EngineEvent::ContextShift { dropped, tokens }) = ev.first().cloned() else {
+            msgs.push(UiMessage::new(Role::Assistant, reply_text(&ev).trim()));
+            continue;
+        };
+        assert!(i > 1, "a shift at turn {i}");
+        let kept: Vec<UiMessage> = msgs[..1]
+            .iter()
+            .chain(&msgs[1 + dropped..])
+            .cloned()
+            .collect();
+        assert_eq!(kept[1].role, Role::User);
+        let (prompt, _) = warm.prompt_tokens(&kept).unwrap();
+        assert_eq!(tokens, prompt.len());
+        let shared = sys_tokens
+            .iter()
+            .zip(&prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(shared > 0);
+        let EngineEvent::Prefill {
+            tokens: evaluated, ..
+        } = ev[1]
+        else {
+            panic!("{:?}", ev[1])
+        };
+        assert_eq!(
+            evaluated,
+            prompt.len() - shared,
+            "re-read after the system prompt"
+        );
+        let mut cold = engine();
+        let fresh = chat_turn(&mut cold, &kept, None);
+        assert!(matches!(fresh[0], EngineEvent::Prefill { tokens, .. } if tokens == prompt.len()));
+        assert_eq!(reply_text(&ev), reply_text(&fresh));
+        return;
+    }
+    panic!("the context never shifted");
+}
+
+#[test]
+fn a_turn_too_long_for_the_context_is_one_error_and_the_next_turn_is_answered() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let mut e = ChatSession::new(session(&m, 64), SamplerParams::greedy(), Some(8));
+    let long = "word ".repeat(200);
+    let ev = chat_turn(&mut e, &[UiMessage::new(Role::User, long)], None);
+    assert!(
+        matches!(&ev[..], [EngineEvent::Error(msg)] if msg.contains("this turn needs")),
+        "{ev:?}"
+    );
+    let ev = chat_turn(&mut e, &[UiMessage::new(Role::User, "short")], None);
+    assert!(
+        matches!(ev.last(), Some(EngineEvent::Done { .. })),
+        "{ev:?}"
+    );
 }
 
 #[test]

@@ -16,13 +16,17 @@ pub struct Segment {
 pub enum Ending {
     /// Still streaming.
     Streaming,
-    /// Finished on its own: tokens and decode speed.
+    /// Finished on its own: tokens and decode speed; `context_full`: cut because the
+    /// context had no room left.
     Done {
         tokens: usize,
         tok_per_s: f64,
+        context_full: bool,
     },
     /// Stopped by the user (Esc).
     Stopped,
+    /// Read from a saved conversation (`--load`).
+    Loaded,
     Error(String),
 }
 
@@ -32,6 +36,10 @@ pub struct Turn {
     /// For user and system turns, one plain segment.
     pub segments: Vec<Segment>,
     pub ending: Ending,
+    /// False once the engine left this turn out to fit the context (it stays shown).
+    pub in_context: bool,
+    /// A line shown above the turn (e.g. that older turns were left out).
+    pub note: Option<String>,
 }
 
 impl Turn {
@@ -115,15 +123,29 @@ impl ThinkSplitter {
 }
 
 /// All turns, plus the pending drafts of the reply in flight.
+///
+/// Turns before `start` belong to an earlier conversation (before a fresh start): they
+/// stay on screen but are neither sent nor saved. The system turns at the very start
+/// lead every conversation.
 #[derive(Clone, Debug, Default)]
 pub struct ChatLog {
     pub turns: Vec<Turn>,
+    /// The first turn of the current conversation.
+    pub start: usize,
     /// Drafts of the current speculative round, not yet verified.
     pub pending: Vec<String>,
     splitter: ThinkSplitter,
 }
 
 impl ChatLog {
+    /// Adds a turn of a saved conversation (`--load`).
+    pub fn push_loaded(&mut self, role: Role, text: &str) {
+        self.push_plain(role, text);
+        if let Some(t) = self.turns.last_mut() {
+            t.ending = Ending::Loaded;
+        }
+    }
+
     pub fn push_plain(&mut self, role: Role, text: &str) {
         self.turns.push(Turn {
             role,
@@ -135,7 +157,10 @@ impl ChatLog {
             ending: Ending::Done {
                 tokens: 0,
                 tok_per_s: 0.0,
+                context_full: false,
             },
+            in_context: true,
+            note: None,
         });
     }
 
@@ -147,6 +172,8 @@ impl ChatLog {
             role: Role::Assistant,
             segments: Vec::new(),
             ending: Ending::Streaming,
+            in_context: true,
+            note: None,
         });
     }
 
@@ -184,12 +211,75 @@ impl ChatLog {
         }
     }
 
-    /// The conversation to send to the engine (visible text only).
+    /// The conversation to send to the engine (visible text only): the system
+    /// prompt, then the current conversation's turns still in the context, without
+    /// failed exchanges (a user turn whose reply failed, and that reply).
     pub fn messages(&self) -> Vec<ChatMessage> {
+        self.sent()
+            .map(|i| &self.turns[i])
+            .map(|t| ChatMessage::new(t.role, t.visible_text()))
+            .collect()
+    }
+
+    fn failed(&self, i: usize) -> bool {
+        let is_failed_reply =
+            |t: &Turn| t.role == Role::Assistant && matches!(t.ending, Ending::Error(_));
+        let t = &self.turns[i];
+        is_failed_reply(t)
+            || (t.role == Role::User && self.turns.get(i + 1).is_some_and(is_failed_reply))
+    }
+
+    /// The system turns that lead the log.
+    fn n_system(&self) -> usize {
         self.turns
             .iter()
-            .filter(|t| !matches!(t.ending, Ending::Error(_)) || t.role != Role::Assistant)
+            .take_while(|t| t.role == Role::System)
+            .count()
+    }
+
+    /// Indices of the turns [`ChatLog::messages`] sends.
+    fn sent(&self) -> impl Iterator<Item = usize> + '_ {
+        let n_system = self.n_system();
+        (0..n_system).chain(
+            (self.start.max(n_system)..self.turns.len())
+                .filter(|&i| self.turns[i].in_context && !self.failed(i)),
+        )
+    }
+
+    /// The engine left out the `dropped` oldest non-system messages it was sent:
+    /// marks those turns as out of the context and notes it on the reply in flight.
+    pub fn drop_oldest(&mut self, dropped: usize, tokens: usize) {
+        let n_system = self.n_system();
+        let gone: Vec<usize> = self.sent().skip(n_system).take(dropped).collect();
+        for &i in &gone {
+            self.turns[i].in_context = false;
+        }
+        if let Some(turn) = self.streaming() {
+            turn.note = Some(format!(
+                "context full: left out the {dropped} oldest message{} (marked above); \
+                 {tokens} tokens kept",
+                if dropped == 1 { "" } else { "s" }
+            ));
+        }
+    }
+
+    /// Starts a fresh conversation: earlier turns stay shown but are no longer sent.
+    pub fn fresh_start(&mut self) {
+        self.pending.clear();
+        self.start = self.turns.len();
+    }
+
+    /// The current conversation as saved (`Ctrl-S`): the system prompt and every
+    /// turn since the last fresh start, also those left out of the context, but no
+    /// failed reply.
+    pub fn saved_messages(&self) -> Vec<ChatMessage> {
+        let n_system = self.n_system();
+        (0..n_system)
+            .chain(self.start.max(n_system)..self.turns.len())
+            .map(|i| &self.turns[i])
+            .filter(|t| !(t.role == Role::Assistant && matches!(t.ending, Ending::Error(_))))
             .map(|t| ChatMessage::new(t.role, t.visible_text()))
+            .filter(|m| m.role == Role::User || !m.content.is_empty())
             .collect()
     }
 }

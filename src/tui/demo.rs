@@ -4,13 +4,19 @@
 //!
 //! Everything except the wall clock is a pure function of the conversation: the same
 //! messages give the same words, drafts, acceptances and routings.
+//!
+//! A token is a word, plus 4 per message for the template (an earlier reply also
+//! counts the thinking it streamed, which the pretend cache holds). The demo fits the
+//! conversation into its context like the real engine (`fit_context`, with
+//! `reply_reserve(n_ctx, None)` kept for the reply), reports `ContextShift`, and cuts
+//! a reply that reaches the end of the context (`Done { context_full: true }`).
 
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::engine::{
-    ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, SpecStats,
-    TokenKind,
+    fit_context, reply_reserve, ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, Fit,
+    LayerKind, Role, SpecStats, TokenKind,
 };
 
 const THOUGHT: &str = "The user wants a reply. I am the demo engine, so I will say what the \
@@ -180,6 +186,41 @@ impl ChatEngine for DemoEngine {
         controls: &Controls,
         emit: &mut dyn FnMut(EngineEvent),
     ) {
+        let n_ctx = self.info.n_ctx;
+        let budget = n_ctx - reply_reserve(n_ctx, None).min(n_ctx);
+        let fit = fit_context(messages, budget, |m| {
+            Ok::<_, std::convert::Infallible>((held_tokens(m), ()))
+        });
+        let kept: Vec<ChatMessage>;
+        let messages = match fit {
+            Ok(Fit::Fits { dropped: 0, .. }) => messages,
+            Ok(Fit::Fits { dropped, .. }) => {
+                let n_system = messages
+                    .iter()
+                    .take_while(|m| m.role == Role::System)
+                    .count();
+                kept = messages[..n_system]
+                    .iter()
+                    .chain(&messages[n_system + dropped..])
+                    .cloned()
+                    .collect();
+                emit(EngineEvent::ContextShift {
+                    dropped,
+                    tokens: demo_tokens(&kept),
+                });
+                // What is kept no longer extends the cache: evaluated afresh.
+                self.seen = 0;
+                &kept
+            }
+            Ok(Fit::TooLong { tokens }) => {
+                emit(EngineEvent::Error(format!(
+                    "this turn needs {tokens} tokens, more than the {budget} the demo's \
+                     context of {n_ctx} leaves beside the reply"
+                )));
+                return;
+            }
+            Err(never) => match never {},
+        };
         let prompt = messages
             .iter()
             .rev()
@@ -193,10 +234,7 @@ impl ChatEngine for DemoEngine {
             self.cached = 0;
             messages
         };
-        let new_tokens: usize = fresh
-            .iter()
-            .map(|m| m.content.split_whitespace().count() + 4)
-            .sum();
+        let new_tokens = demo_tokens(fresh);
         let prompt_tokens = self.cached + new_tokens;
         self.cached = prompt_tokens;
         self.seen = messages.len();
@@ -217,7 +255,12 @@ impl ChatEngine for DemoEngine {
         let mut i = 0;
         // The reply joins the cache as it is generated (a stopped one too).
         self.seen = messages.len() + 1;
+        let mut context_full = false;
         while i < toks.len() {
+            if prompt_tokens + i >= n_ctx {
+                context_full = true;
+                break;
+            }
             self.cached = prompt_tokens + i;
             if controls.stop_requested() {
                 return;
@@ -232,8 +275,12 @@ impl ChatEngine for DemoEngine {
                     _ => 0,
                 });
             }
-            if speculating && !probe && left > 1 {
-                let d = self.info.max_draft.min(left - 1);
+            if speculating && !probe && left > 1 && prompt_tokens + i + 1 < n_ctx {
+                let d = self
+                    .info
+                    .max_draft
+                    .min(left - 1)
+                    .min(n_ctx - prompt_tokens - i - 1);
                 // Each draft survives with probability 0.8, so about 3 of 8 are accepted.
                 let mut a = 0;
                 while a < d && rng.unit() < 0.8 {
@@ -303,13 +350,33 @@ impl ChatEngine for DemoEngine {
             emit(self.layer_times(&mut rng, context));
             emit(self.routing(&mut rng));
         }
-        self.cached = prompt_tokens + toks.len();
+        self.cached = prompt_tokens + i;
         emit(EngineEvent::Done {
-            tokens: toks.len(),
+            tokens: i,
             decode_ms: start.elapsed().as_secs_f64() * 1000.0,
-            context_used: prompt_tokens + toks.len(),
+            context_used: prompt_tokens + i,
+            context_full,
         });
     }
+}
+
+/// The positions a conversation takes in the demo's cache: its tokens, plus the
+/// thinking each earlier reply streamed (the cache holds it; the messages do not).
+fn held_tokens(messages: &[ChatMessage]) -> usize {
+    let thought = THOUGHT.split_whitespace().count() + 2;
+    let replies = messages
+        .iter()
+        .filter(|m| m.role == Role::Assistant)
+        .count();
+    demo_tokens(messages) + replies * thought
+}
+
+/// The demo's token count of messages: words, plus 4 per message.
+fn demo_tokens(messages: &[ChatMessage]) -> usize {
+    messages
+        .iter()
+        .map(|m| m.content.split_whitespace().count() + 4)
+        .sum()
 }
 
 fn words(s: &str) -> impl Iterator<Item = String> + '_ {

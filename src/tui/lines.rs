@@ -1,10 +1,23 @@
 //! The chat without a terminal UI, for pipes: each input line is a user turn, the
 //! reply (thinking left out) is written as one paragraph followed by a blank line.
+//!
+//! Nothing in the input ends the session early but `/quit` (or `/exit`) and its end:
+//! * a turn the engine fails is answered with `error: …` and the next line is read
+//!   (the session's status is an error at the end, [`LineError::TurnsFailed`]);
+//! * a line that is not valid UTF-8 is decoded lossily (U+FFFD), with a note;
+//! * when the engine drops the oldest turns to fit the context (`ContextShift`),
+//!   they are not sent again, and a note says so; a reply cut by the end of the
+//!   context ends with [`CONTEXT_FULL_MARKER`];
+//! * `/clear` starts a fresh conversation (the system prompt kept).
+//!
+//! Notes go to stderr (or the `notes` writer of [`run_lines_with`]), prefixed `clover:`.
 
+use std::borrow::Cow;
 use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
 
 use super::chat::ThinkSplitter;
-use super::engine::{ChatEngine, ChatMessage, Controls, EngineEvent, Role};
+use super::engine::{ChatEngine, ChatMessage, Controls, EngineEvent, Role, CONTEXT_FULL_MARKER};
 
 /// Session options shared by both front ends.
 #[derive(Clone, Debug, Default)]
@@ -15,24 +28,85 @@ pub struct ChatOptions {
     pub spec: bool,
     /// A note shown on the status line until the first key (e.g. which model runs).
     pub notice: Option<String>,
+    /// Earlier turns to continue from (`clover chat --load`), without the system
+    /// prompt.
+    pub history: Vec<ChatMessage>,
+    /// Where Ctrl-S saves the conversation (`None`: the current directory).
+    pub save_dir: Option<PathBuf>,
 }
 
-/// Reads lines from `input` until end of input (or a line `/quit`), generates a reply
-/// to each non-blank one and writes it to `output`. An engine error is written as
-/// `error: …` and ends the session with an error.
+impl ChatOptions {
+    /// The system prompt as the conversation's first message, if there is one.
+    pub fn system_messages(&self) -> Vec<ChatMessage> {
+        self.system
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| ChatMessage::new(Role::System, s))
+            .into_iter()
+            .collect()
+    }
+}
+
+/// Why a line-mode session ended with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum LineError {
+    /// Reading the input or writing the replies failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    /// Every line was read, but some turns failed (each was reported as `error: …`).
+    #[error("{failed} of {turns} turns failed; the first: {first}")]
+    TurnsFailed {
+        failed: usize,
+        turns: usize,
+        first: String,
+    },
+}
+
+/// [`run_lines_with`] with notes on stderr.
 pub fn run_lines<E: ChatEngine>(
     engine: &mut E,
     opts: &ChatOptions,
     input: impl BufRead,
+    output: impl Write,
+) -> Result<(), LineError> {
+    run_lines_with(engine, opts, input, output, io::stderr())
+}
+
+/// Reads lines from `input` until end of input (or a line `/quit`), generates a reply
+/// to each non-blank one and writes it to `output`; notes go to `notes` (see the
+/// module docs).
+pub fn run_lines_with<E: ChatEngine>(
+    engine: &mut E,
+    opts: &ChatOptions,
+    mut input: impl BufRead,
     mut output: impl Write,
-) -> io::Result<()> {
+    mut notes: impl Write,
+) -> Result<(), LineError> {
     let controls = Controls::new(opts.spec && engine.info().spec_available);
-    let mut messages: Vec<ChatMessage> = Vec::new();
-    if let Some(s) = opts.system.as_deref().filter(|s| !s.trim().is_empty()) {
-        messages.push(ChatMessage::new(Role::System, s));
-    }
-    for line in input.lines() {
-        let line = line?;
+    let system = opts.system_messages();
+    let mut messages: Vec<ChatMessage> = system.clone();
+    messages.extend(opts.history.iter().cloned());
+    let (mut turns, mut failed, mut first_error) = (0, 0, None::<String>);
+    let mut buf = Vec::new();
+    let mut line_no = 0;
+    loop {
+        buf.clear();
+        if input.read_until(b'\n', &mut buf)? == 0 {
+            break;
+        }
+        line_no += 1;
+        let line = match std::str::from_utf8(&buf) {
+            Ok(s) => Cow::Borrowed(s),
+            Err(_) => {
+                // Notes are best effort: a closed stderr must not end the chat.
+                let _ = writeln!(
+                    notes,
+                    "clover: input line {line_no} is not valid UTF-8; \
+                     its invalid bytes were replaced by U+FFFD"
+                );
+                String::from_utf8_lossy(&buf)
+            }
+        };
         let line = line.trim();
         if line.is_empty() {
             continue;
@@ -40,12 +114,20 @@ pub fn run_lines<E: ChatEngine>(
         if line == "/quit" || line == "/exit" {
             break;
         }
+        if line == "/clear" {
+            messages.clone_from(&system);
+            let _ = writeln!(notes, "clover: new conversation");
+            continue;
+        }
+        turns += 1;
         messages.push(ChatMessage::new(Role::User, line));
         let mut reply = String::new();
         let mut error: Option<String> = None;
         let mut splitter = ThinkSplitter::default();
         let mut write_err: Option<io::Error> = None;
         let mut started = false;
+        let mut dropped = 0;
+        let mut context_full = false;
         engine.generate(&messages, &controls, &mut |ev| match ev {
             EngineEvent::Text { text, thinking, .. } => {
                 for (piece, inside) in splitter.push(&text) {
@@ -74,12 +156,26 @@ pub fn run_lines<E: ChatEngine>(
                     }
                 }
             }
+            EngineEvent::ContextShift { dropped: d, tokens } => {
+                dropped = d;
+                let _ = writeln!(
+                    notes,
+                    "clover: the context is full: left out the {d} oldest message{}; \
+                     {tokens} tokens kept",
+                    if d == 1 { "" } else { "s" }
+                );
+            }
+            EngineEvent::Done {
+                context_full: full, ..
+            } => context_full = full,
             EngineEvent::Error(e) => error = Some(e),
             _ => {}
         });
         if let Some(e) = write_err {
-            return Err(e);
+            return Err(e.into());
         }
+        let n_system = system.len();
+        messages.drain(n_system..(n_system + dropped).min(messages.len() - 1));
         if let Some((rest, inside)) = splitter.finish() {
             if !inside {
                 output.write_all(rest.as_bytes())?;
@@ -87,21 +183,181 @@ pub fn run_lines<E: ChatEngine>(
             }
         }
         if let Some(e) = error {
-            writeln!(output, "\nerror: {e}")?;
+            writeln!(output, "\nerror: {e}\n")?;
             output.flush()?;
-            return Err(io::Error::other(e));
+            // A failed exchange is not part of the conversation.
+            messages.pop();
+            failed += 1;
+            first_error.get_or_insert(e);
+            continue;
+        }
+        if context_full {
+            let sep = if reply.is_empty() { "" } else { " " };
+            write!(output, "{sep}{CONTEXT_FULL_MARKER}")?;
         }
         writeln!(output, "\n")?;
         output.flush()?;
         messages.push(ChatMessage::new(Role::Assistant, reply.trim()));
     }
-    Ok(())
+    match first_error {
+        Some(first) => Err(LineError::TurnsFailed {
+            failed,
+            turns,
+            first,
+        }),
+        None => Ok(()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tui::demo::DemoEngine;
+    use std::time::Duration;
+
+    /// Passes everything to `inner` and keeps the conversations it was sent.
+    struct Recording<E> {
+        inner: E,
+        sent: Vec<Vec<ChatMessage>>,
+    }
+
+    impl<E: ChatEngine> ChatEngine for Recording<E> {
+        fn info(&self) -> crate::tui::EngineInfo {
+            self.inner.info()
+        }
+        fn generate(
+            &mut self,
+            messages: &[ChatMessage],
+            controls: &Controls,
+            emit: &mut dyn FnMut(EngineEvent),
+        ) {
+            self.sent.push(messages.to_vec());
+            self.inner.generate(messages, controls, emit);
+        }
+    }
+
+    fn recording(n_ctx: usize) -> Recording<DemoEngine> {
+        Recording {
+            inner: DemoEngine::new(1, n_ctx, Duration::ZERO),
+            sent: Vec::new(),
+        }
+    }
+
+    /// Runs line mode; returns the result, stdout and the notes.
+    fn run(
+        engine: &mut impl ChatEngine,
+        opts: &ChatOptions,
+        input: &[u8],
+    ) -> (Result<(), LineError>, String, String) {
+        let (mut out, mut notes) = (Vec::new(), Vec::new());
+        let r = run_lines_with(engine, opts, input, &mut out, &mut notes);
+        (
+            r,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(notes).unwrap(),
+        )
+    }
+
+    #[test]
+    fn line_mode_goes_on_after_a_failed_turn_and_fails_only_at_the_end() {
+        let mut e = recording(4096);
+        let (r, out, _) = run(
+            &mut e,
+            &ChatOptions::default(),
+            b"please /error\nsecond line\n",
+        );
+        assert!(
+            out.contains("error: the demo engine was asked to fail"),
+            "{out}"
+        );
+        assert!(out.contains("You wrote \"second line\"."), "{out}");
+        assert!(
+            matches!(
+                r,
+                Err(LineError::TurnsFailed {
+                    failed: 1,
+                    turns: 2,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        // The failed exchange is not sent again.
+        assert_eq!(e.sent[1], vec![ChatMessage::new(Role::User, "second line")]);
+    }
+
+    #[test]
+    fn line_mode_decodes_invalid_utf8_lossily_with_a_note() {
+        let (r, out, notes) = run(
+            &mut DemoEngine::instant(),
+            &ChatOptions::default(),
+            b"caf\xff ok\nnext\n",
+        );
+        r.unwrap();
+        assert!(out.contains("You wrote \"caf\u{fffd} ok\"."), "{out}");
+        assert!(out.contains("You wrote \"next\"."), "{out}");
+        assert_eq!(notes.matches("not valid UTF-8").count(), 1, "{notes}");
+        assert!(notes.contains("line 1 "), "{notes}");
+    }
+
+    #[test]
+    fn line_mode_clear_starts_a_fresh_conversation_with_the_system_prompt() {
+        let mut e = recording(4096);
+        let opts = ChatOptions {
+            system: Some("be brief".into()),
+            ..ChatOptions::default()
+        };
+        let (r, _, notes) = run(&mut e, &opts, b"one\n/clear\ntwo\n");
+        r.unwrap();
+        assert!(notes.contains("new conversation"), "{notes}");
+        assert_eq!(
+            e.sent[1],
+            vec![
+                ChatMessage::new(Role::System, "be brief"),
+                ChatMessage::new(Role::User, "two")
+            ]
+        );
+    }
+
+    #[test]
+    fn line_mode_leaves_out_dropped_turns_and_marks_replies_cut_by_the_context() {
+        let mut e = recording(300);
+        let opts = ChatOptions {
+            system: Some("be brief".into()),
+            ..ChatOptions::default()
+        };
+        let input: String = (0..12).map(|i| format!("question number {i}\n")).collect();
+        let (r, out, notes) = run(&mut e, &opts, input.as_bytes());
+        r.unwrap();
+        for i in 0..12 {
+            assert!(out.contains(&format!("You wrote \"question number {i}\".")));
+        }
+        assert!(out.contains(CONTEXT_FULL_MARKER), "{out}");
+        assert!(notes.contains("the context is full"), "{notes}");
+        // After a shift the conversation sent is shorter, and still led by the system
+        // prompt; the newest question is always there.
+        assert!(e.sent.windows(2).any(|w| w[1].len() < w[0].len()));
+        for (i, m) in e.sent.iter().enumerate() {
+            assert_eq!(m[0].role, Role::System);
+            assert_eq!(m.last().unwrap().content, format!("question number {i}"));
+        }
+    }
+
+    #[test]
+    fn line_mode_continues_a_loaded_conversation() {
+        let mut e = recording(4096);
+        let opts = ChatOptions {
+            history: vec![
+                ChatMessage::new(Role::User, "earlier"),
+                ChatMessage::new(Role::Assistant, "answer"),
+            ],
+            ..ChatOptions::default()
+        };
+        let (r, _, _) = run(&mut e, &opts, b"now\n");
+        r.unwrap();
+        assert_eq!(e.sent[0].len(), 3);
+        assert_eq!(e.sent[0][0].content, "earlier");
+    }
 
     #[test]
     fn line_mode_answers_each_line_without_the_thinking() {

@@ -8,6 +8,7 @@
 //! * this file: terminal setup and teardown, the panic hook, the worker thread and the
 //!   main loop (poll input, drain engine events, redraw at most [`FRAME`] apart).
 //! * [`lines`]: the line-based chat used when stdout is not a terminal.
+//! * [`transcript`]: a conversation saved (Ctrl-S) and loaded (`--load`).
 
 pub mod chat;
 pub mod demo;
@@ -18,6 +19,7 @@ pub mod lines;
 pub mod render;
 pub mod state;
 pub mod stats;
+pub mod transcript;
 
 use std::io::{self, Stdout};
 use std::panic::{self, AssertUnwindSafe};
@@ -40,7 +42,7 @@ use ratatui::Terminal;
 pub use engine::{
     ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, TokenKind,
 };
-pub use lines::{run_lines, ChatOptions};
+pub use lines::{run_lines, run_lines_with, ChatOptions, LineError};
 
 use events::WorkerMsg;
 use state::{App, Request};
@@ -58,8 +60,7 @@ const WORKER_NAME: &str = "clover-engine";
 /// exit path: normal return, error, and panic (by the hook installed here).
 pub fn run_tui<E: ChatEngine>(engine: E, opts: &ChatOptions) -> io::Result<()> {
     let info = engine.info();
-    let mut app = App::new(info, opts.system.as_deref(), opts.spec);
-    app.notice = opts.notice.clone();
+    let mut app = App::from_options(info, opts);
     let hook = PanicHook::install();
     let mut guard = TerminalGuard::enter()?;
     let worker = Worker::spawn(engine, Arc::clone(&app.controls));

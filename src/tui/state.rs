@@ -1,13 +1,16 @@
 //! The application state: what is shown and what keys do. No terminal types here;
 //! inputs come as [`Input`], engine output as [`WorkerMsg`], times as milliseconds.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::chat::{ChatLog, Ending};
 use super::engine::{ChatMessage, Controls, EngineEvent, EngineInfo, Role, SpecStats, TokenKind};
 use super::events::{Code, Input, Key, WorkerMsg};
 use super::input::InputEditor;
+use super::lines::ChatOptions;
 use super::stats::{AcceptStats, HeatWindow, LayerTiming, RoutingStats, Speeds};
+use super::transcript::{self, Transcript};
 
 /// Tokens the recent routing window covers.
 pub const ROUTING_WINDOW: usize = 64;
@@ -87,7 +90,11 @@ pub struct App {
     pub context_used: usize,
     reply_tokens: usize,
     prefill_tokens: usize,
+    /// A context shift was reported and its prefill not yet.
+    after_shift: bool,
     pub view: ViewInfo,
+    /// Where Ctrl-S saves the conversation.
+    pub save_dir: PathBuf,
 }
 
 impl App {
@@ -123,8 +130,25 @@ impl App {
             context_used: 0,
             reply_tokens: 0,
             prefill_tokens: 0,
+            after_shift: false,
             view: ViewInfo::default(),
+            save_dir: PathBuf::from("."),
         }
+    }
+
+    /// A session set up from the front ends' options: system prompt, speculation,
+    /// the first notice, a loaded conversation (shown as earlier turns, sent with
+    /// the next message) and where Ctrl-S saves.
+    pub fn from_options(info: EngineInfo, opts: &ChatOptions) -> Self {
+        let mut app = App::new(info, opts.system.as_deref(), opts.spec);
+        for m in &opts.history {
+            app.chat.push_loaded(m.role, &m.content);
+        }
+        app.notice = opts.notice.clone();
+        if let Some(d) = &opts.save_dir {
+            app.save_dir = d.clone();
+        }
+        app
     }
 
     pub fn spec(&self) -> bool {
@@ -193,6 +217,8 @@ impl App {
                 }
             }
             Code::F(4) => self.fold_thinking = !self.fold_thinking,
+            Code::F(5) => self.fresh_start(),
+            Code::Char('s') | Code::Char('S') if k.ctrl => self.save(transcript::now_unix()),
             Code::Tab => self.set_focus(self.focus.step(1)),
             Code::BackTab => self.set_focus(self.focus.step(-1)),
             Code::PageUp => self.page(1),
@@ -229,6 +255,28 @@ impl App {
             _ => {}
         }
         None
+    }
+
+    /// Starts a fresh conversation (F5): the turns so far stay shown above a marker
+    /// but are no longer sent; the system prompt leads the new one.
+    fn fresh_start(&mut self) {
+        if self.generating {
+            self.notice = Some("a reply is still streaming: Esc stops it first".into());
+            return;
+        }
+        self.chat.fresh_start();
+        self.context_used = 0;
+        self.chat_scroll = 0;
+        self.notice = Some("new conversation: earlier turns are no longer sent".into());
+    }
+
+    /// Saves the current conversation as Markdown and JSON (Ctrl-S) and says where.
+    pub fn save(&mut self, now_unix: u64) {
+        let t = Transcript::new(&self.info.model, now_unix, &self.chat.saved_messages());
+        self.notice = Some(match transcript::save(&self.save_dir, &t) {
+            Ok((md, json)) => format!("saved {} and {}", md.display(), json.display()),
+            Err(e) => format!("could not save in {}: {e}", self.save_dir.display()),
+        });
     }
 
     fn set_focus(&mut self, f: Focus) {
@@ -334,6 +382,9 @@ impl App {
     fn on_event(&mut self, ev: EngineEvent, now_ms: f64) {
         match ev {
             EngineEvent::Prefill { tokens, ms } => {
+                if std::mem::take(&mut self.after_shift) {
+                    self.context_used = self.context_used.saturating_sub(tokens);
+                }
                 self.prefill_tokens = tokens;
                 self.speeds.prefill(tokens, ms, now_ms);
             }
@@ -358,17 +409,33 @@ impl App {
             EngineEvent::SpecStats(st) => self.spec_stats = Some(st),
             EngineEvent::LayerTimes { mixer_ms, moe_ms } => self.timing.record(&mixer_ms, &moe_ms),
             EngineEvent::Routing { layer_experts } => self.routing.record(&layer_experts),
+            EngineEvent::ContextShift { dropped, tokens } => {
+                self.chat.drop_oldest(dropped, tokens);
+                // The context now holds the `tokens` kept; the prefill that follows
+                // counts the part of them evaluated again.
+                self.context_used = tokens;
+                self.after_shift = true;
+                self.notice = Some(format!(
+                    "context full: {dropped} oldest message{} left out",
+                    if dropped == 1 { "" } else { "s" }
+                ));
+            }
             EngineEvent::Done {
                 tokens,
                 decode_ms,
                 context_used,
+                context_full,
             } => {
                 let tok_per_s = if decode_ms > 0.0 {
                     tokens as f64 / decode_ms * 1000.0
                 } else {
                     0.0
                 };
-                self.chat.end_reply(Ending::Done { tokens, tok_per_s });
+                self.chat.end_reply(Ending::Done {
+                    tokens,
+                    tok_per_s,
+                    context_full,
+                });
                 // The engine's count replaces the estimate at `finish`.
                 self.context_used = context_used;
                 self.prefill_tokens = 0;
@@ -612,6 +679,7 @@ mod tests {
                 tokens: 2,
                 decode_ms: 10.0,
                 context_used: 12,
+                context_full: false,
             }),
             4.0,
         );
@@ -654,5 +722,162 @@ mod tests {
         a.on_worker(WorkerMsg::Panicked("boom".into()), 1.0);
         assert!(!a.generating);
         assert!(matches!(&a.chat.turns[1].ending, Ending::Error(e) if e.contains("boom")));
+    }
+
+    /// Sends `text` and feeds the demo engine's reply (of `engine`) back in.
+    fn exchange(a: &mut App, engine: &mut DemoEngine, text: &str) {
+        a.input.set_text(text);
+        let Some(Request::Generate(m)) = a.handle_key(Key::plain(Code::Enter)) else {
+            panic!("no request")
+        };
+        let mut events = Vec::new();
+        engine.generate(&m, &Controls::new(false), &mut |e| events.push(e));
+        for e in events {
+            a.on_worker(WorkerMsg::Event(e), 0.0);
+        }
+        a.on_worker(WorkerMsg::Finished, 0.0);
+    }
+
+    #[test]
+    fn a_context_shift_leaves_the_oldest_turns_shown_but_no_longer_sent() {
+        let mut engine = DemoEngine::new(1, 256, std::time::Duration::ZERO);
+        let mut a = App::new(engine.info(), Some("sys"), false);
+        for i in 0..4 {
+            exchange(&mut a, &mut engine, &format!("question {i}"));
+        }
+        let out: Vec<&crate::tui::chat::Turn> =
+            a.chat.turns.iter().filter(|t| !t.in_context).collect();
+        assert!(!out.is_empty(), "no shift happened");
+        assert!(a.chat.turns.iter().any(|t| t.note.is_some()));
+        let sent = a.chat.messages();
+        assert_eq!(sent[0], ChatMessage::new(Role::System, "sys"));
+        assert_eq!(sent.len() + out.len(), a.chat.turns.len());
+        // Some reply reached the end of the 256-token context and says so.
+        assert!(a.chat.turns.iter().any(|t| matches!(
+            t.ending,
+            Ending::Done {
+                context_full: true,
+                ..
+            }
+        )));
+        // The chat keeps answering: the last reply finished.
+        assert!(matches!(
+            a.chat.turns.last().unwrap().ending,
+            Ending::Done { .. }
+        ));
+    }
+
+    #[test]
+    fn f5_starts_a_fresh_conversation_led_by_the_system_prompt() {
+        let mut engine = DemoEngine::instant();
+        let mut a = App::new(engine.info(), Some("sys"), false);
+        exchange(&mut a, &mut engine, "first");
+        a.handle_key(Key::plain(Code::F(5)));
+        assert!(a.notice.as_deref().unwrap().contains("new conversation"));
+        assert_eq!(a.context_used, 0);
+        a.input.set_text("second");
+        let Some(Request::Generate(m)) = a.handle_key(Key::plain(Code::Enter)) else {
+            panic!("no request")
+        };
+        assert_eq!(
+            m,
+            vec![
+                ChatMessage::new(Role::System, "sys"),
+                ChatMessage::new(Role::User, "second")
+            ]
+        );
+        // The earlier turns are still on screen.
+        assert_eq!(a.chat.turns[1].visible_text(), "first");
+    }
+
+    #[test]
+    fn f5_while_a_reply_streams_only_explains() {
+        let mut a = app();
+        type_text(&mut a, "x");
+        a.handle_key(Key::plain(Code::Enter));
+        a.handle_key(Key::plain(Code::F(5)));
+        assert_eq!(a.chat.start, 0);
+        assert!(a.notice.as_deref().unwrap().contains("Esc"));
+    }
+
+    #[test]
+    fn ctrl_s_saves_markdown_and_json_that_load_back_as_the_conversation() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut engine = DemoEngine::instant();
+        let opts = ChatOptions {
+            system: Some("sys".into()),
+            save_dir: Some(dir.path().to_path_buf()),
+            ..ChatOptions::default()
+        };
+        let mut a = App::from_options(engine.info(), &opts);
+        exchange(&mut a, &mut engine, "hello there");
+        a.handle_key(Key::ctrl(Code::Char('s')));
+        let notice = a.notice.clone().unwrap();
+        assert!(notice.starts_with("saved "), "{notice}");
+        let mut files: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 2, "{files:?}");
+        assert!(notice.contains(&files[0].display().to_string()));
+        assert!(files[0].to_string_lossy().ends_with(".json"));
+        let t = Transcript::parse(&std::fs::read(&files[0]).unwrap()).unwrap();
+        assert_eq!(t.system.as_deref(), Some("sys"));
+        assert_eq!(t.history(), a.chat.messages()[1..].to_vec());
+        let md = std::fs::read_to_string(&files[1]).unwrap();
+        assert!(md.contains("hello there"), "{md}");
+        // Loading it shows the turns and sends them with the next message.
+        let opts = ChatOptions {
+            system: t.system.clone(),
+            history: t.history(),
+            ..ChatOptions::default()
+        };
+        let mut b = App::from_options(engine.info(), &opts);
+        b.input.set_text("more");
+        let Some(Request::Generate(m)) = b.handle_key(Key::plain(Code::Enter)) else {
+            panic!("no request")
+        };
+        assert_eq!(m.len(), 4);
+        assert_eq!(m[1], ChatMessage::new(Role::User, "hello there"));
+    }
+
+    #[test]
+    fn a_failed_exchange_is_not_sent_again() {
+        let mut engine = DemoEngine::instant();
+        let mut a = App::new(engine.info(), None, false);
+        exchange(&mut a, &mut engine, "please /error");
+        assert!(matches!(a.chat.turns[1].ending, Ending::Error(_)));
+        a.input.set_text("next");
+        let Some(Request::Generate(m)) = a.handle_key(Key::plain(Code::Enter)) else {
+            panic!("no request")
+        };
+        assert_eq!(m, vec![ChatMessage::new(Role::User, "next")]);
+    }
+
+    #[test]
+    fn context_in_use_after_a_shift_is_what_was_kept_plus_the_reply() {
+        let mut a = app();
+        a.context_used = 900;
+        type_text(&mut a, "x");
+        a.handle_key(Key::plain(Code::Enter));
+        let ev = |e| WorkerMsg::Event(e);
+        a.on_worker(
+            ev(EngineEvent::ContextShift {
+                dropped: 2,
+                tokens: 300,
+            }),
+            0.0,
+        );
+        // 20 tokens of system prompt were kept in the cache; 280 evaluated again.
+        a.on_worker(
+            ev(EngineEvent::Prefill {
+                tokens: 280,
+                ms: 1.0,
+            }),
+            0.0,
+        );
+        a.on_worker(text_event("a", TokenKind::Plain), 1.0);
+        assert_eq!(a.context_now(), 301);
     }
 }

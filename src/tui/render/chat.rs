@@ -9,7 +9,7 @@ use ratatui::style::{Color, Modifier, Style};
 use super::wrap::{wrap, Row};
 use super::{num, panel, put};
 use crate::tui::chat::{Ending, Segment, Turn};
-use crate::tui::engine::{Role, TokenKind};
+use crate::tui::engine::{Role, TokenKind, CONTEXT_FULL_MARKER};
 use crate::tui::state::{App, Focus};
 
 pub const ACCEPTED: Style = Style::new().fg(Color::Green);
@@ -36,8 +36,18 @@ fn segment_style(s: &Segment) -> Style {
 pub fn lines(app: &App, width: usize) -> Vec<Row> {
     let mut out: Vec<Row> = Vec::new();
     let last = app.chat.turns.len().saturating_sub(1);
+    let n_system = app
+        .chat
+        .turns
+        .iter()
+        .take_while(|t| t.role == Role::System)
+        .count();
     for (i, turn) in app.chat.turns.iter().enumerate() {
         if i > 0 {
+            out.push(Vec::new());
+        }
+        if i == app.chat.start && i > n_system {
+            out.push(fresh_marker());
             out.push(Vec::new());
         }
         let pending = if i == last && turn.ending == Ending::Streaming {
@@ -47,31 +57,60 @@ pub fn lines(app: &App, width: usize) -> Vec<Row> {
         };
         turn_lines(turn, pending, app.fold_thinking, width, &mut out);
     }
+    if app.chat.start == app.chat.turns.len() && app.chat.start > n_system {
+        out.push(Vec::new());
+        out.push(fresh_marker());
+    }
     out
 }
 
+/// The line between an earlier conversation and a fresh start (F5).
+fn fresh_marker() -> Row {
+    vec![(
+        "── new conversation (F5) ──".into(),
+        Style::new().fg(Color::Yellow),
+    )]
+}
+
 fn turn_lines(turn: &Turn, pending: &[String], fold: bool, width: usize, out: &mut Vec<Row>) {
+    if let Some(note) = &turn.note {
+        out.extend(wrap(
+            &[(&format!("⚠ {note}"), Style::new().fg(Color::Yellow))],
+            width,
+        ));
+    }
+    let gone = if turn.in_context {
+        ""
+    } else {
+        " · left out of the context"
+    };
+    let dim = Style::new().fg(Color::DarkGray);
     match turn.role {
         Role::System => {
             let t = turn.visible_text();
-            let dim = Style::new().fg(Color::DarkGray);
             out.extend(wrap(&[("system: ", dim.bold()), (&t, dim)], width));
             return;
         }
         Role::User => {
-            out.push(vec![(
-                "› you".into(),
-                Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
-            )]);
+            out.push(vec![
+                (
+                    "› you".into(),
+                    Style::new().fg(Color::Cyan).add_modifier(Modifier::BOLD),
+                ),
+                (gone.into(), dim),
+            ]);
             out.extend(wrap(&[(&turn.visible_text(), Style::new())], width));
             return;
         }
-        Role::Assistant => out.push(vec![(
-            "◆ clover".into(),
-            Style::new()
-                .fg(Color::LightGreen)
-                .add_modifier(Modifier::BOLD),
-        )]),
+        Role::Assistant => out.push(vec![
+            (
+                "◆ clover".into(),
+                Style::new()
+                    .fg(Color::LightGreen)
+                    .add_modifier(Modifier::BOLD),
+            ),
+            (gone.into(), dim),
+        ]),
     }
     // Paragraphs: runs of thinking and of answer text, each wrapped on its own.
     let mut groups: Vec<(bool, Vec<&Segment>)> = Vec::new();
@@ -114,14 +153,39 @@ fn turn_lines(turn: &Turn, pending: &[String], fold: bool, width: usize, out: &m
     }
     let footer = match &turn.ending {
         Ending::Streaming => ("▌".to_string(), Style::new().fg(Color::LightGreen)),
-        Ending::Done { tokens, tok_per_s } => (
+        Ending::Done {
+            tokens, tok_per_s, ..
+        } => (
             format!("{tokens} tokens · {} tok/s", num(*tok_per_s)),
             Style::new().fg(Color::DarkGray),
         ),
         Ending::Stopped => ("[stopped]".into(), Style::new().fg(Color::Yellow)),
+        Ending::Loaded => (
+            "(from the saved chat)".into(),
+            Style::new().fg(Color::DarkGray),
+        ),
         Ending::Error(e) => (format!("[error: {e}]"), Style::new().fg(Color::Red)),
     };
-    out.extend(wrap(&[(&footer.0, footer.1)], width));
+    let full = matches!(
+        turn.ending,
+        Ending::Done {
+            context_full: true,
+            ..
+        }
+    );
+    let marker = Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD);
+    if full {
+        out.extend(wrap(
+            &[
+                (CONTEXT_FULL_MARKER, marker),
+                (" ", dim),
+                (&footer.0, footer.1),
+            ],
+            width,
+        ));
+    } else {
+        out.extend(wrap(&[(&footer.0, footer.1)], width));
+    }
 }
 
 /// Draws the chat panel; returns (text rows, total wrapped lines) for paging.
@@ -287,5 +351,34 @@ mod tests {
         assert!(contains(&top, "system:"), "{top:#?}");
         assert!(!contains(&bottom, "system:"));
         assert!(contains(&top, "more"));
+    }
+
+    #[test]
+    fn a_reply_cut_by_the_context_shows_the_marker_and_left_out_turns_say_so() {
+        use crate::tui::demo::DemoEngine;
+        use crate::tui::engine::{ChatEngine, Controls};
+        let mut engine = DemoEngine::new(1, 256, std::time::Duration::ZERO);
+        let mut app = App::new(engine.info(), None, false);
+        for q in ["one", "two", "three"] {
+            app.input.set_text(q);
+            let Some(crate::tui::state::Request::Generate(m)) = app.handle_key(
+                crate::tui::events::Key::plain(crate::tui::events::Code::Enter),
+            ) else {
+                panic!("no request")
+            };
+            let mut events = Vec::new();
+            engine.generate(&m, &Controls::new(false), &mut |e| events.push(e));
+            for e in events {
+                app.on_worker(WorkerMsg::Event(e), 0.0);
+            }
+            app.on_worker(WorkerMsg::Finished, 0.0);
+        }
+        let area = Rect::new(0, 0, 100, 400);
+        let (_, text) = render_with(area, |b| {
+            render(&app, area, b);
+        });
+        assert!(contains(&text, CONTEXT_FULL_MARKER), "{text:#?}");
+        assert!(contains(&text, "left out of the context"), "{text:#?}");
+        assert!(contains(&text, "⚠ context full:"), "{text:#?}");
     }
 }

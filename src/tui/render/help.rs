@@ -8,7 +8,7 @@ use ratatui::widgets::{Clear, Widget};
 use super::{panel, put};
 
 /// Every key the chat UI understands, with what it does.
-pub const KEYS: [(&str, &str); 17] = [
+pub const KEYS: [(&str, &str); 19] = [
     ("Enter", "send the message"),
     ("Alt+Enter, Ctrl-J", "new line in the message"),
     ("Esc", "stop the reply being generated"),
@@ -34,6 +34,8 @@ pub const KEYS: [(&str, &str); 17] = [
     ("F2", "speculation on / off, live"),
     ("F3", "heatmap: recent window / cumulative"),
     ("F4", "fold / unfold thinking"),
+    ("F5", "new conversation (earlier turns stay shown)"),
+    ("Ctrl-S", "save the conversation (.md and .json)"),
     (
         "colours",
         "green accepted, yellow corrected, underlined pending",
