@@ -211,3 +211,40 @@ fn json_summary_carries_consistent_speculation_counters() {
         serde_json::from_str(stdout.trim_end().lines().last().unwrap()).unwrap();
     assert!(j["spec"].is_null(), "{j}");
 }
+
+#[test]
+fn fixed_length_drafting_never_drafts_more_than_the_remaining_tokens_can_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.gguf");
+    write(Arch::CloverMoe, &path);
+    let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args(["run", "-m"])
+        .arg(&path)
+        .args([
+            "-t",
+            "1",
+            "-p",
+            "The quick brown fox",
+            "-n",
+            "4",
+            "--temp",
+            "0",
+        ])
+        .args(["--spec-type", "draft-self", "--spec-fixed", "--json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let j: serde_json::Value =
+        serde_json::from_str(stdout.trim_end().lines().last().unwrap()).unwrap();
+    assert_eq!(j["n_generated_tokens"], 4, "{stdout}");
+    // The prompt pass gives the first token; then at most 3 more can be
+    // emitted, and a round that may emit r tokens drafts at most r - 1 (random
+    // weights reject every draft: rounds of 2, 1 and 0 drafts).
+    let proposed = j["spec"]["drafts_proposed"].as_u64().unwrap();
+    assert!(
+        proposed <= 3,
+        "{proposed} drafts proposed for 3 tokens: {stdout}"
+    );
+}

@@ -23,14 +23,12 @@ use super::report::{TestResult, TestSpec};
 use super::{BenchError, Measured};
 
 /// How a generation test decodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct GenMode {
     /// Self-speculation on (`draft-self`) or plain greedy.
     pub draft_self: bool,
-    /// Adaptive draft length (else always `n_max`).
-    pub adaptive: bool,
-    /// Most drafts per pass.
-    pub n_max: usize,
+    /// How drafts are made and accepted (`clover bench`'s `--spec-*` flags).
+    pub spec: SpecConfig,
 }
 
 /// The measured repetitions, and the speculation statistics summed over them.
@@ -82,18 +80,16 @@ pub fn run_gen_test(
 ) -> Result<GenMeasured, BenchError> {
     let n_gen = spec.n_gen;
     let mut state = model.new_state(StateOptions {
-        n_ctx: prompt.len() + n_gen + mode.n_max + 2,
-        max_batch: spec.n_ubatch.min(spec.n_batch).max(mode.n_max + 1),
+        n_ctx: prompt.len() + n_gen + mode.spec.n_max + 2,
+        max_batch: spec.n_ubatch.min(spec.n_batch).max(mode.spec.n_max + 1),
         type_k,
         type_v,
     })?;
     let cfg = SpecConfig {
         enabled: mode.draft_self,
-        n_max: mode.n_max,
-        adaptive: mode.adaptive,
         n_predict: n_gen + 1,
         stop: Vec::new(),
-        ..SpecConfig::default()
+        ..mode.spec.clone()
     };
     let run = |state: &mut crate::model::State| {
         state.reset();
@@ -113,7 +109,7 @@ pub fn run_gen_test(
     run(&mut state)?;
     let first_forward_ns = t0.elapsed().as_nanos() as u64;
     let mut samples = Vec::with_capacity(reps);
-    let mut stats = SpecStats::new(mode.n_max);
+    let mut stats = SpecStats::new(mode.spec.n_max);
     let mut tokens = Vec::new();
     for _ in 0..reps {
         let g = run(&mut state)?;

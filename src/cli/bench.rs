@@ -13,23 +13,17 @@ use kernels::GgmlType;
 use crate::bench::gen::{run_gen_test, GenMode};
 use crate::bench::report::{self, Decode, ModelInfo, RunInfo, TestSpec};
 use crate::bench::{membw, passes, run_test, Traffic};
-use crate::engine::LoadedModel;
+use crate::engine::load::tokenizer_spec;
 use crate::gguf::GgufFile;
 use crate::model::Model;
+use crate::tokenizer::Tokenizer;
+
+use super::common::{SpecArgs, SpecType};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     Md,
     Json,
-}
-
-/// `--spec-type` values.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BenchSpec {
-    /// Plain greedy decoding
-    None,
-    /// Self-speculative greedy decoding (clover_moe files)
-    DraftSelf,
 }
 
 #[derive(Args, Debug)]
@@ -94,16 +88,13 @@ pub struct BenchArgs {
     /// tg tests decode real text greedily, once per listed mode (comma list of
     /// none, draft-self), instead of feeding random token ids
     #[arg(long = "spec-type", value_enum, value_delimiter = ',')]
-    pub spec_type: Vec<BenchSpec>,
+    pub spec_type: Vec<SpecType>,
     /// With --spec-type: the text prompt the tg tests continue
     #[arg(long = "gen-prompt", default_value = "In the beginning")]
     pub gen_prompt: String,
-    /// With --spec-type: most drafts per pass
-    #[arg(long = "spec-draft-n-max", default_value_t = 15)]
-    pub draft_n_max: usize,
-    /// With --spec-type: always draft n-max (no adaptive draft length)
-    #[arg(long = "spec-fixed")]
-    pub spec_fixed: bool,
+    /// With --spec-type: how drafts are made and accepted
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// Instead of the tests: time a plain decode step and verify and draft
     /// passes of these token counts (comma list), interleaved over -r
     /// repetitions, per -t, at the first -d depth (at least 1; clover_moe files)
@@ -174,8 +165,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 args.spec_type
                     .iter()
                     .map(|s| match s {
-                        BenchSpec::None => Decode::Greedy,
-                        BenchSpec::DraftSelf => Decode::DraftSelf,
+                        SpecType::None => Decode::Greedy,
+                        SpecType::DraftSelf => Decode::DraftSelf,
                     })
                     .collect()
             };
@@ -193,9 +184,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if tests.is_empty() && args.pass_costs.is_empty() {
         bail!("nothing to run: every -p and -n is 0");
     }
-    if args.draft_n_max == 0 {
-        bail!("--spec-draft-n-max must be at least 1");
-    }
+    let spec_cfg = args.spec.config(None)?;
     let default_path;
     let path = match args.model.as_deref() {
         Some(p) => p,
@@ -206,27 +195,27 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             default_path.as_path()
         }
     };
-    // The text prompt of the greedy tg tests, tokenized by the model's tokenizer.
-    let gen_prompt = if args.spec_type.is_empty() {
-        Vec::new()
-    } else {
-        let lm = LoadedModel::open(path).with_context(|| format!("{}", path.display()))?;
-        if args.spec_type.contains(&BenchSpec::DraftSelf) && !lm.model.has_diffusion() {
-            bail!("--spec-type draft-self needs a clover_moe file with the diffusion tensors");
-        }
-        let p = lm.tokenize(&args.gen_prompt)?;
-        if p.is_empty() {
-            bail!("--gen-prompt is empty");
-        }
-        p
-    };
-
     let t_open = Instant::now();
     let file = GgufFile::open_populated(path).with_context(|| format!("{}", path.display()))?;
     let open_ms = ms(t_open.elapsed().as_nanos() as u64);
     let t_bind = Instant::now();
     let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
     let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);
+    // The text prompt of the greedy tg tests, tokenized by the model's
+    // tokenizer (from the same open file: the model is loaded once).
+    let gen_prompt = if args.spec_type.is_empty() {
+        Vec::new()
+    } else {
+        if args.spec_type.contains(&SpecType::DraftSelf) && !model.has_diffusion() {
+            bail!("--spec-type draft-self needs a clover_moe file with the diffusion tensors");
+        }
+        let tok = Tokenizer::new(&tokenizer_spec(&file)?)?;
+        let p = tok.encode(&args.gen_prompt, true)?;
+        if p.is_empty() {
+            bail!("--gen-prompt is empty");
+        }
+        p
+    };
     if !args.pass_costs.is_empty() && !model.has_diffusion() {
         bail!("--pass-costs needs a clover_moe file with the diffusion tensors");
     }
@@ -277,8 +266,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         } else {
             let mode = GenMode {
                 draft_self: spec.decode == Decode::DraftSelf,
-                adaptive: !args.spec_fixed,
-                n_max: args.draft_n_max,
+                spec: spec_cfg.clone(),
             };
             let g = pool
                 .install(|| {

@@ -7,23 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
+use clap::Args;
 
 use crate::engine::{default_model, ChatSession, LoadedModel};
 use crate::tui::demo::DemoEngine;
 use crate::tui::transcript::Transcript;
 use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
 
-use super::common::{n_predict, ContextArgs, SamplingArgs};
-
-/// How replies are decoded (DESIGN §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum SpecType {
-    /// Plain autoregressive decoding.
-    None,
-    /// Self-speculation: block-diffusion drafts, verified in one batched pass.
-    DraftSelf,
-}
+use super::common::{
+    n_predict, read_text_file, ContextArgs, SamplingArgs, SpecArgs, SpecType, MAX_PROMPT_FILE,
+};
 
 #[derive(Args, Debug)]
 pub struct ChatArgs {
@@ -47,6 +40,8 @@ pub struct ChatArgs {
     /// none with -m); F2 toggles it live
     #[arg(long = "spec-type", value_enum)]
     pub spec_type: Option<SpecType>,
+    #[command(flatten)]
+    pub spec: SpecArgs,
     /// Run the built-in demo engine (no model needed)
     #[arg(long, conflicts_with = "model")]
     pub demo: bool,
@@ -65,14 +60,18 @@ pub struct ChatArgs {
 const DEMO_TOKEN_DELAY: Duration = Duration::from_millis(30);
 
 pub fn run(args: ChatArgs) -> anyhow::Result<()> {
-    let session_opts = args.context.session_options()?;
+    // Checked before the model is loaded.
+    args.context.session_options()?;
     let params = args.sampling.params()?;
     let n_predict = n_predict(args.n_predict)?;
+    let spec_cfg = args.spec.config(n_predict)?;
     let loaded = match &args.load {
         Some(path) => {
-            let bytes =
-                std::fs::read(path).with_context(|| format!("--load {}", path.display()))?;
-            Some(Transcript::parse(&bytes).with_context(|| format!("--load {}", path.display()))?)
+            let text = read_text_file(path, MAX_PROMPT_FILE, "saved conversation")?;
+            Some(
+                Transcript::parse(text.as_bytes())
+                    .with_context(|| format!("--load {}", path.display()))?,
+            )
         }
         None => None,
     };
@@ -101,7 +100,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             .context
             .threads
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-        let engine = DemoEngine::new(threads, args.context.ctx_size, DEMO_TOKEN_DELAY);
+        let engine = DemoEngine::new(threads, args.context.ctx(), DEMO_TOKEN_DELAY);
         return front_end(engine, &opts);
     }
     let mmap = !args.context.no_mmap;
@@ -118,8 +117,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
         );
     }
-    let session = super::common::new_session(Arc::new(model), session_opts)?;
+    let session = args.context.new_session(Arc::new(model))?;
     let mut engine = ChatSession::new(session, params, n_predict);
+    engine.configure_spec(&spec_cfg);
     if let Some(d) = &default {
         engine.set_display_name(d.display_name());
         opts.notice = Some(match opts.notice.take() {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use crate::engine::{parse_cache_type, LoadedModel, Session, SessionOptions};
 use crate::sample::SamplerParams;
+use crate::spec::SpecConfig;
 
 /// llama.cpp's multi-letter short flags and the long flags they mean.
 const LLAMA_SHORT: [(&str, &str); 5] = [
@@ -120,9 +121,9 @@ fn cache_type(s: &str) -> Result<GgmlType, String> {
 /// Context, threads, batches, KV cache.
 #[derive(Args, Debug, Clone)]
 pub struct ContextArgs {
-    /// Context size in tokens
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
-    pub ctx_size: usize,
+    /// Context size in tokens [default: 4096]
+    #[arg(short = 'c', long = "ctx-size")]
+    pub ctx_size: Option<usize>,
     /// Threads for generation (default: all cores)
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
@@ -151,7 +152,28 @@ pub struct ContextArgs {
     pub cache_type_v: GgmlType,
 }
 
+/// The context size without `-c`, as llama.cpp's tools default to.
+pub const DEFAULT_CTX: usize = 4096;
+
 impl ContextArgs {
+    /// `-c`, or [`DEFAULT_CTX`].
+    pub fn ctx(&self) -> usize {
+        self.ctx_size.unwrap_or(DEFAULT_CTX)
+    }
+
+    /// A session on `model` with these options, after printing what is
+    /// allowed but probably a mistake: a `-c` the user gave past the trained
+    /// context, more threads than cores.
+    pub fn new_session(&self, model: Arc<LoadedModel>) -> anyhow::Result<Session> {
+        let opts = self.session_options()?;
+        let warnings = opts.warnings(&model, self.ctx_size.is_some());
+        let session = Session::new(model, opts)?;
+        for w in warnings {
+            eprintln!("warning: {w}");
+        }
+        Ok(session)
+    }
+
     /// The session options, checked (zero sizes and thread counts are errors).
     pub fn session_options(&self) -> anyhow::Result<SessionOptions> {
         if self.flash_attn == Some(FlashAttn::On) {
@@ -161,7 +183,7 @@ impl ContextArgs {
             );
         }
         let opts = SessionOptions {
-            n_ctx: self.ctx_size,
+            n_ctx: self.ctx(),
             n_batch: self.batch_size,
             n_ubatch: self.ubatch_size,
             type_k: self.cache_type_k,
@@ -185,15 +207,69 @@ pub fn open_model(path: Option<&std::path::Path>, no_mmap: bool) -> anyhow::Resu
     }
 }
 
-/// A session on `model`, after printing what in `opts` is allowed but
-/// probably a mistake (a context past the trained one, more threads than cores).
-pub fn new_session(model: Arc<LoadedModel>, opts: SessionOptions) -> anyhow::Result<Session> {
-    let warnings = opts.warnings(&model);
-    let session = Session::new(model, opts)?;
-    for w in warnings {
-        eprintln!("warning: {w}");
+/// `--spec-type`: how tokens are decoded (DESIGN §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SpecType {
+    /// Plain autoregressive decoding.
+    None,
+    /// Self-speculation: block-diffusion drafts, verified in one batched pass
+    /// (clover_moe files).
+    DraftSelf,
+}
+
+/// How self-speculation drafts and accepts (DESIGN §4.1–4.2): the flags
+/// `run`, `chat` and `bench` share, checked before any model is loaded.
+#[derive(Args, Debug, Clone)]
+pub struct SpecArgs {
+    /// Most drafts per iteration
+    #[arg(long = "spec-draft-n-max", default_value_t = 15)]
+    pub n_max: usize,
+    /// Fewest drafts worth verifying (fewer: decode plainly)
+    #[arg(long = "spec-draft-n-min", default_value_t = 0)]
+    pub n_min: usize,
+    /// Cut the draft at the first position whose draft probability is below this
+    #[arg(long = "spec-draft-p-min", default_value_t = 0.0)]
+    pub p_min: f32,
+    /// Greedy only: also accept drafts with p ≥ ratio·max p (lossy; 1 = exact)
+    #[arg(long = "spec-accept-ratio", default_value_t = 1.0)]
+    pub accept_ratio: f32,
+    /// Greedy only: ...and when the target's entropy is at least this (nats)
+    #[arg(long = "spec-accept-delta", default_value_t = 0.0)]
+    pub accept_delta: f32,
+    /// Always draft n-max instead of choosing D from measured acceptance and cost
+    #[arg(long = "spec-fixed")]
+    pub fixed: bool,
+}
+
+impl SpecArgs {
+    /// The loop's configuration for `n_predict` tokens, checked.
+    pub fn config(&self, n_predict: Option<usize>) -> anyhow::Result<SpecConfig> {
+        if self.n_max == 0 || self.n_min > self.n_max {
+            anyhow::bail!(
+                "--spec-draft-n-min must be at most --spec-draft-n-max, which must be at least 1"
+            );
+        }
+        if !(self.accept_ratio > 0.0 && self.accept_ratio <= 1.0) {
+            anyhow::bail!("--spec-accept-ratio must be in (0, 1]");
+        }
+        if !(self.p_min.is_finite() && (0.0..=1.0).contains(&self.p_min)) {
+            anyhow::bail!("--spec-draft-p-min must be between 0 and 1");
+        }
+        if !(self.accept_delta.is_finite() && self.accept_delta >= 0.0) {
+            anyhow::bail!("--spec-accept-delta must be a finite number of nats, at least 0");
+        }
+        Ok(SpecConfig {
+            enabled: true,
+            n_max: self.n_max,
+            n_min: self.n_min,
+            p_min: self.p_min,
+            adaptive: !self.fixed,
+            accept_ratio: self.accept_ratio,
+            accept_delta: self.accept_delta,
+            n_predict: n_predict.unwrap_or(usize::MAX),
+            stop: Vec::new(),
+        })
     }
-    Ok(session)
 }
 
 /// The sampler chain (llama.cpp's defaults).

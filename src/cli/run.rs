@@ -11,12 +11,14 @@ use clap::Args;
 use serde_json::json;
 
 use crate::chat::ChatMessage;
+use crate::engine::SpecStep;
 use crate::engine::{generate, EngineError, GenEvent, GenOptions, Generation, PlainStep, Session};
 use crate::sample::Sampler;
-use crate::spec::{DiffusionDrafter, SpecConfig, SpecStats, SpecStep};
+use crate::spec::{DiffusionDrafter, SpecStats};
 
 use super::common::{
-    n_predict, new_session, open_model, read_text_file, ContextArgs, SamplingArgs, MAX_PROMPT_FILE,
+    n_predict, open_model, read_text_file, ContextArgs, SamplingArgs, SpecArgs, SpecType,
+    MAX_PROMPT_FILE,
 };
 
 #[derive(Args, Debug)]
@@ -55,40 +57,11 @@ pub struct RunArgs {
     /// After the text, print a JSON summary (tokens, timings) as the last line
     #[arg(long)]
     pub json: bool,
-    #[command(flatten)]
-    pub spec: SpecArgs,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SpecType {
-    None,
-    DraftSelf,
-}
-
-/// Self-speculative decoding (DESIGN §4.2).
-#[derive(Args, Debug)]
-pub struct SpecArgs {
     /// none: plain decoding; draft-self: draft by block diffusion, verify in one pass
     #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
     pub spec_type: SpecType,
-    /// Most drafts per iteration
-    #[arg(long = "spec-draft-n-max", default_value_t = 15)]
-    pub n_max: usize,
-    /// Fewest drafts worth verifying (fewer: decode plainly)
-    #[arg(long = "spec-draft-n-min", default_value_t = 0)]
-    pub n_min: usize,
-    /// Cut the draft at the first position whose draft probability is below this
-    #[arg(long = "spec-draft-p-min", default_value_t = 0.0)]
-    pub p_min: f32,
-    /// Greedy only: also accept drafts with p ≥ ratio·max p (lossy; 1 = exact)
-    #[arg(long = "spec-accept-ratio", default_value_t = 1.0)]
-    pub accept_ratio: f32,
-    /// Greedy only: ...and when the target's entropy is at least this (nats)
-    #[arg(long = "spec-accept-delta", default_value_t = 0.0)]
-    pub accept_delta: f32,
-    /// Always draft n-max instead of choosing D from measured acceptance and cost
-    #[arg(long = "spec-fixed")]
-    pub fixed: bool,
+    #[command(flatten)]
+    pub spec: SpecArgs,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -96,6 +69,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let session_opts = args.context.session_options()?;
     let params = args.sampling.params()?;
     let n_predict = n_predict(args.n_predict)?;
+    let spec_cfg = match args.spec_type {
+        SpecType::DraftSelf => Some(args.spec.config(n_predict)?),
+        SpecType::None => None,
+    };
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => read_text_file(f, MAX_PROMPT_FILE, "prompt file")?,
@@ -128,7 +105,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
         .into());
     }
-    let mut session = new_session(Arc::new(model), session_opts)?;
+    let mut session = args.context.new_session(Arc::new(model))?;
     let mut sampler = Sampler::new(params);
     let opts = GenOptions {
         n_predict,
@@ -155,31 +132,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     let mut spec_step = None;
-    if args.spec.spec_type == SpecType::DraftSelf {
+    if let Some(cfg) = spec_cfg {
         if !session.model().model.has_diffusion() {
             anyhow::bail!(
                 "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
             );
         }
-        if args.spec.n_min > args.spec.n_max || args.spec.n_max == 0 {
-            anyhow::bail!(
-                "--spec-draft-n-min must be at most --spec-draft-n-max, which must be at least 1"
-            );
-        }
-        if !(args.spec.accept_ratio > 0.0 && args.spec.accept_ratio <= 1.0) {
-            anyhow::bail!("--spec-accept-ratio must be in (0, 1]");
-        }
-        let cfg = SpecConfig {
-            enabled: true,
-            n_max: args.spec.n_max,
-            n_min: args.spec.n_min,
-            p_min: args.spec.p_min,
-            adaptive: !args.spec.fixed,
-            accept_ratio: args.spec.accept_ratio,
-            accept_delta: args.spec.accept_delta,
-            n_predict: n_predict.unwrap_or(usize::MAX),
-            stop: Vec::new(),
-        };
         spec_step = Some(SpecStep::new(cfg, DiffusionDrafter));
     }
     let step: &mut dyn crate::engine::Step = match spec_step.as_mut() {

@@ -41,7 +41,9 @@ use crate::chat::ChatMessage as TemplateMessage;
 use crate::model::ForwardError;
 use crate::model::{LayerKind as ModelLayerKind, Stats};
 use crate::sample::{Sampler, SamplerParams};
-use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats, SpecStep};
+use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats};
+
+use super::spec_step::SpecStep;
 use crate::tui::engine::{fit_context, reply_reserve, Fit};
 use crate::tui::{
     ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, TokenKind,
@@ -97,8 +99,6 @@ struct Round {
 struct ChatStep<'a> {
     spec: Option<&'a mut SpecStep<Recorder>>,
     controls: &'a Controls,
-    prompt_len: usize,
-    n_predict: Option<usize>,
     round: &'a RefCell<Round>,
     since_probe: &'a mut Option<u64>,
 }
@@ -109,6 +109,7 @@ impl Step for ChatStep<'_> {
         session: &mut Session,
         sampler: &mut Sampler,
         history: &[u32],
+        remaining: usize,
         out: &mut Vec<u32>,
     ) -> Result<StepStats, EngineError> {
         {
@@ -117,21 +118,14 @@ impl Step for ChatStep<'_> {
             round.stats = None;
         }
         let Some(spec) = self.spec.as_deref_mut().filter(|_| self.controls.spec()) else {
-            return PlainStep.step(session, sampler, history, out);
+            return PlainStep.step(session, sampler, history, remaining, out);
         };
-        // Never draft past the reply's token limit: every round's tokens are emitted.
-        let generated = history.len().saturating_sub(self.prompt_len);
-        spec.spec.cfg.n_predict = self
-            .n_predict
-            .map_or(usize::MAX, |n| n.saturating_sub(generated).max(1));
         spec.drafter.last.clear();
-        // A probe round runs the loop with drafting off: one timed plain step.
+        // A probe round is one timed plain step. The round never drafts past
+        // what the reply can still emit (`remaining`).
         let probe = self.since_probe.is_none_or(|n| n + 1 >= PLAIN_PROBE_EVERY);
-        spec.spec.cfg.enabled = !probe;
         let before = (spec.spec.stats.plain_ns, spec.spec.stats.total_ns);
-        let s = spec.step(session, sampler, history, out);
-        spec.spec.cfg.enabled = true;
-        let s = s?;
+        let s = spec.round(session, sampler, history, remaining, !probe, out)?;
         if probe {
             // The probe counts as long as the whole step took (thread-pool dispatch
             // included), measured like the loop's total, so the speed-up compares
@@ -212,6 +206,23 @@ impl ChatSession {
         ));
         self.info.spec_available = true;
         self.info.max_draft = max_draft.max(1);
+    }
+
+    /// Drafting and acceptance options from the command line
+    /// (`--spec-draft-n-max`, `-n-min`, `-p-min`, `--spec-accept-*`). The chat
+    /// keeps its own round structure: a fixed draft length with timed plain
+    /// probes, so `--spec-fixed` changes nothing here.
+    pub fn configure_spec(&mut self, cfg: &SpecConfig) {
+        if let Some(step) = &mut self.spec {
+            let n_max = cfg.n_max.max(1);
+            step.spec = crate::spec::Speculator::new(SpecConfig {
+                enabled: true,
+                n_max,
+                adaptive: false,
+                ..cfg.clone()
+            });
+            self.info.max_draft = n_max;
+        }
     }
 
     /// The speculative statistics so far (`None`: the model cannot speculate).
@@ -371,8 +382,6 @@ impl ChatSession {
         let mut step = ChatStep {
             spec: self.spec.as_mut(),
             controls,
-            prompt_len: prompt.len(),
-            n_predict: self.n_predict,
             round: &round,
             since_probe: &mut self.since_probe,
         };

@@ -70,11 +70,14 @@ pub trait Step {
     /// newest sampled one, not yet in `session`. The step must evaluate it and
     /// push at least one following token to `out`; every pushed token but the last
     /// must be evaluated as well (the last is the next "newest sampled" token).
+    /// `remaining` is how many tokens the loop can still emit (at least 1;
+    /// `usize::MAX` without a limit): a step that pushes more wastes the work.
     fn step(
         &mut self,
         session: &mut Session,
         sampler: &mut Sampler,
         history: &[u32],
+        remaining: usize,
         out: &mut Vec<u32>,
     ) -> Result<StepStats, EngineError>;
 }
@@ -89,6 +92,7 @@ impl Step for PlainStep {
         session: &mut Session,
         sampler: &mut Sampler,
         history: &[u32],
+        _remaining: usize,
         out: &mut Vec<u32>,
     ) -> Result<StepStats, EngineError> {
         let Some(&last) = history.last() else {
@@ -320,7 +324,8 @@ pub fn generate(
         }
         session.state.stats.clear();
         out.clear();
-        let s = step.step(session, sampler, &history, &mut out)?;
+        let remaining = opts.n_predict.map_or(usize::MAX, |n| n - tokens.len());
+        let s = step.step(session, sampler, &history, remaining, &mut out)?;
         timings.eval_ms += s.eval_ms;
         timings.eval_runs += s.eval_runs;
         timings.sample_ms += s.sample_ms;

@@ -26,6 +26,7 @@ pub mod default_model;
 pub mod generate;
 pub mod load;
 pub mod session;
+pub mod spec_step;
 
 use kernels::GgmlType;
 use thiserror::Error;
@@ -41,6 +42,7 @@ pub use generate::{
 };
 pub use load::LoadedModel;
 pub use session::{Prefill, Session, SessionOptions};
+pub use spec_step::SpecStep;
 
 /// Everything the session layer can fail with.
 #[derive(Debug, Error)]
@@ -76,6 +78,8 @@ pub enum EngineError {
     Options(String),
     #[error("thread pool: {0}")]
     Threads(String),
+    #[error("speculative step: {0}")]
+    Spec(#[from] crate::spec::SpecError),
     #[error(
         "a context of {n_ctx} tokens needs {} of memory for the KV cache and state, \
          more than the {} available (lower -c, or -ctk/-ctv q8_0)",

@@ -85,11 +85,12 @@ impl SessionOptions {
     }
 
     /// What is allowed but probably a mistake, for `model`: a context past the
-    /// one it was trained for, more threads than cores.
-    pub fn warnings(&self, model: &LoadedModel) -> Vec<String> {
+    /// one it was trained for (when the user chose it: `ctx_given`), more
+    /// threads than cores.
+    pub fn warnings(&self, model: &LoadedModel, ctx_given: bool) -> Vec<String> {
         let mut w = Vec::new();
         let trained = model.model.config.context_length;
-        if trained > 0 && self.n_ctx > trained {
+        if ctx_given && trained > 0 && self.n_ctx > trained {
             w.push(format!(
                 "-c {} is more than the {trained} tokens this model was trained on; \
                  quality may drop past {trained}",

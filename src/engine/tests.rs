@@ -369,6 +369,7 @@ impl Step for Scripted {
         session: &mut Session,
         _: &mut Sampler,
         history: &[u32],
+        _: usize,
         out: &mut Vec<u32>,
     ) -> Result<StepStats, EngineError> {
         let next = self.0.remove(0);

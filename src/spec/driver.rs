@@ -139,6 +139,7 @@ pub fn generate(
             drafter,
             &history,
             remaining,
+            true,
             &mut step_out,
         )?;
         for &tok in &step_out {
@@ -152,7 +153,7 @@ pub fn generate(
 
 /// The loop's state across iterations: configuration, the adaptive
 /// controller and the statistics. `iterate` is one draft → verify → accept
-/// → commit round; `generate` and the session's step (`spec::step`) call it.
+/// → commit round; `generate` and the session's step (`engine::SpecStep`) call it.
 #[derive(Debug)]
 pub struct Speculator {
     pub cfg: SpecConfig,
@@ -173,6 +174,9 @@ impl Speculator {
     /// anchor t_n, not yet in `state` (which holds `history.len() − 1`
     /// positions). Pushes accepted + 1 tokens to `out` (at most `remaining`):
     /// all but the last are committed to `state`, the last is the new anchor.
+    ///
+    /// `draft` false makes this round a plain step whatever the configuration
+    /// (a caller's timed probe of the plain cost).
     #[allow(clippy::too_many_arguments)]
     pub fn iterate(
         &mut self,
@@ -182,6 +186,7 @@ impl Speculator {
         drafter: &mut dyn Drafter,
         history: &[u32],
         remaining: usize,
+        draft: bool,
         out: &mut Vec<u32>,
     ) -> Result<(), SpecError> {
         let cfg = &self.cfg;
@@ -201,7 +206,7 @@ impl Speculator {
             .saturating_sub(1)
             .min(room_ctx)
             .min(state.max_batch.saturating_sub(1));
-        let d_want = if !cfg.enabled {
+        let d_want = if !cfg.enabled || !draft {
             0
         } else if cfg.adaptive {
             adaptive.choose(cap)

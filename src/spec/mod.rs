@@ -12,10 +12,8 @@ pub mod cost;
 pub mod draft;
 pub mod driver;
 pub mod stats;
-pub mod step;
 pub mod verify;
 
 pub use draft::{DiffusionDrafter, Draft, DraftCtx, Drafter, RandomDrafter, SequenceDrafter};
 pub use driver::{generate, Generation, SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
-pub use step::SpecStep;

@@ -1,15 +1,17 @@
-//! Self-speculation as an engine `Step` (`clover run --spec-type draft-self`):
-//! each step is one `Speculator::iterate` on the session's model and state,
-//! then the committed tokens (the anchor and the accepted drafts) are
-//! recorded with `Session::note_committed`.
+//! Self-speculation as an engine `Step` (`clover run --spec-type draft-self`,
+//! the chat): each step is one `Speculator::iterate` on the session's model and
+//! state, drafting no more than the loop can still emit, then the committed
+//! tokens (the anchor and the accepted drafts) are recorded with
+//! `Session::note_committed`.
 
 use std::time::Instant;
 
-use crate::engine::{EngineError, Session, Step, StepStats};
 use crate::sample::Sampler;
+use crate::spec::{Drafter, SpecConfig, Speculator};
 
-use super::draft::Drafter;
-use super::driver::{SpecConfig, Speculator};
+use super::generate::{Step, StepStats};
+use super::session::Session;
+use super::EngineError;
 
 /// A `Step` that drafts with `drafter` and verifies in one batched pass.
 pub struct SpecStep<D: Drafter + Send> {
@@ -32,6 +34,22 @@ impl<D: Drafter + Send> Step for SpecStep<D> {
         session: &mut Session,
         sampler: &mut Sampler,
         history: &[u32],
+        remaining: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<StepStats, EngineError> {
+        self.round(session, sampler, history, remaining, true, out)
+    }
+}
+
+impl<D: Drafter + Send> SpecStep<D> {
+    /// One round; `draft` false makes it a plain step (a timed probe).
+    pub fn round(
+        &mut self,
+        session: &mut Session,
+        sampler: &mut Sampler,
+        history: &[u32],
+        remaining: usize,
+        draft: bool,
         out: &mut Vec<u32>,
     ) -> Result<StepStats, EngineError> {
         let t0 = Instant::now();
@@ -41,12 +59,12 @@ impl<D: Drafter + Send> Step for SpecStep<D> {
         );
         let passes = self.spec.stats.verify_passes + self.spec.stats.plain_passes;
         let (spec, drafter) = (&mut self.spec, &mut self.drafter);
-        let remaining = spec.cfg.n_predict.max(1);
-        session
-            .with_model(|model, state| {
-                spec.iterate(model, state, sampler, drafter, history, remaining, out)
-            })
-            .map_err(|e| EngineError::Options(format!("speculative step: {e}")))?;
+        let remaining = remaining.min(spec.cfg.n_predict).max(1);
+        session.with_model(|model, state| {
+            spec.iterate(
+                model, state, sampler, drafter, history, remaining, draft, out,
+            )
+        })?;
         let anchor = *history.last().ok_or(EngineError::EmptyPrompt)?;
         let mut committed = vec![anchor];
         committed.extend_from_slice(&out[..out.len() - 1]);
