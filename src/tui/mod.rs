@@ -82,8 +82,11 @@ fn main_loop(
     let mut last_draw: Option<Instant> = None;
     loop {
         // Engine output first, so a burst of tokens is drawn in one frame.
-        while let Ok(msg) = worker.rx.try_recv() {
-            app.on_worker(msg, start.elapsed().as_secs_f64() * 1000.0);
+        while let Ok((msg, at)) = worker.rx.try_recv() {
+            // Timed when the engine sent it, not when this loop got to it: a
+            // burst drained in one frame would otherwise look instantaneous.
+            let at_ms = at.saturating_duration_since(start).as_secs_f64() * 1000.0;
+            app.on_worker(msg, at_ms);
             dirty = true;
         }
         if app.quit {
@@ -214,14 +217,15 @@ impl PanicHook {
 /// The engine on its own thread: receives conversations, streams events back.
 struct Worker {
     tx: Option<Sender<Vec<ChatMessage>>>,
-    rx: Receiver<WorkerMsg>,
+    /// Worker messages and when they were sent.
+    rx: Receiver<(WorkerMsg, Instant)>,
     handle: Option<JoinHandle<()>>,
 }
 
 impl Worker {
     fn spawn<E: ChatEngine>(mut engine: E, controls: Arc<Controls>) -> Self {
         let (req_tx, req_rx) = mpsc::channel::<Vec<ChatMessage>>();
-        let (msg_tx, msg_rx) = mpsc::channel::<WorkerMsg>();
+        let (msg_tx, msg_rx) = mpsc::channel::<(WorkerMsg, Instant)>();
         let handle = thread::Builder::new()
             .name(WORKER_NAME.into())
             .spawn(move || {
@@ -229,7 +233,7 @@ impl Worker {
                     let tx = msg_tx.clone();
                     let result = panic::catch_unwind(AssertUnwindSafe(|| {
                         engine.generate(&messages, &controls, &mut |ev| {
-                            let _ = tx.send(WorkerMsg::Event(ev));
+                            let _ = tx.send((WorkerMsg::Event(ev), Instant::now()));
                         });
                     }));
                     let done = match result {
@@ -237,7 +241,7 @@ impl Worker {
                         Err(payload) => WorkerMsg::Panicked(panic_message(payload.as_ref())),
                     };
                     let failed = matches!(done, WorkerMsg::Panicked(_));
-                    if msg_tx.send(done).is_err() || failed {
+                    if msg_tx.send((done, Instant::now())).is_err() || failed {
                         // The UI is gone, or the engine's state is unknown after a panic.
                         break;
                     }
@@ -307,7 +311,7 @@ mod tests {
 
     fn collect(worker: &Worker) -> Vec<WorkerMsg> {
         let mut out = Vec::new();
-        while let Ok(m) = worker.rx.recv_timeout(Duration::from_secs(10)) {
+        while let Ok((m, _)) = worker.rx.recv_timeout(Duration::from_secs(10)) {
             let last = matches!(m, WorkerMsg::Finished | WorkerMsg::Panicked(_));
             out.push(m);
             if last {
@@ -334,6 +338,37 @@ mod tests {
         let t = Instant::now();
         worker.shut_down(&controls);
         assert!(t.elapsed() < QUIT_GRACE);
+    }
+
+    /// Sends two prefill events 60 ms apart.
+    struct Slow;
+
+    impl ChatEngine for Slow {
+        fn info(&self) -> EngineInfo {
+            demo::DemoEngine::instant().info()
+        }
+        fn generate(&mut self, _: &[ChatMessage], _: &Controls, emit: &mut dyn FnMut(EngineEvent)) {
+            emit(EngineEvent::Prefill { tokens: 1, ms: 1.0 });
+            thread::sleep(Duration::from_millis(60));
+            emit(EngineEvent::Prefill { tokens: 1, ms: 1.0 });
+        }
+    }
+
+    #[test]
+    fn worker_messages_carry_when_they_were_sent_not_when_they_are_read() {
+        let controls = Arc::new(Controls::new(false));
+        let worker = Worker::spawn(Slow, Arc::clone(&controls));
+        worker.send(vec![ChatMessage::new(Role::User, "hi")]);
+        // Read both only after they were sent, as a busy UI would.
+        thread::sleep(Duration::from_millis(200));
+        let (_, a) = worker.rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let (_, b) = worker.rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(
+            b.duration_since(a) >= Duration::from_millis(50),
+            "{:?}",
+            b - a
+        );
+        worker.shut_down(&controls);
     }
 
     #[test]

@@ -35,12 +35,18 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
     }
     let t = &app.timing;
     let (mix, moe) = t.totals();
-    let header = format!(
-        "{} ms/token = mixer {} + MoE {}",
-        num((mix + moe) as f64),
-        num(mix as f64),
-        num(moe as f64)
-    );
+    // Before the first timed step there is nothing to show (and a sum of
+    // negative zeros would print as "-0.00").
+    let header = if mix + moe > 0.0 {
+        format!(
+            "{} ms/token = mixer {} + MoE {}",
+            num((mix + moe) as f64),
+            num(mix as f64),
+            num(moe as f64)
+        )
+    } else {
+        "– ms/token = mixer – + MoE –".to_string()
+    };
     let mut x = inner.x;
     x += put(
         buf,
