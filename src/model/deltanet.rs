@@ -23,8 +23,7 @@ use super::config::ModelConfig;
 use super::dump;
 use super::linear::MatScratch;
 use super::ops::{dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus};
-use super::state::DeltaNetState;
-use super::verify::GdnStash;
+use super::recurrent::{DeltaNetState, GdnStash};
 use super::weights::DeltaNetWeights;
 
 /// Scratch of a GDN layer for up to `max_batch` tokens.

@@ -14,15 +14,14 @@ use std::time::Instant;
 
 use kernels::KernelTable;
 
-use super::attention::{self, AttentionScratch};
+use super::attention;
 use super::config::ModelConfig;
-use super::deltanet::{self, DeltaNetScratch};
+use super::deltanet;
 use super::dump;
-use super::linear::MatScratch;
-use super::moe::{self, MoeScratch};
+use super::moe;
 use super::ops::rmsnorm;
+use super::recurrent::VerifyStash;
 use super::state::{LayerSlot, State, StateOptions};
-use super::verify::VerifyStash;
 use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
 use super::{ForwardError, StateError};
 
@@ -33,111 +32,6 @@ pub enum LogitsFor<'a> {
     All,
     /// Indices into the input tokens (any order, repeats allowed).
     Indices(&'a [usize]),
-}
-
-/// Per-layer timings and expert-routing counters, for the UI.
-#[derive(Clone, Debug)]
-pub struct Stats {
-    /// Take `Instant` timings (off: no clock reads at all).
-    pub timing: bool,
-    /// Nanoseconds in each layer's mixer (GDN or attention) and MoE block.
-    pub mixer_ns: Vec<u64>,
-    pub moe_ns: Vec<u64>,
-    /// Nanoseconds in the output head (norm + logits).
-    pub head_ns: u64,
-    /// Tokens processed since the last `clear`.
-    pub tokens: u64,
-    /// `[layer][expert]` times each expert was selected.
-    pub expert_counts: Vec<u64>,
-    /// `[layer][k]` experts of the last processed token, descending weight.
-    pub last_experts: Vec<u32>,
-    n_expert: usize,
-    k: usize,
-}
-
-impl Stats {
-    pub fn new(cfg: &ModelConfig) -> Stats {
-        Stats {
-            timing: false,
-            mixer_ns: vec![0; cfg.n_layer],
-            moe_ns: vec![0; cfg.n_layer],
-            head_ns: 0,
-            tokens: 0,
-            expert_counts: vec![0; cfg.n_layer * cfg.n_expert],
-            last_experts: vec![0; cfg.n_layer * cfg.n_expert_used],
-            n_expert: cfg.n_expert,
-            k: cfg.n_expert_used,
-        }
-    }
-
-    /// Zeroes every counter (keeps `timing`).
-    pub fn clear(&mut self) {
-        self.mixer_ns.fill(0);
-        self.moe_ns.fill(0);
-        self.head_ns = 0;
-        self.tokens = 0;
-        self.expert_counts.fill(0);
-        self.last_experts.fill(0);
-    }
-
-    /// Selection counts of layer `il`, one per expert.
-    pub fn layer_counts(&self, il: usize) -> &[u64] {
-        &self.expert_counts[il * self.n_expert..(il + 1) * self.n_expert]
-    }
-
-    fn record(&mut self, il: usize, sel: &[usize]) {
-        let (ne, k) = (self.n_expert, self.k);
-        for &x in sel {
-            self.expert_counts[il * ne + x] += 1;
-        }
-        let last = &sel[sel.len() - k..];
-        for (d, &s) in self.last_experts[il * k..(il + 1) * k].iter_mut().zip(last) {
-            *d = s as u32;
-        }
-    }
-}
-
-/// Run scratch, allocated once per state for `max_batch` tokens.
-#[derive(Debug)]
-pub struct Scratch {
-    /// `[T][n_embd]` residual stream, normed input, block output.
-    pub(crate) x: Vec<f32>,
-    pub(crate) xn: Vec<f32>,
-    pub(crate) y: Vec<f32>,
-    pub(crate) lin: MatScratch,
-    pub(crate) gdn: DeltaNetScratch,
-    pub(crate) attn: AttentionScratch,
-    pub(crate) moe: MoeScratch,
-    /// `[≤T][n_embd]` normed rows that need logits and their products.
-    pub(crate) head_in: Vec<f32>,
-    pub(crate) head_out: Vec<f32>,
-    /// `(output row, batch row)` for the current batch.
-    pub(crate) head_rows: Vec<(usize, usize)>,
-    pub(crate) logits: Vec<f32>,
-}
-
-impl Scratch {
-    pub fn new(cfg: &ModelConfig, n_vocab: usize, t: usize, n_ctx: usize) -> Scratch {
-        let e = cfg.n_embd;
-        let max_in = e
-            .max(cfg.ssm_inner())
-            .max(cfg.n_head * cfg.head_dim)
-            .max(cfg.n_ff_exp)
-            .max(cfg.n_ff_shexp);
-        Scratch {
-            x: vec![0.0; t * e],
-            xn: vec![0.0; t * e],
-            y: vec![0.0; t * e],
-            lin: MatScratch::new(t, max_in),
-            gdn: DeltaNetScratch::new(cfg, t),
-            attn: AttentionScratch::new(cfg, t, n_ctx),
-            moe: MoeScratch::new(cfg, t),
-            head_in: vec![0.0; t * e],
-            head_out: vec![0.0; n_vocab],
-            head_rows: Vec::with_capacity(t),
-            logits: vec![0.0; n_vocab],
-        }
-    }
 }
 
 /// A bound model: hyper-parameters and zero-copy weights.
