@@ -102,16 +102,13 @@ impl<'a> Model<'a> {
         if state.verify.is_none() {
             state.verify = Some(VerifyStash::new(&self.config));
         }
-        self.forward_impl(state, tokens, pos0, logits_for, true)?;
+        let n_logits = self
+            .forward_impl(state, tokens, pos0, logits_for, true)?
+            .len();
         if let Some(v) = &mut state.verify {
             v.pending = Some((pos0, tokens.len()));
         }
-        let rows = match logits_for {
-            LogitsFor::Last => 1,
-            LogitsFor::All => tokens.len(),
-            LogitsFor::Indices(idx) => idx.len(),
-        };
-        Ok(&state.scratch.logits[..rows * self.n_vocab()])
+        Ok(&state.scratch.logits[..n_logits])
     }
 
     /// Keeps the first `n_keep` positions of the pending verify pass:
@@ -129,15 +126,21 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// A batch of `tokens` may run at `pos0`: right after the cached
-    /// positions, within the context, every id in the vocabulary.
-    pub(super) fn check_batch_at(
+    /// Checks that `tokens` may run at `pos0` with `logits_for` — not empty,
+    /// right after the cached positions, within the context, every id in the
+    /// vocabulary, every index inside the input — and grows the logits
+    /// buffer to the rows asked for. Returns that number of rows.
+    pub(super) fn check_batch(
         &self,
-        state: &State,
+        state: &mut State,
         tokens: &[u32],
         pos0: usize,
-    ) -> Result<(), ForwardError> {
+        logits_for: LogitsFor,
+    ) -> Result<usize, ForwardError> {
         let (n, v) = (tokens.len(), self.n_vocab());
+        if n == 0 {
+            return Err(ForwardError::Empty);
+        }
         if pos0 != state.n_past() {
             return Err(ForwardError::Position {
                 expected: state.n_past(),
@@ -153,23 +156,6 @@ impl<'a> Model<'a> {
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= v) {
             return Err(ForwardError::Token { id, n_vocab: v });
         }
-        Ok(())
-    }
-
-    fn forward_impl<'s>(
-        &self,
-        state: &'s mut State,
-        tokens: &[u32],
-        pos0: usize,
-        logits_for: LogitsFor,
-        verify: bool,
-    ) -> Result<&'s [f32], ForwardError> {
-        let n = tokens.len();
-        let v = self.n_vocab();
-        if n == 0 {
-            return Err(ForwardError::Empty);
-        }
-        self.check_batch_at(state, tokens, pos0)?;
         if let LogitsFor::Indices(idx) = logits_for {
             if let Some(&i) = idx.iter().find(|&&i| i >= n) {
                 return Err(ForwardError::Index {
@@ -186,27 +172,26 @@ impl<'a> Model<'a> {
         if state.scratch.logits.len() < rows * v {
             state.scratch.logits.resize(rows * v, 0.0);
         }
+        Ok(rows)
+    }
+
+    fn forward_impl<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+        verify: bool,
+    ) -> Result<&'s [f32], ForwardError> {
+        let n = tokens.len();
+        let v = self.n_vocab();
+        let rows = self.check_batch(state, tokens, pos0, logits_for)?;
         let kt = kernels::isa::active();
         let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
         while c0 < n {
             let t = state.max_batch.min(n - c0);
-            let s = &mut state.scratch;
-            s.head_rows.clear();
-            match logits_for {
-                LogitsFor::Last => {
-                    if c0 + t == n {
-                        s.head_rows.push((0, t - 1));
-                    }
-                }
-                LogitsFor::All => s.head_rows.extend((0..t).map(|i| (c0 + i, i))),
-                LogitsFor::Indices(idx) => s.head_rows.extend(
-                    idx.iter()
-                        .enumerate()
-                        .filter(|(_, &g)| g >= c0 && g < c0 + t)
-                        .map(|(r, &g)| (r, g - c0)),
-                ),
-            }
+            set_head_rows(&mut state.scratch.head_rows, logits_for, n, c0, t);
             let bad = self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
             first_bad = first_bad.or(bad);
             c0 += t;
@@ -398,6 +383,32 @@ impl<'a> Model<'a> {
         if let Some(t0) = t0 {
             state.stats.head_ns += t0.elapsed().as_nanos() as u64;
         }
+    }
+}
+
+/// `(output row, batch row)` of every logits row `logits_for` asks of the
+/// batch holding input tokens `c0..c0 + t` of `n`.
+pub(super) fn set_head_rows(
+    head_rows: &mut Vec<(usize, usize)>,
+    logits_for: LogitsFor,
+    n: usize,
+    c0: usize,
+    t: usize,
+) {
+    head_rows.clear();
+    match logits_for {
+        LogitsFor::Last => {
+            if c0 + t == n {
+                head_rows.push((0, t - 1));
+            }
+        }
+        LogitsFor::All => head_rows.extend((0..t).map(|i| (c0 + i, i))),
+        LogitsFor::Indices(idx) => head_rows.extend(
+            idx.iter()
+                .enumerate()
+                .filter(|(_, &g)| g >= c0 && g < c0 + t)
+                .map(|(r, &g)| (r, g - c0)),
+        ),
     }
 }
 
