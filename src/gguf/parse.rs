@@ -15,12 +15,44 @@ use std::collections::HashSet;
 use kernels::GgmlType;
 
 use super::error::GgufError;
-use super::reader::{
-    TensorInfo, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_KEYS, MAX_KEY_LEN, MAX_STRING_LEN,
-    MAX_TENSORS, MAX_TENSOR_NAME_LEN,
-};
 use super::value::{Value, ValueType};
 use super::writer::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+
+/// At most this many tensors (the largest MoE files have tens of thousands).
+pub const MAX_TENSORS: u64 = 1 << 20;
+/// At most this many metadata keys.
+pub const MAX_KEYS: u64 = 1 << 20;
+/// Longest metadata key, in bytes.
+pub const MAX_KEY_LEN: u64 = 1 << 16;
+/// Longest string value, in bytes (chat templates are tens of KiB).
+pub const MAX_STRING_LEN: u64 = 1 << 26;
+/// Most elements in one array (a vocabulary is ~250k strings).
+pub const MAX_ARRAY_LEN: u64 = 1 << 24;
+/// Deepest nesting of arrays inside arrays.
+pub const MAX_ARRAY_DEPTH: usize = 8;
+/// ggml's `GGML_MAX_DIMS`.
+pub const MAX_DIMS: u32 = 4;
+/// ggml's `GGML_MAX_NAME` less its terminating NUL.
+pub const MAX_TENSOR_NAME_LEN: u64 = super::writer::MAX_TENSOR_NAME_LEN as u64;
+
+/// One tensor as described by the header, validated against the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    pub ty: GgmlType,
+    /// ggml `ne` order: `dims[0]` is the contiguous dimension.
+    pub dims: Vec<u64>,
+    /// Absolute offset of the data in the file.
+    pub offset: u64,
+    pub n_bytes: u64,
+}
+
+impl TensorInfo {
+    pub fn n_elements(&self) -> u64 {
+        // Checked at load time to fit in an i64.
+        self.dims.iter().product()
+    }
+}
 
 /// Smallest encoding of one key: length, one byte of name, type, a u8 value.
 const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1;

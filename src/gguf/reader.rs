@@ -1,6 +1,7 @@
 //! The GGUF reader: a validated file (by mmap, or from bytes) with typed
 //! metadata getters and borrowed tensor views. Every file is treated as
-//! hostile; the checks themselves are in `parse.rs`.
+//! hostile; the checks themselves and their limits are in `parse.rs` (the
+//! limits and `TensorInfo` are re-exported here).
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -14,43 +15,10 @@ use super::error::GgufError;
 use super::parse::{int_as_i128, parse_header};
 use super::value::Value;
 
-pub use super::parse::kernel_alignment;
-
-/// At most this many tensors (the largest MoE files have tens of thousands).
-pub const MAX_TENSORS: u64 = 1 << 20;
-/// At most this many metadata keys.
-pub const MAX_KEYS: u64 = 1 << 20;
-/// Longest metadata key, in bytes.
-pub const MAX_KEY_LEN: u64 = 1 << 16;
-/// Longest string value, in bytes (chat templates are tens of KiB).
-pub const MAX_STRING_LEN: u64 = 1 << 26;
-/// Most elements in one array (a vocabulary is ~250k strings).
-pub const MAX_ARRAY_LEN: u64 = 1 << 24;
-/// Deepest nesting of arrays inside arrays.
-pub const MAX_ARRAY_DEPTH: usize = 8;
-/// ggml's `GGML_MAX_DIMS`.
-pub const MAX_DIMS: u32 = 4;
-/// ggml's `GGML_MAX_NAME` less its terminating NUL.
-pub const MAX_TENSOR_NAME_LEN: u64 = super::writer::MAX_TENSOR_NAME_LEN as u64;
-
-/// One tensor as described by the header, validated against the file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TensorInfo {
-    pub name: String,
-    pub ty: GgmlType,
-    /// ggml `ne` order: `dims[0]` is the contiguous dimension.
-    pub dims: Vec<u64>,
-    /// Absolute offset of the data in the file.
-    pub offset: u64,
-    pub n_bytes: u64,
-}
-
-impl TensorInfo {
-    pub fn n_elements(&self) -> u64 {
-        // Checked at load time to fit in an i64.
-        self.dims.iter().product()
-    }
-}
+pub use super::parse::{
+    kernel_alignment, TensorInfo, MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_DIMS, MAX_KEYS, MAX_KEY_LEN,
+    MAX_STRING_LEN, MAX_TENSORS, MAX_TENSOR_NAME_LEN,
+};
 
 /// A tensor's bytes, borrowed from the file.
 #[derive(Clone, Copy, Debug)]

@@ -20,6 +20,11 @@
 //! lanes by position — one accumulator set for a batch (llamafile's
 //! tinyBLAS), four (`ggml_vec_dot_f32`, blocks of 64) for a single token —
 //! reduced as `_mm512_reduce_add_ps` (see `v_weighted_sum`).
+//!
+//! The stages are shared with the diffusion pass (`diffusion.rs`), which
+//! runs `project_qkv`, `qk_norm_rope`, `attend` over [`Span::Block`] (the
+//! cache before the block plus every block row, whose K/V stay in f32
+//! scratch) and `project_out`, without the cache append.
 
 use kernels::{scalar, GgmlType, KernelTable, Mode};
 use rayon::prelude::*;
@@ -29,7 +34,7 @@ use super::dump;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::ops::{
-    mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
+    dot_f32, mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
 };
 use super::weights::AttentionWeights;
 
@@ -91,35 +96,18 @@ pub fn forward(
     out: &mut [f32],
 ) {
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let eps = cfg.rms_eps;
 
     // 1. Projections.
-    lin.new_input();
-    lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
-    lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
-    lin.project(kt, mode, &w.v, u, &mut sc.v[..t * nkv * d]);
-
+    project_qkv(kt, mode, cfg, w, u, t, sc, lin);
     dump::here("Qcur_full", &sc.qg[..t * nh * 2 * d]);
     dump::here("Kcur", &sc.k[..t * nkv * d]);
     dump::here("Vcur", &sc.v[..t * nkv * d]);
     // 2. Per-head norms and rope; append K/V.
+    qk_norm_rope(cfg, w, pos0, t, sc);
     for ti in 0..t {
-        let p = pos0 + ti;
-        sc.rope.set_position(p);
-        let qrow = &mut sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
-        for head in qrow.chunks_exact_mut(2 * d) {
-            let q = &mut head[..d];
-            rmsnorm_inplace(q, &w.q_norm, eps);
-            sc.rope.apply(&mut q[..cfg.n_rot]);
-        }
-        let krow = &mut sc.k[ti * nkv * d..(ti + 1) * nkv * d];
-        for k in krow.chunks_exact_mut(d) {
-            rmsnorm_inplace(k, &w.k_norm, eps);
-            sc.rope.apply(&mut k[..cfg.n_rot]);
-        }
-        kv.write(kt, layer, p, krow, &sc.v[ti * nkv * d..(ti + 1) * nkv * d]);
+        let rows = ti * nkv * d..(ti + 1) * nkv * d;
+        kv.write(kt, layer, pos0 + ti, &sc.k[rows.clone()], &sc.v[rows]);
     }
-
     if dump::on() {
         let q: Vec<f32> = sc.qg[..t * nh * 2 * d]
             .chunks_exact(2 * d)
@@ -129,6 +117,107 @@ pub fn forward(
         dump::here("Kcur#2", &sc.k[..t * nkv * d]);
     }
     // 3. Causal attention, query heads in parallel, token by token.
+    attend(kt, mode, cfg, kv, layer, pos0, t, 0..t, Span::Causal, sc);
+    dump::here("attn_gated", &sc.o[..t * nh * d]);
+    // 4. Output projection.
+    project_out(kt, mode, cfg, w, t, sc, lin, out);
+}
+
+/// `qg = attn_q·u`, `k = attn_k·u`, `v = attn_v·u` for `t` rows (u converted
+/// once per dot type).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn project_qkv(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    u: &[f32],
+    t: usize,
+    sc: &mut AttentionScratch,
+    lin: &mut MatScratch,
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    lin.new_input();
+    lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
+    lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
+    lin.project(kt, mode, &w.v, u, &mut sc.v[..t * nkv * d]);
+}
+
+/// `out = attn_output · o` for `t` rows of the gated attention output.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn project_out(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    t: usize,
+    sc: &AttentionScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+) {
+    let nhd = cfg.n_head * cfg.head_dim;
+    lin.new_input();
+    lin.project(kt, mode, &w.o, &sc.o[..t * nhd], &mut out[..t * cfg.n_embd]);
+}
+
+/// Per head of rows `0..t` (row ti at position `pos0 + ti`): q and k
+/// RMS-normalised with `q_norm` / `k_norm`, then roped, in place in `sc.qg`
+/// (the query half of each head) and `sc.k`.
+pub(super) fn qk_norm_rope(
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    pos0: usize,
+    t: usize,
+    sc: &mut AttentionScratch,
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let eps = cfg.rms_eps;
+    for ti in 0..t {
+        sc.rope.set_position(pos0 + ti);
+        let qrow = &mut sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
+        for head in qrow.chunks_exact_mut(2 * d) {
+            let q = &mut head[..d];
+            rmsnorm_inplace(q, &w.q_norm, eps);
+            sc.rope.apply(&mut q[..cfg.n_rot]);
+        }
+        for k in sc.k[ti * nkv * d..(ti + 1) * nkv * d].chunks_exact_mut(d) {
+            rmsnorm_inplace(k, &w.k_norm, eps);
+            sc.rope.apply(&mut k[..cfg.n_rot]);
+        }
+    }
+}
+
+/// The keys and values a query row of [`attend`] sees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Span {
+    /// The AR pass: row ti sees the cache positions `0..=pos0+ti` (its own
+    /// K/V already appended).
+    Causal,
+    /// The diffusion pass (DESIGN §3): every row sees the cache positions
+    /// `< pos0` and all `t` block rows, whose K/V stay in `sc.k` / `sc.v`
+    /// (f32, never stored).
+    Block,
+}
+
+/// Attention of the query rows `rows` (of `0..t`, in that order) over
+/// `span`, query heads in parallel: scores `q·k / √d` (cache keys through the
+/// kernel table in the K cache's dot type, block keys in f32), softmax over
+/// the visible cells, `V·softmax` in ggml's order (module doc), gated by
+/// `σ(gate)`; writes `sc.o`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn attend(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    kv: &KvCache,
+    layer: usize,
+    pos0: usize,
+    t: usize,
+    rows: impl IntoIterator<Item = usize>,
+    span: Span,
+    sc: &mut AttentionScratch,
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     let group = nh / nkv;
     let scale = 1.0 / (d as f32).sqrt();
     let k_dot_ty = kv.ty_k.vec_dot_type();
@@ -136,13 +225,19 @@ pub fn forward(
     let dot = kt.vec_dot(kv.ty_k);
     let quant = kt.quantize(k_dot_ty);
     let ty_v = kv.ty_v;
-    let kv = &*kv;
     let n_ctx = sc.n_ctx;
     let qaw = sc.q_act_words;
     // tinyBLAS's lane order for a batch only in the ggml batch mode.
     let batch_order = t > 1 && mode == Mode::Ggml;
-    for ti in 0..t {
-        let p = pos0 + ti;
+    // Block row j's K or V head g.
+    let (bk, bv) = (&sc.k, &sc.v);
+    let block_k = |j: usize, g: usize| &bk[(j * nkv + g) * d..(j * nkv + g + 1) * d];
+    let block_v = |j: usize, g: usize| &bv[(j * nkv + g) * d..(j * nkv + g + 1) * d];
+    for ti in rows {
+        let (n_cache, n_block) = match span {
+            Span::Causal => (pos0 + ti + 1, 0),
+            Span::Block => (pos0, t),
+        };
         let qrow = &sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
         let orow = &mut sc.o[ti * nh * d..(ti + 1) * nh * d];
         orow.par_chunks_mut(d)
@@ -156,13 +251,21 @@ pub fn forward(
                 let gate = &qrow[h * 2 * d + d..(h + 1) * 2 * d];
                 let qa = &mut bytemuck::cast_slice_mut::<u64, u8>(q_act)[..q_bytes];
                 quant(q, qa);
-                let scores = &mut scores[..=p];
-                for (s, sc) in scores.iter_mut().enumerate() {
+                let scores = &mut scores[..n_cache + n_block];
+                let (cached, block) = scores.split_at_mut(n_cache);
+                for (s, sc) in cached.iter_mut().enumerate() {
                     *sc = dot(d, kv.k_head(layer, s, g), qa) * scale;
+                }
+                for (j, sc) in block.iter_mut().enumerate() {
+                    *sc = dot_f32(kt, q, block_k(j, g)) * scale;
                 }
                 softmax_padded_inplace(scores);
                 round_to_v_type(ty_v, scores);
                 v_weighted_sum(scores, o, vacc, batch_order, |s, row| {
+                    if s >= n_cache {
+                        row.copy_from_slice(block_v(s - n_cache, g));
+                        return;
+                    }
                     let vh = kv.v_head(layer, s, g);
                     if ty_v == GgmlType::F32 {
                         row.copy_from_slice(bytemuck::cast_slice(vh));
@@ -175,17 +278,6 @@ pub fn forward(
                 }
             });
     }
-
-    dump::here("attn_gated", &sc.o[..t * nh * d]);
-    // 4. Output projection.
-    lin.new_input();
-    lin.project(
-        kt,
-        mode,
-        &w.o,
-        &sc.o[..t * nh * d],
-        &mut out[..t * cfg.n_embd],
-    );
 }
 
 /// Lane accumulators per output of `v_weighted_sum`: 4 × 16.

@@ -23,8 +23,7 @@ use super::config::ModelConfig;
 use super::dump;
 use super::linear::MatScratch;
 use super::ops::{dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus};
-use super::state::DeltaNetState;
-use super::verify::GdnStash;
+use super::recurrent::{DeltaNetState, GdnStash};
 use super::weights::DeltaNetWeights;
 
 /// Scratch of a GDN layer for up to `max_batch` tokens.
@@ -253,15 +252,10 @@ pub fn forward(
     }
 
     // 2. Gates.
-    for (bt, gt) in sc.beta[..t * hv]
-        .chunks_exact_mut(hv)
-        .zip(sc.gate[..t * hv].chunks_exact_mut(hv))
-    {
-        for h in 0..hv {
-            bt[h] = sigmoid(bt[h]);
-            gt[h] = softplus(gt[h] + w.dt_bias[h]) * w.a[h];
-        }
+    for b in &mut sc.beta[..t * hv] {
+        *b = sigmoid(*b);
     }
+    decay_gates(w, &mut sc.gate[..t * hv]);
 
     // 3. Causal conv + silu.
     conv_silu(
@@ -275,11 +269,7 @@ pub fn forward(
 
     dump::here("conv_output_silu", &sc.conv[..t * ch]);
     // 4. L2-normalise q and k heads.
-    for row in sc.conv[..t * ch].chunks_exact_mut(ch) {
-        for head in row[..2 * hk * d].chunks_exact_mut(d) {
-            l2norm_inplace(head, cfg.rms_eps);
-        }
-    }
+    l2norm_qk(cfg, &mut sc.conv[..t * ch]);
 
     if let Some(st) = stash {
         st.record(cfg, t, &sc.mixed, &sc.conv, &sc.gate, &sc.beta);
@@ -341,22 +331,8 @@ pub fn forward(
 
     dump::here("attn_output", &sc.o_heads[..hv * t * d]);
     dump::here("gate", &sc.gate[..t * hv]);
-    // 6. Gated RMSNorm, then the output projection. ggml takes silu(z) per
-    //    row of d_v (`ggml_vec_silu_f32`), then multiplies.
-    for zr in sc.z[..t * inner].chunks_exact_mut(d) {
-        silu_row(zr);
-    }
-    for ti in 0..t {
-        for h in 0..hv {
-            let o_h = &sc.o_heads[(h * t + ti) * d..(h * t + ti + 1) * d];
-            let dst = &mut sc.o[ti * inner + h * d..ti * inner + (h + 1) * d];
-            rmsnorm(o_h, &w.norm, cfg.rms_eps, dst);
-            let z = &sc.z[ti * inner + h * d..ti * inner + (h + 1) * d];
-            for (x, &zi) in dst.iter_mut().zip(z) {
-                *x *= zi;
-            }
-        }
-    }
+    // 6. Gated RMSNorm, then the output projection.
+    gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
     dump::here("final_output", &sc.o[..t * inner]);
     lin.new_input();
     lin.project(
@@ -366,4 +342,56 @@ pub fn forward(
         &sc.o[..t * inner],
         &mut out[..t * cfg.n_embd],
     );
+}
+
+/// `g = softplus(a + dt_bias) · ssm_a` in place over rows `[T][n_v]` of the
+/// `ssm_alpha` projection (DESIGN §2.1 step 2; the decay is `e^g`).
+pub(super) fn decay_gates(w: &DeltaNetWeights, g: &mut [f32]) {
+    for gt in g.chunks_exact_mut(w.a.len()) {
+        for ((g, &dt), &a) in gt.iter_mut().zip(&w.dt_bias).zip(&w.a) {
+            *g = softplus(*g + dt) * a;
+        }
+    }
+}
+
+/// L2-normalises every q and k head of the post-conv rows `[T][channels]`
+/// (q heads, then k heads, then v; v is left as is).
+pub(super) fn l2norm_qk(cfg: &ModelConfig, conv: &mut [f32]) {
+    let (hk, d) = (cfg.ssm_n_k_heads, cfg.ssm_head_dim);
+    for row in conv.chunks_exact_mut(cfg.ssm_conv_channels()) {
+        for head in row[..2 * hk * d].chunks_exact_mut(d) {
+            l2norm_inplace(head, cfg.rms_eps);
+        }
+    }
+}
+
+/// The gated RMSNorm (DESIGN §2.1 step 6) of `t` rows:
+/// `o[t][h] = rmsnorm(o_heads[h][t]) ⊙ ssm_norm ⊙ silu(z[t][h])`, with
+/// `o_heads` head-major `[n_v][t][d]`, `z` and `o` `[t][inner]`. `z` is
+/// replaced by silu(z): ggml takes silu per row of d_v
+/// (`ggml_vec_silu_f32`), then multiplies.
+pub(super) fn gated_norm(
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    t: usize,
+    o_heads: &[f32],
+    z: &mut [f32],
+    o: &mut [f32],
+) {
+    let (hv, d) = (cfg.ssm_n_v_heads, cfg.ssm_head_dim);
+    let inner = cfg.ssm_inner();
+    for zr in z[..t * inner].chunks_exact_mut(d) {
+        silu_row(zr);
+    }
+    for ti in 0..t {
+        for h in 0..hv {
+            let o_h = &o_heads[(h * t + ti) * d..(h * t + ti + 1) * d];
+            let dst = &mut o[ti * inner + h * d..ti * inner + (h + 1) * d];
+            rmsnorm(o_h, &w.norm, cfg.rms_eps, dst);
+            let z = &z[ti * inner + h * d..ti * inner + (h + 1) * d];
+            for (x, &zi) in dst.iter_mut().zip(z) {
+                *x *= zi;
+            }
+        }
+    }
 }

@@ -16,24 +16,31 @@
 //! norms, MoE and the output head as in the AR pass
 //! ```
 //! Logits are shifted: the row of block index j predicts position n+j+1.
-//! Scratch for the block is allocated per call (a block is ≤ 16 tokens).
+//!
+//! Only what DESIGN §3 changes is here: the two-sided conv, the history
+//! read-out, the block softmax and its mix with the history, and the
+//! attention span. The rest are the AR pass's own stages, called with the
+//! state's scratch: q/k norms and rope, the attend step (`Span::Block`) and
+//! the projections of `attention.rs`; the decay gates, q/k L2 norms and the
+//! gated RMSNorm of `deltanet.rs`; batch checks, norms, MoE and the output
+//! head of `forward.rs`. The GDN block buffers (`GdnBlockScratch`) are
+//! allocated once per call (a block is ≤ 16 tokens).
 
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
+use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
-use super::forward::{add_into, norm_rows, LogitsFor, Model};
+use super::deltanet::{decay_gates, gated_norm, l2norm_qk, left_taps_row};
+use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
-use super::ops::{
-    l2norm_inplace, rmsnorm, rmsnorm_inplace, sigmoid, silu, silu_row, softmax_inplace,
-};
-use super::ops::{softplus, RopeCache};
+use super::ops::{sigmoid, silu_row, softmax_inplace};
 use super::state::{DeltaNetState, LayerSlot, State};
 use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights, MixerWeights};
 use super::ForwardError;
 
-/// Per-call buffers of a diffusion GDN layer (`t` block positions).
+/// Buffers of a diffusion GDN layer (`t` block positions).
 #[derive(Debug)]
 pub struct GdnBlockScratch {
     /// `[t][channels]` pre-conv projections, then `[t][channels]` post-conv
@@ -43,6 +50,8 @@ pub struct GdnBlockScratch {
     /// `[t][inner]` output gate; `[t][n_v]` decay g.
     pub z: Vec<f32>,
     pub g: Vec<f32>,
+    /// `[n_v][t]` one query row's block softmax weights, per value head.
+    a: Vec<f32>,
     /// `[n_v][t][d]` mixed read-outs o (before the gated norm).
     pub o_heads: Vec<f32>,
     /// `[t][inner]` gated-norm output.
@@ -60,6 +69,7 @@ impl GdnBlockScratch {
             conv: vec![0.0; t * ch],
             z: vec![0.0; t * inner],
             g: vec![0.0; t * cfg.ssm_n_v_heads],
+            a: vec![0.0; cfg.ssm_n_v_heads * t],
             o_heads: vec![0.0; t * inner],
             o: vec![0.0; t * inner],
             force_lambda: None,
@@ -85,7 +95,7 @@ pub fn conv_two_sided(
     for i in 0..t_n {
         let o = &mut out[i * ch..(i + 1) * ch];
         // The AR conv's left taps, so zero right taps give it bit for bit.
-        super::deltanet::left_taps_row(w, k, window, mixed, ch, i, o);
+        left_taps_row(w, k, window, mixed, ch, i, o);
         for (c, oc) in o.iter_mut().enumerate() {
             let mut sum = *oc;
             for j in 0..kr {
@@ -124,11 +134,7 @@ pub fn gdn_block(
     lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
     lin.project(kt, mode, &w.alpha, u, &mut sc.g[..t * hv]);
-    for gt in sc.g[..t * hv].chunks_exact_mut(hv) {
-        for ((g, &dt), &a) in gt.iter_mut().zip(&w.dt_bias).zip(&w.a) {
-            *g = softplus(*g + dt) * a;
-        }
-    }
+    decay_gates(w, &mut sc.g[..t * hv]);
 
     // 2. Two-sided conv + silu; L2-normalise q and k heads.
     conv_two_sided(
@@ -141,32 +147,28 @@ pub fn gdn_block(
         ch,
         &mut sc.conv[..t * ch],
     );
-    for row in sc.conv[..t * ch].chunks_exact_mut(ch) {
-        for head in row[..2 * hk * d].chunks_exact_mut(d) {
-            l2norm_inplace(head, cfg.rms_eps);
-        }
-    }
+    l2norm_qk(cfg, &mut sc.conv[..t * ch]);
 
     // 3.–5. History read-out, block softmax, mix; value heads in parallel.
     let scale = 1.0 / (d as f32).sqrt();
     let (conv, g, force) = (&sc.conv, &sc.g, sc.force_lambda);
     sc.o_heads[..hv * t * d]
         .par_chunks_mut(t * d)
+        .zip(sc.a[..hv * t].par_chunks_mut(t))
         .enumerate()
-        .for_each(|(h, oh)| {
+        .for_each(|(h, (oh, a))| {
             let kh = h % hk;
             let s = &state.ssm[h * d * d..(h + 1) * d * d];
             let q_of = |i: usize| &conv[i * ch + kh * d..i * ch + (kh + 1) * d];
             let k_of = |i: usize| &conv[i * ch + (hk + kh) * d..i * ch + (hk + kh + 1) * d];
             let v_of =
                 |i: usize| &conv[i * ch + 2 * hk * d + h * d..i * ch + 2 * hk * d + (h + 1) * d];
-            let mut a = vec![0.0f32; t];
             for (i, o) in oh.chunks_exact_mut(d).enumerate() {
                 let q = q_of(i);
                 for (j, aj) in a.iter_mut().enumerate() {
                     *aj = dw.logit_scale[h] * dot(q, k_of(j));
                 }
-                softmax_inplace(&mut a);
+                softmax_inplace(a);
                 let lambda = force
                     .unwrap_or_else(|| sigmoid(dw.history_w[h] * g[i * hv + h] + dw.history_b[h]));
                 for (jv, oj) in o.iter_mut().enumerate() {
@@ -181,18 +183,8 @@ pub fn gdn_block(
             }
         });
 
-    // 6. Gated RMSNorm, then the output projection.
-    for ti in 0..t {
-        for h in 0..hv {
-            let o_h = &sc.o_heads[(h * t + ti) * d..(h * t + ti + 1) * d];
-            let dst = &mut sc.o[ti * inner + h * d..ti * inner + (h + 1) * d];
-            rmsnorm(o_h, &w.norm, cfg.rms_eps, dst);
-            let z = &sc.z[ti * inner + h * d..ti * inner + (h + 1) * d];
-            for (x, &zi) in dst.iter_mut().zip(z) {
-                *x *= silu(zi);
-            }
-        }
-    }
+    // 6. Gated RMSNorm (the AR pass's), then the output projection.
+    gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
     lin.new_input();
     lin.project(
         kt,
@@ -203,38 +195,16 @@ pub fn gdn_block(
     );
 }
 
+/// `a · b`, summed in order (the history read-out's definition).
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
-/// Per-call buffers of a diffusion attention layer.
-#[derive(Debug)]
-pub struct AttnBlockScratch {
-    /// `[t][n_head·2·d]`, `[t][n_kv·d]` ×2, `[t][n_head·d]`.
-    qg: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    o: Vec<f32>,
-    /// Test knob: evaluate the block's queries last to first.
-    pub reverse_queries: bool,
-}
-
-impl AttnBlockScratch {
-    pub fn new(cfg: &ModelConfig, t: usize) -> AttnBlockScratch {
-        let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-        AttnBlockScratch {
-            qg: vec![0.0; t * nh * 2 * d],
-            k: vec![0.0; t * nkv * d],
-            v: vec![0.0; t * nkv * d],
-            o: vec![0.0; t * nh * d],
-            reverse_queries: false,
-        }
-    }
-}
-
 /// The diffusion attention mixer: `t` block rows at positions `pos0..`, each
 /// attending to the cached positions `< pos0` (read from `kv` layer `layer`)
-/// and to every block row. Nothing is written to the cache.
+/// and to every block row; the AR mixer's stages with [`Span::Block`] and
+/// no cache append. `reverse_queries` (a test knob) evaluates the rows last
+/// to first.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_block(
     kt: &KernelTable,
@@ -246,89 +216,30 @@ pub fn attention_block(
     pos0: usize,
     u: &[f32],
     t: usize,
-    sc: &mut AttnBlockScratch,
+    reverse_queries: bool,
+    sc: &mut AttentionScratch,
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
-    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let eps = cfg.rms_eps;
-    lin.new_input();
-    lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
-    lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
-    lin.project(kt, mode, &w.v, u, &mut sc.v[..t * nkv * d]);
-    let mut rope = RopeCache::new(cfg.n_rot, cfg.rope_base);
-    for ti in 0..t {
-        rope.set_position(pos0 + ti);
-        for head in sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d].chunks_exact_mut(2 * d) {
-            let q = &mut head[..d];
-            rmsnorm_inplace(q, &w.q_norm, eps);
-            rope.apply(&mut q[..cfg.n_rot]);
-        }
-        for k in sc.k[ti * nkv * d..(ti + 1) * nkv * d].chunks_exact_mut(d) {
-            rmsnorm_inplace(k, &w.k_norm, eps);
-            rope.apply(&mut k[..cfg.n_rot]);
-        }
-    }
-
-    let group = nh / nkv;
-    let scale = 1.0 / (d as f32).sqrt();
-    let k_dot_ty = kv.ty_k.vec_dot_type();
-    let q_bytes = k_dot_ty.row_bytes(d as u64).expect("head is whole blocks") as usize;
-    let kdot = kt.vec_dot(kv.ty_k);
-    let quant = kt.quantize(k_dot_ty);
-    let ty_v = kv.ty_v;
-    let (bk, bv) = (&sc.k, &sc.v);
-    let order: Vec<usize> = if sc.reverse_queries {
-        (0..t).rev().collect()
+    attention::project_qkv(kt, mode, cfg, w, u, t, sc, lin);
+    attention::qk_norm_rope(cfg, w, pos0, t, sc);
+    if reverse_queries {
+        attention::attend(
+            kt,
+            mode,
+            cfg,
+            kv,
+            layer,
+            pos0,
+            t,
+            (0..t).rev(),
+            Span::Block,
+            sc,
+        );
     } else {
-        (0..t).collect()
-    };
-    for ti in order {
-        let qrow = &sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
-        let orow = &mut sc.o[ti * nh * d..(ti + 1) * nh * d];
-        orow.par_chunks_mut(d).enumerate().for_each(|(h, o)| {
-            let gkv = h / group;
-            let q = &qrow[h * 2 * d..h * 2 * d + d];
-            let gate = &qrow[h * 2 * d + d..(h + 1) * 2 * d];
-            let mut qa = vec![0u64; (q_bytes).div_ceil(8)];
-            let qa = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut qa)[..q_bytes];
-            quant(q, qa);
-            let mut scores = vec![0.0f32; pos0 + t];
-            for (s, sc) in scores[..pos0].iter_mut().enumerate() {
-                *sc = kdot(d, kv.k_head(layer, s, gkv), qa) * scale;
-            }
-            for j in 0..t {
-                let kj = &bk[(j * nkv + gkv) * d..(j * nkv + gkv + 1) * d];
-                scores[pos0 + j] = dot(q, kj) * scale;
-            }
-            softmax_inplace(&mut scores);
-            o.fill(0.0);
-            let mut vrow = vec![0.0f32; d];
-            for (s, &ps) in scores[..pos0].iter().enumerate() {
-                kernels::scalar::dequantize_row(ty_v, kv.v_head(layer, s, gkv), &mut vrow);
-                for (oj, &vj) in o.iter_mut().zip(&vrow) {
-                    *oj += ps * vj;
-                }
-            }
-            for (j, &ps) in scores[pos0..].iter().enumerate() {
-                let vj = &bv[(j * nkv + gkv) * d..(j * nkv + gkv + 1) * d];
-                for (oj, &x) in o.iter_mut().zip(vj) {
-                    *oj += ps * x;
-                }
-            }
-            for (oj, &gj) in o.iter_mut().zip(gate) {
-                *oj *= sigmoid(gj);
-            }
-        });
+        attention::attend(kt, mode, cfg, kv, layer, pos0, t, 0..t, Span::Block, sc);
     }
-    lin.new_input();
-    lin.project(
-        kt,
-        mode,
-        &w.o,
-        &sc.o[..t * nh * d],
-        &mut out[..t * cfg.n_embd],
-    );
+    attention::project_out(kt, mode, cfg, w, t, sc, lin, out);
 }
 
 /// Test knobs of a diffusion pass.
@@ -372,40 +283,20 @@ impl Model<'_> {
         logits_for: LogitsFor,
         knobs: DiffusionKnobs,
     ) -> Result<&'s [f32], ForwardError> {
-        let t = tokens.len();
-        let v = self.n_vocab();
         if state.verify_pending() {
             return Err(ForwardError::VerifyPending);
         }
         if !self.has_diffusion() {
             return Err(ForwardError::NoDiffusion);
         }
-        if t == 0 {
-            return Err(ForwardError::Empty);
-        }
-        if t > state.max_batch {
+        if tokens.len() > state.max_batch {
             return Err(ForwardError::BlockTooLong {
-                n: t,
+                n: tokens.len(),
                 max_batch: state.max_batch,
             });
         }
-        self.check_batch_at(state, tokens, pos0)?;
-        let rows: Vec<(usize, usize)> = match logits_for {
-            LogitsFor::Last => vec![(0, t - 1)],
-            LogitsFor::All => (0..t).map(|i| (i, i)).collect(),
-            LogitsFor::Indices(idx) => {
-                if let Some(&i) = idx.iter().find(|&&i| i >= t) {
-                    return Err(ForwardError::Index {
-                        index: i,
-                        n_tokens: t,
-                    });
-                }
-                idx.iter().copied().enumerate().collect()
-            }
-        };
-        if state.scratch.logits.len() < rows.len() * v {
-            state.scratch.logits.resize(rows.len() * v, 0.0);
-        }
+        let rows = self.check_batch(state, tokens, pos0, logits_for)?;
+        let t = tokens.len();
         let kt = self.kt;
         // The block pass never takes the prompt kernels (decoding's numerics,
         // or llama.cpp's batch order in a parity run).
@@ -414,8 +305,6 @@ impl Model<'_> {
         let e = cfg.n_embd;
         let mut gsc = GdnBlockScratch::new(cfg, t);
         gsc.force_lambda = knobs.force_lambda;
-        let mut asc = AttnBlockScratch::new(cfg, t);
-        asc.reverse_queries = knobs.reverse_queries;
         self.embed(tokens, &mut state.scratch.x[..t * e]);
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];
@@ -453,7 +342,8 @@ impl Model<'_> {
                     pos0,
                     &s.xn[..t * e],
                     t,
-                    &mut asc,
+                    knobs.reverse_queries,
+                    &mut s.attn,
                     &mut s.lin,
                     &mut s.y,
                 ),
@@ -462,10 +352,8 @@ impl Model<'_> {
             add_into(&mut s.x[..t * e], &s.y[..t * e]);
             self.moe_block(kt, mode, state, il, t);
         }
-        let s = &mut state.scratch;
-        s.head_rows.clear();
-        s.head_rows.extend(rows.iter().copied());
+        set_head_rows(&mut state.scratch.head_rows, logits_for, t, 0, t);
         self.head(kt, mode, state);
-        Ok(&state.scratch.logits[..rows.len() * v])
+        Ok(&state.scratch.logits[..rows * self.n_vocab()])
     }
 }

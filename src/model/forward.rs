@@ -15,15 +15,14 @@ use std::time::Instant;
 use kernels::plan::BatchOrder;
 use kernels::{KernelTable, Mode};
 
-use super::attention::{self, AttentionScratch};
+use super::attention;
 use super::config::ModelConfig;
-use super::deltanet::{self, DeltaNetScratch};
+use super::deltanet;
 use super::dump;
-use super::linear::MatScratch;
-use super::moe::{self, MoeScratch};
+use super::moe;
 use super::ops::rmsnorm;
+use super::recurrent::VerifyStash;
 use super::state::{LayerSlot, State, StateOptions};
-use super::verify::VerifyStash;
 use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
 use super::{ForwardError, StateError};
 
@@ -34,111 +33,6 @@ pub enum LogitsFor<'a> {
     All,
     /// Indices into the input tokens (any order, repeats allowed).
     Indices(&'a [usize]),
-}
-
-/// Per-layer timings and expert-routing counters, for the UI.
-#[derive(Clone, Debug)]
-pub struct Stats {
-    /// Take `Instant` timings (off: no clock reads at all).
-    pub timing: bool,
-    /// Nanoseconds in each layer's mixer (GDN or attention) and MoE block.
-    pub mixer_ns: Vec<u64>,
-    pub moe_ns: Vec<u64>,
-    /// Nanoseconds in the output head (norm + logits).
-    pub head_ns: u64,
-    /// Tokens processed since the last `clear`.
-    pub tokens: u64,
-    /// `[layer][expert]` times each expert was selected.
-    pub expert_counts: Vec<u64>,
-    /// `[layer][k]` experts of the last processed token, descending weight.
-    pub last_experts: Vec<u32>,
-    n_expert: usize,
-    k: usize,
-}
-
-impl Stats {
-    pub fn new(cfg: &ModelConfig) -> Stats {
-        Stats {
-            timing: false,
-            mixer_ns: vec![0; cfg.n_layer],
-            moe_ns: vec![0; cfg.n_layer],
-            head_ns: 0,
-            tokens: 0,
-            expert_counts: vec![0; cfg.n_layer * cfg.n_expert],
-            last_experts: vec![0; cfg.n_layer * cfg.n_expert_used],
-            n_expert: cfg.n_expert,
-            k: cfg.n_expert_used,
-        }
-    }
-
-    /// Zeroes every counter (keeps `timing`).
-    pub fn clear(&mut self) {
-        self.mixer_ns.fill(0);
-        self.moe_ns.fill(0);
-        self.head_ns = 0;
-        self.tokens = 0;
-        self.expert_counts.fill(0);
-        self.last_experts.fill(0);
-    }
-
-    /// Selection counts of layer `il`, one per expert.
-    pub fn layer_counts(&self, il: usize) -> &[u64] {
-        &self.expert_counts[il * self.n_expert..(il + 1) * self.n_expert]
-    }
-
-    fn record(&mut self, il: usize, sel: &[usize]) {
-        let (ne, k) = (self.n_expert, self.k);
-        for &x in sel {
-            self.expert_counts[il * ne + x] += 1;
-        }
-        let last = &sel[sel.len() - k..];
-        for (d, &s) in self.last_experts[il * k..(il + 1) * k].iter_mut().zip(last) {
-            *d = s as u32;
-        }
-    }
-}
-
-/// Run scratch, allocated once per state for `max_batch` tokens.
-#[derive(Debug)]
-pub struct Scratch {
-    /// `[T][n_embd]` residual stream, normed input, block output.
-    pub(crate) x: Vec<f32>,
-    pub(crate) xn: Vec<f32>,
-    pub(crate) y: Vec<f32>,
-    pub(crate) lin: MatScratch,
-    pub(crate) gdn: DeltaNetScratch,
-    pub(crate) attn: AttentionScratch,
-    pub(crate) moe: MoeScratch,
-    /// `[≤T][n_embd]` normed rows that need logits and their products.
-    pub(crate) head_in: Vec<f32>,
-    pub(crate) head_out: Vec<f32>,
-    /// `(output row, batch row)` for the current batch.
-    pub(crate) head_rows: Vec<(usize, usize)>,
-    pub(crate) logits: Vec<f32>,
-}
-
-impl Scratch {
-    pub fn new(cfg: &ModelConfig, n_vocab: usize, t: usize, n_ctx: usize) -> Scratch {
-        let e = cfg.n_embd;
-        let max_in = e
-            .max(cfg.ssm_inner())
-            .max(cfg.n_head * cfg.head_dim)
-            .max(cfg.n_ff_exp)
-            .max(cfg.n_ff_shexp);
-        Scratch {
-            x: vec![0.0; t * e],
-            xn: vec![0.0; t * e],
-            y: vec![0.0; t * e],
-            lin: MatScratch::new(t, max_in),
-            gdn: DeltaNetScratch::new(cfg, t),
-            attn: AttentionScratch::new(cfg, t, n_ctx),
-            moe: MoeScratch::new(cfg, t),
-            head_in: vec![0.0; t * e],
-            head_out: vec![0.0; n_vocab],
-            head_rows: Vec::with_capacity(t),
-            logits: vec![0.0; n_vocab],
-        }
-    }
 }
 
 /// A bound model: hyper-parameters and zero-copy weights.
@@ -220,16 +114,13 @@ impl<'a> Model<'a> {
         if state.verify.is_none() {
             state.verify = Some(VerifyStash::new(&self.config));
         }
-        self.forward_impl(state, tokens, pos0, logits_for, true)?;
+        let n_logits = self
+            .forward_impl(state, tokens, pos0, logits_for, true)?
+            .len();
         if let Some(v) = &mut state.verify {
             v.pending = Some((pos0, tokens.len()));
         }
-        let rows = match logits_for {
-            LogitsFor::Last => 1,
-            LogitsFor::All => tokens.len(),
-            LogitsFor::Indices(idx) => idx.len(),
-        };
-        Ok(&state.scratch.logits[..rows * self.n_vocab()])
+        Ok(&state.scratch.logits[..n_logits])
     }
 
     /// Keeps the first `n_keep` positions of the pending verify pass:
@@ -253,15 +144,21 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// A batch of `tokens` may run at `pos0`: right after the cached
-    /// positions, within the context, every id in the vocabulary.
-    pub(super) fn check_batch_at(
+    /// Checks that `tokens` may run at `pos0` with `logits_for` — not empty,
+    /// right after the cached positions, within the context, every id in the
+    /// vocabulary, every index inside the input — and grows the logits
+    /// buffer to the rows asked for. Returns that number of rows.
+    pub(super) fn check_batch(
         &self,
-        state: &State,
+        state: &mut State,
         tokens: &[u32],
         pos0: usize,
-    ) -> Result<(), ForwardError> {
+        logits_for: LogitsFor,
+    ) -> Result<usize, ForwardError> {
         let (n, v) = (tokens.len(), self.n_vocab());
+        if n == 0 {
+            return Err(ForwardError::Empty);
+        }
         if pos0 != state.n_past() {
             return Err(ForwardError::Position {
                 expected: state.n_past(),
@@ -277,23 +174,6 @@ impl<'a> Model<'a> {
         if let Some(&id) = tokens.iter().find(|&&id| id as usize >= v) {
             return Err(ForwardError::Token { id, n_vocab: v });
         }
-        Ok(())
-    }
-
-    fn forward_impl<'s>(
-        &self,
-        state: &'s mut State,
-        tokens: &[u32],
-        pos0: usize,
-        logits_for: LogitsFor,
-        verify: bool,
-    ) -> Result<&'s [f32], ForwardError> {
-        let n = tokens.len();
-        let v = self.n_vocab();
-        if n == 0 {
-            return Err(ForwardError::Empty);
-        }
-        self.check_batch_at(state, tokens, pos0)?;
         if let LogitsFor::Indices(idx) = logits_for {
             if let Some(&i) = idx.iter().find(|&&i| i >= n) {
                 return Err(ForwardError::Index {
@@ -310,27 +190,26 @@ impl<'a> Model<'a> {
         if state.scratch.logits.len() < rows * v {
             state.scratch.logits.resize(rows * v, 0.0);
         }
+        Ok(rows)
+    }
+
+    fn forward_impl<'s>(
+        &self,
+        state: &'s mut State,
+        tokens: &[u32],
+        pos0: usize,
+        logits_for: LogitsFor,
+        verify: bool,
+    ) -> Result<&'s [f32], ForwardError> {
+        let n = tokens.len();
+        let v = self.n_vocab();
+        let rows = self.check_batch(state, tokens, pos0, logits_for)?;
         let kt = self.kt;
         let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
         while c0 < n {
             let t = state.max_batch.min(n - c0);
-            let s = &mut state.scratch;
-            s.head_rows.clear();
-            match logits_for {
-                LogitsFor::Last => {
-                    if c0 + t == n {
-                        s.head_rows.push((0, t - 1));
-                    }
-                }
-                LogitsFor::All => s.head_rows.extend((0..t).map(|i| (c0 + i, i))),
-                LogitsFor::Indices(idx) => s.head_rows.extend(
-                    idx.iter()
-                        .enumerate()
-                        .filter(|(_, &g)| g >= c0 && g < c0 + t)
-                        .map(|(r, &g)| (r, g - c0)),
-                ),
-            }
+            set_head_rows(&mut state.scratch.head_rows, logits_for, n, c0, t);
             let bad = self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
             first_bad = first_bad.or(bad);
             c0 += t;
@@ -535,6 +414,32 @@ impl<'a> Model<'a> {
         if let Some(t0) = t0 {
             state.stats.head_ns += t0.elapsed().as_nanos() as u64;
         }
+    }
+}
+
+/// `(output row, batch row)` of every logits row `logits_for` asks of the
+/// batch holding input tokens `c0..c0 + t` of `n`.
+pub(super) fn set_head_rows(
+    head_rows: &mut Vec<(usize, usize)>,
+    logits_for: LogitsFor,
+    n: usize,
+    c0: usize,
+    t: usize,
+) {
+    head_rows.clear();
+    match logits_for {
+        LogitsFor::Last => {
+            if c0 + t == n {
+                head_rows.push((0, t - 1));
+            }
+        }
+        LogitsFor::All => head_rows.extend((0..t).map(|i| (c0 + i, i))),
+        LogitsFor::Indices(idx) => head_rows.extend(
+            idx.iter()
+                .enumerate()
+                .filter(|(_, &g)| g >= c0 && g < c0 + t)
+                .map(|(r, &g)| (r, g - c0)),
+        ),
     }
 }
 

@@ -26,6 +26,7 @@ pub mod linear;
 pub mod load;
 pub mod moe;
 pub mod ops;
+pub mod recurrent;
 pub mod state;
 pub mod tiny;
 pub mod verify;
@@ -38,9 +39,9 @@ use kernels::GgmlType;
 use thiserror::Error;
 
 pub use config::{Arch, ConfigError, LayerKind, ModelConfig};
-pub use forward::{LogitsFor, Model, Stats};
+pub use forward::{LogitsFor, Model};
 pub use load::LoadError;
-pub use state::{DeltaNetState, State, StateOptions};
+pub use state::{DeltaNetState, State, StateOptions, Stats};
 pub use weights::{WeightError, WeightRef, Weights};
 
 /// A state that cannot be built.

@@ -1,43 +1,129 @@
 //! Per-sequence state (DESIGN §2.5): the KV cache of the attention layers and,
-//! apart from it, the recurrent state of the Gated DeltaNet layers, plus the
-//! scratch and counters of a run.
+//! apart from it, the recurrent state of the Gated DeltaNet layers
+//! (`recurrent.rs`), plus the scratch and counters of a run.
 //!
-//! GDN layer state (f32):
-//! - `conv`: the last `conv_kernel − 1` pre-conv `mixed` vectors, oldest first,
-//!   `[kernel−1][channels]` (zeros at sequence start);
-//! - `ssm`: per value head h, `S_h ∈ ℝ^{d_k×d_v}` stored transposed as
-//!   `ssm[h][j][i] = S_h[i][j]` (row j = value dim j over key dims), the layout
-//!   llama.cpp uses.
+//! This file sits above the mixers (`Scratch` holds each mixer's scratch) and
+//! below the passes (`forward.rs`, `diffusion.rs`, `verify.rs`'s commit); the
+//! types the mixers themselves need (`DeltaNetState`, the verify stash) live
+//! in `recurrent.rs`, under them.
 
 use kernels::GgmlType;
 
+use super::attention::AttentionScratch;
 use super::config::{LayerKind, ModelConfig};
-use super::forward::{Scratch, Stats};
+use super::deltanet::DeltaNetScratch;
 use super::kv::KvCache;
-use super::verify::VerifyStash;
+use super::linear::MatScratch;
+use super::moe::MoeScratch;
+use super::recurrent::VerifyStash;
 use super::StateError;
 
-/// One GDN layer's recurrent state.
-#[derive(Clone, Debug, PartialEq)]
-pub struct DeltaNetState {
-    /// `[kernel−1][channels]`, oldest first.
-    pub conv: Vec<f32>,
-    /// `[n_v_heads][d_v][d_k]`.
-    pub ssm: Vec<f32>,
+pub use super::recurrent::DeltaNetState;
+
+/// Per-layer timings and expert-routing counters, for the UI.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Take `Instant` timings (off: no clock reads at all).
+    pub timing: bool,
+    /// Nanoseconds in each layer's mixer (GDN or attention) and MoE block.
+    pub mixer_ns: Vec<u64>,
+    pub moe_ns: Vec<u64>,
+    /// Nanoseconds in the output head (norm + logits).
+    pub head_ns: u64,
+    /// Tokens processed since the last `clear`.
+    pub tokens: u64,
+    /// `[layer][expert]` times each expert was selected.
+    pub expert_counts: Vec<u64>,
+    /// `[layer][k]` experts of the last processed token, descending weight.
+    pub last_experts: Vec<u32>,
+    n_expert: usize,
+    k: usize,
 }
 
-impl DeltaNetState {
-    pub fn new(cfg: &ModelConfig) -> DeltaNetState {
-        let d = cfg.ssm_head_dim;
-        DeltaNetState {
-            conv: vec![0.0; (cfg.ssm_conv_kernel - 1) * cfg.ssm_conv_channels()],
-            ssm: vec![0.0; cfg.ssm_n_v_heads * d * d],
+impl Stats {
+    pub fn new(cfg: &ModelConfig) -> Stats {
+        Stats {
+            timing: false,
+            mixer_ns: vec![0; cfg.n_layer],
+            moe_ns: vec![0; cfg.n_layer],
+            head_ns: 0,
+            tokens: 0,
+            expert_counts: vec![0; cfg.n_layer * cfg.n_expert],
+            last_experts: vec![0; cfg.n_layer * cfg.n_expert_used],
+            n_expert: cfg.n_expert,
+            k: cfg.n_expert_used,
         }
     }
 
-    pub fn reset(&mut self) {
-        self.conv.fill(0.0);
-        self.ssm.fill(0.0);
+    /// Zeroes every counter (keeps `timing`).
+    pub fn clear(&mut self) {
+        self.mixer_ns.fill(0);
+        self.moe_ns.fill(0);
+        self.head_ns = 0;
+        self.tokens = 0;
+        self.expert_counts.fill(0);
+        self.last_experts.fill(0);
+    }
+
+    /// Selection counts of layer `il`, one per expert.
+    pub fn layer_counts(&self, il: usize) -> &[u64] {
+        &self.expert_counts[il * self.n_expert..(il + 1) * self.n_expert]
+    }
+
+    /// Counts the experts `sel` chose for layer `il` (`[T][k]`, the last
+    /// token's last).
+    pub(super) fn record(&mut self, il: usize, sel: &[usize]) {
+        let (ne, k) = (self.n_expert, self.k);
+        for &x in sel {
+            self.expert_counts[il * ne + x] += 1;
+        }
+        let last = &sel[sel.len() - k..];
+        for (d, &s) in self.last_experts[il * k..(il + 1) * k].iter_mut().zip(last) {
+            *d = s as u32;
+        }
+    }
+}
+
+/// Run scratch, allocated once per state for `max_batch` tokens.
+#[derive(Debug)]
+pub struct Scratch {
+    /// `[T][n_embd]` residual stream, normed input, block output.
+    pub(crate) x: Vec<f32>,
+    pub(crate) xn: Vec<f32>,
+    pub(crate) y: Vec<f32>,
+    pub(crate) lin: MatScratch,
+    pub(crate) gdn: DeltaNetScratch,
+    pub(crate) attn: AttentionScratch,
+    pub(crate) moe: MoeScratch,
+    /// `[≤T][n_embd]` normed rows that need logits and their products.
+    pub(crate) head_in: Vec<f32>,
+    pub(crate) head_out: Vec<f32>,
+    /// `(output row, batch row)` for the current batch.
+    pub(crate) head_rows: Vec<(usize, usize)>,
+    pub(crate) logits: Vec<f32>,
+}
+
+impl Scratch {
+    pub fn new(cfg: &ModelConfig, n_vocab: usize, t: usize, n_ctx: usize) -> Scratch {
+        let e = cfg.n_embd;
+        let max_in = e
+            .max(cfg.ssm_inner())
+            .max(cfg.n_head * cfg.head_dim)
+            .max(cfg.n_ff_exp)
+            .max(cfg.n_ff_shexp);
+        Scratch {
+            x: vec![0.0; t * e],
+            xn: vec![0.0; t * e],
+            y: vec![0.0; t * e],
+            lin: MatScratch::new(t, max_in),
+            gdn: DeltaNetScratch::new(cfg, t),
+            attn: AttentionScratch::new(cfg, t, n_ctx),
+            moe: MoeScratch::new(cfg, t),
+            head_in: vec![0.0; t * e],
+            head_out: vec![0.0; n_vocab],
+            head_rows: Vec::with_capacity(t),
+            logits: vec![0.0; n_vocab],
+        }
     }
 }
 

@@ -7,6 +7,9 @@
 //! - the pre-conv `mixed` vector (`[T][channels]`), for the conv window;
 //! - the post-conv, L2-normalised k and v (`[T][channels − n_k·d]`), g and β.
 //!
+//! The stash types (`GdnStash`, `VerifyStash`) and the recording live in
+//! `recurrent.rs`, below both this file and `deltanet.rs`.
+//!
 //! `Model::commit_verify(n_keep)` then replays the delta-rule update over the
 //! kept positions only (bit-identical to a plain forward over them), sets the
 //! conv windows from the stashed `mixed` rows and truncates the KV cache to
@@ -18,50 +21,10 @@ use rayon::prelude::*;
 
 use super::config::ModelConfig;
 use super::deltanet::{delta_update, push_window};
-use super::state::DeltaNetState;
+use super::recurrent::{DeltaNetState, GdnStash};
 
-/// What one GDN layer's recurrence consumed during a verify pass.
-#[derive(Debug, Default)]
-pub struct GdnStash {
-    /// `[T][channels]` pre-conv projections.
-    mixed: Vec<f32>,
-    /// `[T][channels − n_k·d]` post-conv k (normalised) and v.
-    kv: Vec<f32>,
-    /// `[T][n_v]` decay g and β.
-    gate: Vec<f32>,
-    beta: Vec<f32>,
-}
-
+/// Replaying a stash (its data and its recording are in `recurrent.rs`).
 impl GdnStash {
-    /// Copies the first `t` positions of a layer's scratch.
-    pub(crate) fn record(
-        &mut self,
-        cfg: &ModelConfig,
-        t: usize,
-        mixed: &[f32],
-        conv: &[f32],
-        gate: &[f32],
-        beta: &[f32],
-    ) {
-        let ch = cfg.ssm_conv_channels();
-        let q_w = cfg.ssm_n_k_heads * cfg.ssm_head_dim;
-        let hv = cfg.ssm_n_v_heads;
-        let kv_w = ch - q_w;
-        grow(&mut self.mixed, t * ch);
-        grow(&mut self.kv, t * kv_w);
-        grow(&mut self.gate, t * hv);
-        grow(&mut self.beta, t * hv);
-        self.mixed[..t * ch].copy_from_slice(&mixed[..t * ch]);
-        for (dst, src) in self.kv[..t * kv_w]
-            .chunks_exact_mut(kv_w)
-            .zip(conv[..t * ch].chunks_exact(ch))
-        {
-            dst.copy_from_slice(&src[q_w..]);
-        }
-        self.gate[..t * hv].copy_from_slice(&gate[..t * hv]);
-        self.beta[..t * hv].copy_from_slice(&beta[..t * hv]);
-    }
-
     /// Advances `state` over the first `n_keep` stashed positions.
     pub fn advance(
         &self,
@@ -196,43 +159,5 @@ pub fn advance_all(
         .for_each(|(stash, h, s)| stash.replay_head(kt, cfg, h, s, n_keep));
     for (stash, st) in stashes.iter().zip(states.iter_mut()) {
         push_window(&mut st.conv, &stash.mixed[..n_keep * ch], ch);
-    }
-}
-
-fn grow(v: &mut Vec<f32>, n: usize) {
-    if v.len() < n {
-        v.resize(n, 0.0);
-    }
-}
-
-/// The stash of a pending verify pass: every GDN layer, plus the scratch
-/// state the pass ran on.
-#[derive(Debug)]
-pub struct VerifyStash {
-    pub(crate) layers: Vec<GdnStash>,
-    pub(crate) scratch_state: DeltaNetState,
-    /// `(pos0, n)` of the pending pass, if any.
-    pub(crate) pending: Option<(usize, usize)>,
-}
-
-impl VerifyStash {
-    /// Bytes held: every layer's stash plus the scratch state.
-    pub fn bytes(&self) -> usize {
-        let stash: usize = self
-            .layers
-            .iter()
-            .map(|l| l.mixed.len() + l.kv.len() + l.gate.len() + l.beta.len())
-            .sum();
-        (stash + self.scratch_state.conv.len() + self.scratch_state.ssm.len()) * 4
-    }
-
-    pub fn new(cfg: &ModelConfig) -> VerifyStash {
-        VerifyStash {
-            layers: (0..cfg.n_deltanet_layers())
-                .map(|_| GdnStash::default())
-                .collect(),
-            scratch_state: DeltaNetState::new(cfg),
-            pending: None,
-        }
     }
 }

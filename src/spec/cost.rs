@@ -3,7 +3,7 @@
 //! Per GDN layer and verify position the stash holds the pre-conv `mixed`
 //! vector (channels f32), the post-conv k and v (channels − n_k·d f32), and
 //! g and β (n_v f32 each); plus one scratch copy of a layer's state, reused
-//! layer after layer. See `model::verify::GdnStash`.
+//! layer after layer. See `model::recurrent::GdnStash`.
 
 use crate::model::ModelConfig;
 

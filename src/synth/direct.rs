@@ -28,7 +28,7 @@
 use half::f16;
 use kernels::GgmlType;
 
-use super::weights::Rng;
+use super::rng::Rng;
 
 /// One normal-ish value with mean 0 and variance 1 from a single 64-bit
 /// draw: the sum of four 16-bit uniforms (Irwin–Hall, n = 4), centred and

@@ -11,6 +11,7 @@
 pub mod direct;
 pub mod presets;
 pub mod recipes;
+pub mod rng;
 pub mod tensors;
 pub mod tokenizer_gen;
 pub mod weights;

@@ -15,71 +15,13 @@ use rayon::prelude::*;
 
 use super::direct;
 use super::presets::Preset;
+pub use super::rng::Rng;
 use super::tensors::{Role, TensorSpec};
 
 /// Elements generated per chunk (rounded to whole rows, at least one row).
 const CHUNK_ELEMS: usize = 1 << 16;
 /// Chunks generated in parallel before being written, in order.
 const CHUNKS_IN_FLIGHT: usize = 64;
-
-/// SplitMix64: small, fast, and good enough for weights.
-#[derive(Clone, Debug)]
-pub struct Rng {
-    state: u64,
-    /// The second normal of the last Box–Muller pair.
-    spare: Option<f64>,
-}
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng {
-            state: seed,
-            spare: None,
-        }
-    }
-
-    /// A generator for chunk `chunk` of tensor `tensor` under `seed`.
-    pub fn for_chunk(seed: u64, tensor: usize, chunk: usize) -> Rng {
-        let mut r = Rng::new(seed ^ 0x243F_6A88_85A3_08D3);
-        let a = r.next_u64() ^ (tensor as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut r = Rng::new(a);
-        let b = r.next_u64() ^ (chunk as u64).wrapping_mul(0xD1B5_4A32_D192_ED03);
-        let mut r = Rng::new(b);
-        r.next_u64();
-        r
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1).
-    pub fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
-
-    /// Uniform in [lo, hi).
-    pub fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.uniform()
-    }
-
-    /// Standard normal (Box–Muller; each pair of uniforms gives two values).
-    pub fn normal(&mut self) -> f64 {
-        if let Some(z) = self.spare.take() {
-            return z;
-        }
-        let u1 = 1.0 - self.uniform(); // (0, 1]
-        let u2 = self.uniform();
-        let r = (-2.0 * u1.ln()).sqrt();
-        let (sin, cos) = (std::f64::consts::TAU * u2).sin_cos();
-        self.spare = Some(r * sin);
-        r * cos
-    }
-}
 
 /// How a tensor's elements are drawn.
 #[derive(Clone, Copy, Debug, PartialEq)]
