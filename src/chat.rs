@@ -11,11 +11,41 @@
 //!
 //! [`CHATML_TEMPLATE`] is our own ChatML template with Qwen3-style thinking, for files that
 //! carry none.
+//!
+//! A template is code from the model file, so every render runs under three limits, and
+//! breaking one fails the render with a [`ChatError::Limit`] ("the model's chat template
+//! exceeded ..."):
+//! - work: [`FUEL`] units of minijinja fuel (one per instruction, one per 64 bytes of data the
+//!   template creates, copies or outputs; our `tojson` pays for what it visits and writes).
+//!   Since data costs fuel, this also bounds memory: about `FUEL × 64` bytes (≈ 320 MB at
+//!   most, reached only by a template that does nothing but build strings), and it stops
+//!   `{% set s = s ~ s %}` doubling before the allocation that would pass the budget;
+//! - output: [`output_limit`] bytes, 1 MiB plus 8× the bytes of the messages;
+//! - nesting: minijinja's recursion limit (macros, recursive loops, parsing), and [`JSON_DEPTH`]
+//!   levels of `tojson` (a namespace can hold itself).
+
+use std::io;
 
 use minijinja::syntax::SyntaxConfig;
 use minijinja::value::{Kwargs, ValueKind};
-use minijinja::{Environment, Error as JinjaError, ErrorKind, Value};
+use minijinja::{Environment, Error as JinjaError, ErrorKind, State, Value};
 use thiserror::Error;
+
+/// Work budget of one render, in minijinja fuel. A long real conversation (200 turns, 1.2 MB
+/// of text, with reasoning and tool responses) through the Qwen-style template in
+/// `chat_tests.rs` uses about 76,000 fuel (`a_long_conversation_uses_a_small_share_of_the_fuel`
+/// keeps it under a twentieth of this, 65× headroom); an endless loop runs out in about 0.15 s (optimised build).
+pub const FUEL: u64 = 5_000_000;
+
+/// Deepest nesting `tojson` serialises (Python's `json` stops near 1000 on recursion; real
+/// tool schemas nest a handful of levels).
+pub const JSON_DEPTH: usize = 128;
+
+/// Output cap for a render of messages totalling `input_bytes`: 1 MiB plus 8× the input, so a
+/// template may wrap every message in tags and repeat it several times, but not loop.
+pub fn output_limit(input_bytes: usize) -> usize {
+    (1 << 20) + input_bytes.saturating_mul(8)
+}
 
 /// ChatML with thinking. Assistant turns after the last user message carry their reasoning as
 /// `<think>\n…\n</think>\n\n` before the answer (earlier turns drop it, as Qwen3 does);
@@ -98,6 +128,48 @@ pub enum ChatError {
     Syntax(String),
     #[error("chat template failed: {0}")]
     Render(String),
+    /// A limit on work, output or nesting; the text says which.
+    #[error("the model's chat template exceeded {0}")]
+    Limit(String),
+}
+
+/// An `io::Write` into a buffer that refuses to grow past `cap` bytes.
+struct CappedWriter {
+    buf: Vec<u8>,
+    cap: usize,
+    overflowed: bool,
+}
+
+impl io::Write for CappedWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.buf.len().saturating_add(data.len()) > self.cap {
+            self.overflowed = true;
+            return Err(io::Error::other("chat template output limit"));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Maps a failed render to our error, naming the limit when one was hit.
+fn render_error(e: &JinjaError, out: &CappedWriter) -> ChatError {
+    if out.overflowed {
+        return ChatError::Limit(format!("its output limit of {} bytes", out.cap));
+    }
+    if e.kind() == ErrorKind::OutOfFuel {
+        return ChatError::Limit(format!(
+            "its work limit of {FUEL} fuel (does it loop or recurse without end?)"
+        ));
+    }
+    let text = describe(e);
+    if text.contains("recursion limit") || text.contains("maximum recursion") {
+        return ChatError::Limit(format!("its nesting limit: {text}"));
+    }
+    ChatError::Render(text)
 }
 
 /// The error and its causes on one line.
@@ -127,6 +199,7 @@ impl ChatTemplate {
             .build()
             .map_err(|e| ChatError::Syntax(describe(&e)))?;
         env.set_syntax(syntax);
+        env.set_fuel(Some(FUEL));
         minijinja_contrib::add_to_environment(&mut env);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
@@ -134,7 +207,14 @@ impl ChatTemplate {
         env.add_global("bos_token", bos_token.to_owned());
         env.add_global("eos_token", eos_token.to_owned());
         env.add_template_owned(TEMPLATE_NAME, source.to_owned())
-            .map_err(|e| ChatError::Syntax(describe(&e)))?;
+            .map_err(|e| {
+                let text = describe(&e);
+                if text.contains("recursion limit") {
+                    ChatError::Limit(format!("its nesting limit: {text}"))
+                } else {
+                    ChatError::Syntax(text)
+                }
+            })?;
         Ok(ChatTemplate { env })
     }
 
@@ -146,10 +226,27 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         enable_thinking: Option<bool>,
     ) -> Result<String, ChatError> {
+        self.render_measured(messages, add_generation_prompt, enable_thinking)
+            .map(|(text, _)| text)
+    }
+
+    /// [`render`](Self::render), also returning the fuel the render used.
+    pub fn render_measured(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        enable_thinking: Option<bool>,
+    ) -> Result<(String, u64), ChatError> {
         let tmpl = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatError::Render(describe(&e)))?;
+        let input_bytes: usize = messages
+            .iter()
+            .map(|m| {
+                m.role.len() + m.content.len() + m.reasoning_content.as_ref().map_or(0, String::len)
+            })
+            .sum();
         let mut ctx = vec![
             (
                 "messages",
@@ -165,14 +262,27 @@ impl ChatTemplate {
         if let Some(t) = enable_thinking {
             ctx.push(("enable_thinking", Value::from(t)));
         }
-        tmpl.render(Value::from_pairs(ctx))
-            .map_err(|e| ChatError::Render(describe(&e)))
+        let mut out = CappedWriter {
+            buf: Vec::new(),
+            cap: output_limit(input_bytes),
+            overflowed: false,
+        };
+        let fuel = match tmpl.render_captured_to(Value::from_pairs(ctx), &mut out) {
+            Ok(captured) => captured.state().fuel_levels().map_or(0, |(used, _)| used),
+            Err(e) => return Err(render_error(&e, &out)),
+        };
+        let text = String::from_utf8(out.buf)
+            .map_err(|_| ChatError::Render("the output is not UTF-8".into()))?;
+        Ok((text, fuel))
     }
 }
 
 fn raise_exception(message: String) -> Result<Value, JinjaError> {
     Err(JinjaError::new(ErrorKind::InvalidOperation, message))
 }
+
+/// Widest numeric `tojson` indent.
+const MAX_INDENT: usize = 64;
 
 /// Python `json.dumps` options the filter honours.
 struct JsonStyle {
@@ -183,7 +293,7 @@ struct JsonStyle {
     key_sep: String,
 }
 
-fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
+fn tojson(state: &State, value: &Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
     let indent: Option<Value> = kwargs.get("indent")?;
     let sort_keys: Option<bool> = kwargs.get("sort_keys")?;
     let ensure_ascii: Option<bool> = kwargs.get("ensure_ascii")?;
@@ -194,7 +304,16 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
         Some(v) if v.is_none() => None,
         Some(v) => Some(match v.as_str() {
             Some(s) => s.to_owned(),
-            None => " ".repeat(usize::try_from(v)?),
+            None => {
+                let n = usize::try_from(v)?;
+                if n > MAX_INDENT {
+                    return Err(JinjaError::new(
+                        ErrorKind::InvalidOperation,
+                        format!("tojson indent {n} is over {MAX_INDENT}"),
+                    ));
+                }
+                " ".repeat(n)
+            }
         }),
     };
     let (item_sep, key_sep) = match separators {
@@ -216,7 +335,7 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, JinjaError> {
         key_sep,
     };
     let mut out = String::new();
-    write_json(value, &style, 0, &mut out)?;
+    write_json(state, value, &style, 0, &mut out)?;
     Ok(Value::from_safe_string(out))
 }
 
@@ -229,12 +348,25 @@ fn newline(style: &JsonStyle, level: usize, out: &mut String) {
     }
 }
 
+/// Appends `v` as JSON. Every value visited costs one fuel and every 64 bytes written another,
+/// paid before writing, so a small value that expands hugely (one long string listed a
+/// million times) runs out of fuel instead of memory.
 fn write_json(
+    state: &State,
     v: &Value,
     style: &JsonStyle,
     level: usize,
     out: &mut String,
 ) -> Result<(), JinjaError> {
+    if level > JSON_DEPTH {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson nests deeper than {JSON_DEPTH} levels"),
+        ));
+    }
+    let indent_bytes = style.indent.as_ref().map_or(0, |i| i.len() * (level + 1));
+    let sep_bytes = style.item_sep.len() + style.key_sep.len();
+    state.consume_fuel(1 + (indent_bytes + sep_bytes) as u64 / 64)?;
     match v.kind() {
         ValueKind::Undefined | ValueKind::None => out.push_str("null"),
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -251,9 +383,9 @@ fn write_json(
                 out.push_str(&format!("{f}"));
             }
         }
-        ValueKind::String => write_json_str(v.as_str().unwrap_or_default(), style, out),
+        ValueKind::String => write_json_str(state, v.as_str().unwrap_or_default(), style, out)?,
         ValueKind::Map => {
-            let mut keys: Vec<Value> = v.try_iter()?.collect();
+            let mut keys = collect_paid(state, v)?;
             if keys.is_empty() {
                 out.push_str("{}");
                 return Ok(());
@@ -268,17 +400,17 @@ fn write_json(
                 }
                 newline(style, level + 1, out);
                 match k.as_str() {
-                    Some(s) => write_json_str(s, style, out),
-                    None => write_json_str(&k.to_string(), style, out),
+                    Some(s) => write_json_str(state, s, style, out)?,
+                    None => write_json_str(state, &k.to_string(), style, out)?,
                 }
                 out.push_str(&style.key_sep);
-                write_json(&v.get_item(k)?, style, level + 1, out)?;
+                write_json(state, &v.get_item(k)?, style, level + 1, out)?;
             }
             newline(style, level, out);
             out.push('}');
         }
         ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<Value> = v.try_iter()?.collect();
+            let items = collect_paid(state, v)?;
             if items.is_empty() {
                 out.push_str("[]");
                 return Ok(());
@@ -289,7 +421,7 @@ fn write_json(
                     out.push_str(&style.item_sep);
                 }
                 newline(style, level + 1, out);
-                write_json(item, style, level + 1, out)?;
+                write_json(state, item, style, level + 1, out)?;
             }
             newline(style, level, out);
             out.push(']');
@@ -304,7 +436,24 @@ fn write_json(
     Ok(())
 }
 
-fn write_json_str(s: &str, style: &JsonStyle, out: &mut String) {
+/// The items (or keys) of `v`, one fuel each, so an endless iterable runs out of fuel.
+fn collect_paid(state: &State, v: &Value) -> Result<Vec<Value>, JinjaError> {
+    let mut items = Vec::new();
+    for item in v.try_iter()? {
+        state.consume_fuel(1)?;
+        items.push(item);
+    }
+    Ok(items)
+}
+
+fn write_json_str(
+    state: &State,
+    s: &str,
+    style: &JsonStyle,
+    out: &mut String,
+) -> Result<(), JinjaError> {
+    // An escape writes at most 12 bytes for a 4-byte char: pay for the worst case.
+    state.consume_fuel((s.len() as u64).saturating_mul(3) / 64)?;
     out.push('"');
     for c in s.chars() {
         match c {
@@ -325,6 +474,7 @@ fn write_json_str(s: &str, style: &JsonStyle, out: &mut String) {
         }
     }
     out.push('"');
+    Ok(())
 }
 
 #[cfg(test)]

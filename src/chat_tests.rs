@@ -254,3 +254,170 @@ fn templates_and_samplers_can_move_to_a_worker_thread() {
     shared::<ChatTemplate>();
     shared::<crate::sample::Sampler>();
 }
+
+/// Renders `source` over one short message and returns the error text, checking that the
+/// failure is a limit and that it came quickly.
+fn limit_error(source: &str) -> String {
+    let t0 = std::time::Instant::now();
+    let err = render_str(source, &[ChatMessage::user("Hi")]).unwrap_err();
+    let secs = t0.elapsed().as_secs_f64();
+    assert!(matches!(err, ChatError::Limit(_)), "{err}");
+    assert!(secs < 20.0, "took {secs:.1} s to fail");
+    let text = err.to_string();
+    assert!(
+        text.starts_with("the model's chat template exceeded"),
+        "{text}"
+    );
+    assert!(!text.contains('\n'), "{text}");
+    text
+}
+
+#[test]
+fn a_template_that_loops_a_billion_times_fails_instead_of_hanging() {
+    let text = limit_error(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% set x = j %}{% endfor %}{% endfor %}",
+    );
+    assert!(text.contains("work limit"), "{text}");
+}
+
+#[test]
+fn a_template_asking_for_a_billion_element_range_fails_with_one_line() {
+    let err = render_str(
+        "{% for i in range(999999999) %}x{% endfor %}",
+        &[ChatMessage::user("Hi")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("range"), "{err}");
+}
+
+#[test]
+fn a_template_doubling_a_string_thirty_times_fails_before_allocating_a_gigabyte() {
+    let source = format!(
+        "{{% set s = 'ab' %}}{}{{{{ s }}}}",
+        "{% set s = s ~ s %}".repeat(30)
+    );
+    let text = limit_error(&source);
+    assert!(text.contains("work limit"), "{text}");
+}
+
+#[test]
+fn a_template_doubling_a_string_in_a_loop_fails_before_allocating_a_gigabyte() {
+    let text = limit_error(
+        "{% set ns = namespace(s='ab') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}",
+    );
+    assert!(text.contains("work limit"), "{text}");
+}
+
+#[test]
+fn a_macro_that_calls_itself_twice_fails_instead_of_running_exponentially() {
+    let text = limit_error(
+        "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% else %}x{% endif %}{% endmacro %}{{ f(60) }}",
+    );
+    assert!(text.contains("limit"), "{text}");
+}
+
+#[test]
+fn a_macro_that_recurses_forever_fails_at_the_nesting_limit_without_overflowing_the_stack() {
+    let text = limit_error("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+    assert!(text.contains("nesting limit"), "{text}");
+}
+
+#[test]
+fn a_recursive_loop_over_a_self_nesting_namespace_fails_at_the_nesting_limit() {
+    let text = limit_error(
+        "{% set ns = namespace(children=[]) %}{% set ns.children = [ns] %}\
+         {% for n in [ns] recursive %}{{ loop(n.children) }}{% endfor %}",
+    );
+    assert!(text.contains("limit"), "{text}");
+}
+
+#[test]
+fn deeply_nested_template_source_is_refused_at_compile_time() {
+    let source = format!("{{{{ {}1{} }}}}", "(".repeat(5000), ")".repeat(5000));
+    let err = ChatTemplate::new(&source, "", "").unwrap_err();
+    assert!(matches!(err, ChatError::Limit(_)), "{err}");
+    assert!(!err.to_string().contains('\n'));
+}
+
+#[test]
+fn a_template_printing_past_the_output_limit_fails() {
+    let text = limit_error("{% for i in range(100000) %}{{ 'y' * 100 }}{% endfor %}");
+    assert!(text.contains("output limit"), "{text}");
+}
+
+#[test]
+fn tojson_of_a_namespace_that_holds_itself_fails_instead_of_overflowing_the_stack() {
+    let err = render_str(
+        "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns|tojson }}",
+        &[ChatMessage::user("Hi")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nests deeper"), "{err}");
+}
+
+#[test]
+fn tojson_of_one_long_string_listed_many_times_runs_out_of_fuel() {
+    let text =
+        limit_error("{% set s = 'x' * 1000000 %}{% set l = [s] * 5000 %}{{ (l|tojson)|length }}");
+    assert!(text.contains("work limit"), "{text}");
+}
+
+#[test]
+fn tojson_refuses_a_huge_indent_before_allocating_it() {
+    let err = render_str(
+        "{{ [1]|tojson(indent=1000000000000) }}",
+        &[ChatMessage::user("Hi")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("indent"), "{err}");
+}
+
+/// A long chat the way `clover chat` builds one: a system prompt, then 200 rounds of a user
+/// question, an assistant answer with reasoning, and tool responses, 1.2 MB in all.
+fn long_conversation() -> Vec<ChatMessage> {
+    let para = "The quick brown fox jumps over the lazy dog; \"quoted\" text, numbers 12345, \
+                and unicode é😀. "
+        .repeat(20);
+    let mut msgs = vec![ChatMessage::system(format!("You are helpful. {para}"))];
+    for i in 0..200 {
+        msgs.push(ChatMessage::user(format!("Question {i}: {para}")));
+        msgs.push(
+            ChatMessage::assistant(format!("Answer {i}: {para}"))
+                .with_reasoning(format!("Thinking about {i}: {para}")),
+        );
+        msgs.push(ChatMessage::new(
+            "tool",
+            format!("<tool_response>{{\"result\": \"{para}\"}}</tool_response>"),
+        ));
+    }
+    msgs
+}
+
+#[test]
+fn a_long_conversation_uses_a_small_share_of_the_fuel() {
+    let msgs = long_conversation();
+    let bytes: usize = msgs.iter().map(|m| m.content.len()).sum();
+    assert!(bytes > 1_000_000, "{bytes}");
+    for (name, source) in [
+        ("chatml", CHATML_TEMPLATE),
+        ("qwen-style", QWEN_STYLE),
+        (
+            "default model",
+            "{%- for message in messages -%}\
+             {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}\
+             {%- endfor -%}\
+             {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}",
+        ),
+    ] {
+        let t = ChatTemplate::new(source, "", "<|im_end|>").unwrap();
+        let (text, fuel) = t.render_measured(&msgs, true, Some(true)).unwrap();
+        eprintln!(
+            "{name}: {} messages, {bytes} bytes in, {} bytes out, {fuel} fuel ({:.2} % of {FUEL})",
+            msgs.len(),
+            text.len(),
+            fuel as f64 * 100.0 / FUEL as f64
+        );
+        assert!(fuel > 0);
+        assert!(fuel < FUEL / 20, "{name} used {fuel} fuel");
+    }
+}

@@ -29,7 +29,10 @@ fuzz_target!(|data: &[u8]| {
         let view = file.view(info);
         assert_eq!(view.data.len() as u64, info.n_bytes);
         let rows: u64 = info.dims[1..].iter().product();
-        assert_eq!(info.ty.row_bytes(info.dims[0]).unwrap() * rows, info.n_bytes);
+        assert_eq!(
+            info.ty.row_bytes(info.dims[0]).unwrap() * rows,
+            info.n_bytes
+        );
         assert_eq!(info.offset % file.alignment(), 0);
         assert!(file.tensor(&info.name).is_some());
         end_max = end_max.max(info.offset + info.n_bytes);

@@ -1,0 +1,76 @@
+//! A model file whose chat template is hostile (endless work, memory doubling, endless
+//! recursion) makes `clover run --chat` fail fast with one error line, never hang or panic.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clover::gguf::Value;
+use clover::synth::{self, Arch, Preset, Recipe, SynthOptions};
+
+/// Writes a `tiny` synthetic model carrying `template` as its chat template.
+fn model_with_template(path: &Path, template: &str) {
+    let mut plan = synth::plan(SynthOptions {
+        arch: Arch::CloverMoe,
+        preset: Preset::Tiny,
+        recipe: Recipe::F32,
+        seed: 5,
+    })
+    .unwrap();
+    plan.writer
+        .set("tokenizer.chat_template", Value::str(template));
+    plan.write(path, Some(1)).unwrap();
+}
+
+/// Runs `clover run --chat` on a file with `template`; checks for one error line naming the
+/// exceeded limit, a non-zero exit other than a panic's, and a quick failure.
+fn chat_fails_fast(template: &str, limit: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.gguf");
+    model_with_template(&path, template);
+    let t0 = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args(["run", "-m", path.to_str().unwrap(), "-t", "1"])
+        .args(["--chat", "-p", "hello", "-n", "2", "--temp", "0"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "succeeded: {err}");
+    assert_ne!(out.status.code(), Some(101), "panicked: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(
+        err.contains("the model's chat template exceeded") && err.contains(limit),
+        "{err:?}"
+    );
+    assert!(took < Duration::from_secs(30), "took {took:?}");
+}
+
+#[test]
+fn a_chat_template_that_loops_without_end_is_one_error_line_and_a_quick_non_zero_exit() {
+    chat_fails_fast(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% set x = j %}{% endfor %}{% endfor %}",
+        "work limit",
+    );
+}
+
+#[test]
+fn a_chat_template_that_doubles_a_string_thirty_times_is_one_error_line_and_a_quick_exit() {
+    chat_fails_fast(
+        &format!(
+            "{{% set s = 'ab' %}}{}{{{{ s }}}}",
+            "{% set s = s ~ s %}".repeat(30)
+        ),
+        "work limit",
+    );
+}
+
+#[test]
+fn a_chat_template_that_recurses_without_end_is_one_error_line_and_a_quick_exit() {
+    chat_fails_fast(
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "nesting limit",
+    );
+}
