@@ -51,7 +51,9 @@ pub struct ChatArgs {
     /// Continue a conversation saved with Ctrl-S (its .json file)
     #[arg(long = "load", value_name = "FILE")]
     pub load: Option<PathBuf>,
-    /// Where Ctrl-S saves the conversation (default: the current directory)
+    /// Where Ctrl-S saves the conversation (default: the current directory;
+    /// files appear only when complete, and a symlink is followed to its
+    /// regular target)
     #[arg(long = "save-dir", value_name = "DIR")]
     pub save_dir: Option<PathBuf>,
 }

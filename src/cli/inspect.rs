@@ -30,7 +30,9 @@ pub struct InspectArgs {
     /// Write this tensor, dequantised, as raw little-endian f32 to -o
     #[arg(long, value_name = "TENSOR", requires = "output")]
     pub dequant: Option<String>,
-    /// Output file for --dequant
+    /// Output file for --dequant (replaced only when complete; a symlink is
+    /// followed to its regular target; a directory, device, FIFO or socket is
+    /// refused)
     #[arg(short = 'o', long = "output", value_name = "OUT", requires = "dequant")]
     pub output: Option<PathBuf>,
 }

@@ -31,7 +31,9 @@ pub struct SynthArgs {
     /// full). Default: reference for tiny and small, direct for a3b-4l and full
     #[arg(long)]
     pub fill: Option<synth::weights::Fill>,
-    /// Output file
+    /// Output file: written to a temporary file beside it and renamed into
+    /// place when complete. A symlink is followed to its regular target (the
+    /// link is kept); a directory, device, FIFO or socket is refused
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
     /// Print the plan (shapes, counts, bytes) without writing anything
