@@ -248,7 +248,7 @@ pub fn attention_block(
     lin.project(kt, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
     lin.project(kt, &w.k, u, &mut sc.k[..t * nkv * d]);
     lin.project(kt, &w.v, u, &mut sc.v[..t * nkv * d]);
-    let mut rope = RopeCache::new(cfg.n_rot, cfg.rope_base);
+    let mut rope = RopeCache::new(cfg.n_rot, cfg.rope_base, cfg.rope_sections);
     for ti in 0..t {
         rope.set_position(pos0 + ti);
         for head in sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d].chunks_exact_mut(2 * d) {
