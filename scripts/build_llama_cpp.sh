@@ -10,7 +10,8 @@ set -euo pipefail
 LLAMA_DIR=${LLAMA_DIR:-$HOME/.cache/clover/llama.cpp}
 VERSION=0.3.36
 bin="$LLAMA_DIR/build/bin"
-if [ -x "$bin/llama-completion" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-perplexity" ]; then
+if [ -x "$bin/llama-completion" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-perplexity" ] \
+  && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-imatrix" ]; then
   echo "$bin"; exit 0
 fi
 mkdir -p "$LLAMA_DIR"
@@ -23,5 +24,6 @@ fi
 src="llama_cpp_python-$VERSION/vendor/llama.cpp"
 cmake -S "$src" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >&2
-cmake --build build -j"$(nproc)" --target llama-bench llama-completion llama-perplexity llama-quantize >&2
+cmake --build build -j"$(nproc)" --target llama-bench llama-completion llama-perplexity llama-quantize \
+  llama-imatrix >&2
 echo "$bin"

@@ -81,11 +81,14 @@ fn write(tm: &TinyModel, path: &std::path::Path) {
     for (k, v) in tm.metadata() {
         w.set(k, v);
     }
-    // Text positions: the multi-section rope reduces to NeoX rope (§2.4).
-    w.set(
-        "qwen35moe.rope.dimension_sections",
-        Value::i32s([2, 1, 1, 0]),
-    );
+    // Text positions: these sections rotate all 4 pairs, NeoX rope (§2.4);
+    // a model with its own sections has them in `metadata()`.
+    if tm.cfg.rope_sections.is_none() {
+        w.set(
+            "qwen35moe.rope.dimension_sections",
+            Value::i32s([2, 1, 1, 0]),
+        );
+    }
     w.set("tokenizer.ggml.model", Value::str("gpt2"));
     w.set("tokenizer.ggml.pre", Value::str("qwen35"));
     w.set("tokenizer.ggml.tokens", Value::strings(vocab()));
@@ -229,6 +232,24 @@ fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
     check(&bin, &tm, "f16_seed80");
 }
 
+/// Sections that leave rope pairs unrotated (DESIGN §2.4), over the 4 pairs
+/// of n_rot 8: [1, 0, 0, 1] turns pairs 0 and 2 only, [0, 2, 2, 0] pairs 1
+/// and 2 only (pair 0, the fastest, stays put).
+const UNROTATING_SECTIONS: [[u32; 4]; 2] = [[1, 0, 0, 1], [0, 2, 2, 0]];
+
+#[test]
+fn greedy_tokens_match_llama_cpp_when_sections_leave_rope_pairs_unrotated() {
+    let test = "greedy_tokens_match_llama_cpp_when_sections_leave_rope_pairs_unrotated";
+    let Some(bin) = llama_completion_or_defer(test) else {
+        return;
+    };
+    for (seed, s) in [82, 83].into_iter().zip(UNROTATING_SECTIONS) {
+        let mut tm = qwen(4, seed);
+        tm.cfg.rope_sections = Some(s);
+        check(&bin, &tm, &format!("sections{s:?}_seed{seed}"));
+    }
+}
+
 /// Log-probabilities of every position in the second half of each chunk,
 /// from llama-perplexity's `--kl-divergence-base` dump (uint16-quantised
 /// log-probs: `min_log_prob + scale·q`, `scale` ≤ 16/65535): ours must agree
@@ -259,13 +280,34 @@ fn log_probs_stay_near_llama_cpp_with_an_f16_kv_cache() {
     );
 }
 
+/// As `log_probs_match_llama_cpp_perplexity_dump`, for files whose sections
+/// leave rope pairs unrotated.
+#[test]
+fn log_probs_match_llama_cpp_when_sections_leave_rope_pairs_unrotated() {
+    let test = "log_probs_match_llama_cpp_when_sections_leave_rope_pairs_unrotated";
+    for s in UNROTATING_SECTIONS {
+        log_probs_match_with(test, GgmlType::F32, "f32", 0.0, Some(s));
+    }
+}
+
 fn log_probs_match(test: &str, cache: GgmlType, cache_flag: &str, extra: f32) {
+    log_probs_match_with(test, cache, cache_flag, extra, None);
+}
+
+fn log_probs_match_with(
+    test: &str,
+    cache: GgmlType,
+    cache_flag: &str,
+    extra: f32,
+    sections: Option<[u32; 4]>,
+) {
     let Some(completion) = llama_completion_or_defer(test) else {
         return;
     };
     let dir_bin = completion.parent().unwrap().to_path_buf();
     let perplexity = dir_bin.join("llama-perplexity");
-    let tm = qwen(4, 81);
+    let mut tm = qwen(4, 81);
+    tm.cfg.rope_sections = sections;
     let dir = tempfile::tempdir().unwrap();
     let model_path = dir.path().join("m.gguf");
     write(&tm, &model_path);
@@ -359,5 +401,7 @@ fn log_probs_match(test: &str, cache: GgmlType, cache_flag: &str, extra: f32) {
             }
         }
     }
-    eprintln!("{cache_flag} cache: max |log-prob ours − llama.cpp| = {worst:.2e}");
+    eprintln!(
+        "{cache_flag} cache, sections {sections:?}: max |log-prob ours − llama.cpp| = {worst:.2e}"
+    );
 }

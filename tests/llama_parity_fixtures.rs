@@ -50,6 +50,23 @@ struct Fixture {
     tokens: Vec<u32>,
     logits: LogitsSpec,
     greedy: Vec<Greedy>,
+    /// Written with `clover synth --rope-sections` (absent: the preset's).
+    #[serde(default)]
+    rope_sections: Option<[i32; 4]>,
+}
+
+impl Fixture {
+    /// The fixture's file stem: `PRESET-RECIPE`, `-sections-S0-S1-S2-S3` added
+    /// for a file with its own rope sections.
+    fn name(&self) -> String {
+        match self.rope_sections {
+            None => format!("{}-{}", self.preset, self.recipe),
+            Some(s) => format!(
+                "{}-{}-sections-{}-{}-{}-{}",
+                self.preset, self.recipe, s[0], s[1], s[2], s[3]
+            ),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -241,8 +258,12 @@ fn check(fx: &Fixture, dir: &Path, want: &Expect) -> Figures {
         recipe: fx.recipe.parse::<Recipe>().unwrap(),
         seed: fx.seed,
     };
-    let path = dir.join(format!("{}-{}.gguf", fx.preset, fx.recipe));
-    synth::plan(opts).unwrap().write(&path, Some(2)).unwrap();
+    let path = dir.join(format!("{}.gguf", fx.name()));
+    let mut plan = synth::plan(opts).unwrap();
+    if let Some(sections) = fx.rope_sections {
+        plan.set_rope_sections(sections);
+    }
+    plan.write(&path, Some(2)).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(bytes.len() as u64, fx.file_bytes, "{}", fx.synth_command);
     assert_eq!(
@@ -289,10 +310,7 @@ fn check(fx: &Fixture, dir: &Path, want: &Expect) -> Figures {
             }
         }
         if trace {
-            eprintln!(
-                "{}-{} position {p}: max |Δ| {max_diff:.3e}",
-                fx.preset, fx.recipe
-            );
+            eprintln!("{} position {p}: max |Δ| {max_diff:.3e}", fx.name());
         }
         if agree == p && max_diff <= 1e-4 {
             agree += 1;
@@ -306,9 +324,8 @@ fn check(fx: &Fixture, dir: &Path, want: &Expect) -> Figures {
             let gap = row.logit(b).unwrap() - row.logit(a).unwrap_or(f32::NEG_INFINITY);
             assert!(
                 gap <= limit,
-                "{}-{} position {p}: top-1 {a} (ours) vs {b} (llama.cpp), their gap {gap}",
-                fx.preset,
-                fx.recipe
+                "{} position {p}: top-1 {a} (ours) vs {b} (llama.cpp), their gap {gap}",
+                fx.name()
             );
         }
     }
@@ -340,7 +357,7 @@ fn check(fx: &Fixture, dir: &Path, want: &Expect) -> Figures {
         greedy_total,
     };
     print_row(fx, &fig);
-    let name = format!("{}-{}", fx.preset, fx.recipe);
+    let name = fx.name();
     assert!(
         fig.agree >= want.agree,
         "{name}: only the first {} positions agree within 1e-4 (expected {})",
@@ -382,7 +399,11 @@ fn print_row(fx: &Fixture, f: &Figures) {
 }
 
 fn load_fixture(preset: &str, recipe: &str) -> Fixture {
-    let path = fixture_dir().join(format!("{preset}-{recipe}.json"));
+    load_fixture_named(&format!("{preset}-{recipe}"))
+}
+
+fn load_fixture_named(name: &str) -> Fixture {
+    let path = fixture_dir().join(format!("{name}.json"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("{}: {e} (run make_parity_fixtures.sh)", path.display()));
     serde_json::from_str(&text).unwrap()
@@ -417,7 +438,7 @@ fn run_preset(preset: &str) {
     }
 }
 
-/// Runs the two preset tests again in a child process on the AVX2 tier,
+/// Runs a test of this file again in a child process on the AVX2 tier,
 /// when the host's default tier is another one (the table is chosen once per
 /// process). Skipped, loudly, on hosts without AVX2, where AVX2 is already
 /// the default, or inside such a child.
@@ -430,7 +451,8 @@ fn rerun_on_avx2(test: &str) {
         return;
     }
     let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads", "1"])
+        .args([test, "--exact", "--include-ignored", "--nocapture"])
+        .args(["--test-threads", "1"])
         .env("CLOVER_ISA", "avx2")
         .output()
         .unwrap();
@@ -449,6 +471,62 @@ fn tiny_models_match_stored_llama_cpp_logits_and_greedy_tokens() {
 #[test]
 fn small_models_match_stored_llama_cpp_logits_and_greedy_tokens() {
     run_preset("small");
+}
+
+/// A `small` f32 file synthesised with its own `rope.dimension_sections`
+/// (fixture `small-f32-sections-S0-S1-S2-S3`), held to `small` f32's limits.
+///
+/// OPEN (hence `#[ignore]`): these two fixtures were made with
+/// scripts/build_llama_cpp.sh's llama.cpp on another host (Xeon with AMX and
+/// AVX512-FP16), whose logits for the plain `small` f32 file differ from the
+/// stored `small-f32` fixture by up to 9.06e-6 from position 1 on (first
+/// differing tensor: the GDN conv output after silu, layer 0), so no file
+/// meets the bit-for-bit limit against it. Measured against that build:
+/// plain `small` f32 9.06e-6; [4,2,2,0] 1.00e-5 with sections honoured,
+/// 1.53e-5 with every pair rotated; [0,4,4,0] 1.05e-5 honoured, 0.99 (top-1
+/// flips from position 26) with every pair rotated. All 256 positions within
+/// 1e-4 and greedy 240/240 when honoured. Regenerate them where the other
+/// fixtures were made (`PRESETS= scripts/oracle/make_parity_fixtures.sh`)
+/// and drop the `#[ignore]`s.
+fn run_sectioned(sections: [i32; 4]) {
+    let tier = pick_tier();
+    let dir = tempfile::tempdir().unwrap();
+    eprintln!("kernel tier: {tier}");
+    let [a, b, c, d] = sections;
+    let fx = load_fixture_named(&format!("small-f32-sections-{a}-{b}-{c}-{d}"));
+    assert_eq!(fx.rope_sections, Some(sections));
+    let want = EXPECT
+        .iter()
+        .find(|e| e.preset == "small" && e.recipe == "f32")
+        .unwrap();
+    check(&fx, dir.path(), want);
+}
+
+/// [4, 2, 2, 0] over `small`'s 8 rope pairs: ggml turns pairs 0..=6 with the
+/// position and leaves pair 7 as it is (DESIGN §2.4; what the default model's
+/// file used to say).
+#[test]
+#[ignore = "OPEN: fixture from a llama.cpp build that is 9.1e-6 off the other fixtures' \
+            on small f32; regenerate on their host (PRESETS= make_parity_fixtures.sh)"]
+fn small_model_whose_sections_leave_rope_pair_7_unrotated_matches_llama_cpp() {
+    run_sectioned([4, 2, 2, 0]);
+}
+
+/// [0, 4, 4, 0]: no first section, so pairs 0, 3 and 6 (sector ≡ 0 mod 3)
+/// stay unrotated, pair 0 the fastest-turning of all.
+#[test]
+#[ignore = "OPEN: fixture from a llama.cpp build that is 9.1e-6 off the other fixtures' \
+            on small f32; regenerate on their host (PRESETS= make_parity_fixtures.sh)"]
+fn small_model_whose_sections_leave_rope_pairs_0_3_6_unrotated_matches_llama_cpp() {
+    run_sectioned([0, 4, 4, 0]);
+}
+
+#[test]
+#[ignore = "OPEN: fixture from a llama.cpp build that is 9.1e-6 off the other fixtures' \
+            on small f32; regenerate on their host (PRESETS= make_parity_fixtures.sh)"]
+fn sectioned_small_models_match_llama_cpp_on_the_avx2_tier_too() {
+    rerun_on_avx2("small_model_whose_sections_leave_rope_pair_7_unrotated_matches_llama_cpp");
+    rerun_on_avx2("small_model_whose_sections_leave_rope_pairs_0_3_6_unrotated_matches_llama_cpp");
 }
 
 #[test]

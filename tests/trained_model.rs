@@ -11,6 +11,7 @@
 use std::path::PathBuf;
 
 use clover::engine::LoadedModel;
+use clover::model::ops::rope_pairs_rotated;
 use clover::model::{LogitsFor, StateOptions};
 use serde_json::Value;
 
@@ -142,4 +143,37 @@ fn diffusion_logits_match_the_training_code() {
         let max = compare(kind, &logits, m.model.n_vocab(), rows);
         eprintln!("diffusion ({kind}) max |engine - training| = {max:.3e}");
     }
+}
+
+#[test]
+fn shipped_model_rotates_every_rope_pair_as_it_was_trained() {
+    // The training code rotates all n_rot/2 pairs; the file's
+    // `rope.dimension_sections` must say so (DESIGN §2.4), so that its
+    // logits are those of rope on every pair (a file without sections) to
+    // the bit, as llama.cpp's would be.
+    let (mut m, fx) = load();
+    let cfg = &m.model.config;
+    let rotated = rope_pairs_rotated(cfg.n_rot / 2, cfg.rope_sections);
+    assert!(
+        rotated.iter().all(|&r| r),
+        "{:?} leaves pairs unrotated: {rotated:?}",
+        cfg.rope_sections
+    );
+    let tokens = ids(&fx["tokens"]);
+    let run = |m: &LoadedModel| {
+        let mut st = m.model.new_state(StateOptions::new(256)).expect("state");
+        let logits = m.model.forward(&mut st, &tokens, 0, LogitsFor::All);
+        let bits: Vec<u32> = logits
+            .expect("forward")
+            .iter()
+            .map(|x| x.to_bits())
+            .collect();
+        bits
+    };
+    let with_sections = run(&m);
+    m.model.config.rope_sections = None;
+    assert!(
+        with_sections == run(&m),
+        "logits differ from rope on every pair"
+    );
 }

@@ -24,6 +24,7 @@ import gguf
 from tokenizers import Tokenizer
 
 from model import CloverModel, Config
+from rope_sections import rope_sections
 from tokenizer import CHAT_TEMPLATE, vocab_for_gguf
 
 HERE = Path(__file__).parent
@@ -98,9 +99,8 @@ def export_gguf(model: CloverModel, tok: Tokenizer, path: Path, qtype: str, name
     w.add_float32(k("attention.layer_norm_rms_epsilon"), cfg.eps)
     w.add_float32(k("rope.freq_base"), cfg.rope_base)
     w.add_uint32(k("rope.dimension_count"), cfg.n_rot)
-    half = cfg.n_rot // 2
-    sections = [half - 2 * (half // 3), half // 3, half // 3, 0]
-    w.add_array(k("rope.dimension_sections"), sections)
+    # Sections under which llama.cpp rotates every pair, as the training model does.
+    w.add_array(k("rope.dimension_sections"), rope_sections(cfg.n_rot))
     w.add_uint32(k("expert_count"), cfg.n_expert)
     w.add_uint32(k("expert_used_count"), cfg.top_k)
     w.add_uint32(k("expert_feed_forward_length"), cfg.ff_exp)

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 minutes="${1:-105}"
-python3 -m unittest test_model
+python3 -m unittest test_model test_rope_sections
 python3 corpus.py --seed 1
 python3 tokenizer.py --vocab 2048
 python3 train.py --minutes "$minutes" --seed 1 --out runs/main

@@ -11,19 +11,27 @@
 #     - 48 greedy tokens after each of 5 fixed prompts.
 #   Output: tests/fixtures/parity/PRESET-RECIPE.json (+ .logits.bin), each
 #   recording the synth command, the seed and the file's sha256.
+#   Then the same for each PRESET:RECIPE:S0,S1,S2,S3 of $SECTIONED, a file
+#   synthesised with `--rope-sections S0,S1,S2,S3` (default: small f32 with
+#   4,2,2,0, under which ggml leaves rope pair 7 of 8 unrotated, and with
+#   0,4,4,0, which leaves pairs 0, 3 and 6 unrotated; DESIGN §2.4):
+#   PRESET-RECIPE-sections-S0-S1-S2-S3.json (+ .logits.bin).
 #
-#   scripts/oracle/make_parity_fixtures.sh                 # tiny + small
-#   PRESETS="tiny small a3b-4l" RECIPES="q4_k_m" scripts/oracle/make_parity_fixtures.sh
+#   scripts/oracle/make_parity_fixtures.sh                 # tiny + small + sectioned
+#   PRESETS="tiny small a3b-4l" RECIPES="q4_k_m" SECTIONED= scripts/oracle/make_parity_fixtures.sh
+#   PRESETS= scripts/oracle/make_parity_fixtures.sh        # the sectioned fixture only
+#   OUT=/tmp/fx scripts/oracle/make_parity_fixtures.sh     # elsewhere (to compare)
 #
 # llama.cpp: $LLAMA_BIN (default: what scripts/build_llama_cpp.sh prints, which
 # builds it once under $LLAMA_DIR); its headers come from the same source tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
-PRESETS=${PRESETS:-"tiny small"}
+PRESETS=${PRESETS-"tiny small"}
 RECIPES=${RECIPES:-"f32 q8_0 q4_k_m apex-miniplus"}
+SECTIONED=${SECTIONED-"small:f32:4,2,2,0 small:f32:0,4,4,0"}
 THREADS=${THREADS:-2}
-out="$root/tests/fixtures/parity"
+out=${OUT:-$root/tests/fixtures/parity}
 LLAMA_BIN=${LLAMA_BIN:-$(scripts/build_llama_cpp.sh | tail -1)}
 LLAMA_SRC=${LLAMA_SRC:-$(dirname "$(dirname "$LLAMA_BIN")")/llama_cpp_python-0.3.36/vendor/llama.cpp}
 [ -f "$LLAMA_SRC/include/llama.h" ] || { echo "llama.h not found under LLAMA_SRC=$LLAMA_SRC" >&2; exit 1; }
@@ -32,13 +40,21 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 gcc -O2 -o "$work/llama_logits" scripts/oracle/llama_logits.c \
   -I"$LLAMA_SRC/include" -I"$LLAMA_SRC/ggml/include" \
-  -L"$LLAMA_BIN" -lllama -Wl,-rpath,"$LLAMA_BIN"
+  -L"$LLAMA_BIN" -lllama -lggml-base -Wl,-rpath,"$LLAMA_BIN"
 cargo build -q --profile test --bin clover
-clover="$root/target/debug/clover"
+clover="${CARGO_TARGET_DIR:-$root/target}/debug/clover"
 mkdir -p "$out"
 
 seed_of() { # fixed seed per preset, shared by its recipes
   case "$1" in tiny) echo 101 ;; small) echo 202 ;; a3b-4l) echo 303 ;; *) echo 404 ;; esac
+}
+
+# One model through llama.cpp: logits of the fixed batch, then the greedy runs.
+oracle_runs() {
+  "$work/llama_logits" logits "$1" "$work/seq.u32" "$work/logits.f32" "$THREADS"
+  for i in 0 1 2 3 4; do
+    "$work/llama_logits" greedy "$1" "$work/prompt$i.u32" 48 "$work/greedy$i.u32" "$THREADS"
+  done
 }
 
 for preset in $PRESETS; do
@@ -51,12 +67,24 @@ for preset in $PRESETS; do
       -t "$THREADS" -o "$model" >&2
     n_vocab=$(python3 "$root/scripts/oracle/parity_pack.py" n_vocab "$model")
     python3 "$root/scripts/oracle/parity_pack.py" inputs "$work" "$n_vocab"
-    "$work/llama_logits" logits "$model" "$work/seq.u32" "$work/logits.f32" "$THREADS"
-    for i in 0 1 2 3 4; do
-      "$work/llama_logits" greedy "$model" "$work/prompt$i.u32" 48 "$work/greedy$i.u32" "$THREADS"
-    done
+    oracle_runs "$model"
     python3 "$root/scripts/oracle/parity_pack.py" pack "$work" "$model" "$out" \
       "$preset" "$recipe" "$seed" "$n_vocab"
   done
+done
+
+for spec in $SECTIONED; do
+  IFS=: read -r preset recipe sections <<<"$spec"
+  seed=$(seed_of "$preset")
+  name="$preset-$recipe-sections-${sections//,/-}"
+  model="$work/$name.gguf"
+  echo "== $name (seed $seed)" >&2
+  "$clover" synth --arch qwen35moe --preset "$preset" --recipe "$recipe" --seed "$seed" \
+    --rope-sections "$sections" -t "$THREADS" -o "$model" >&2
+  n_vocab=$(python3 "$root/scripts/oracle/parity_pack.py" n_vocab "$model")
+  python3 "$root/scripts/oracle/parity_pack.py" inputs "$work" "$n_vocab"
+  oracle_runs "$model"
+  python3 "$root/scripts/oracle/parity_pack.py" pack "$work" "$model" "$out" \
+    "$preset" "$recipe" "$seed" "$n_vocab" "$sections"
 done
 ls -l "$out" >&2

@@ -2,9 +2,11 @@
 
   parity_pack.py inputs WORK N_VOCAB
       writes WORK/seq.u32 (the 256-token logits batch) and WORK/prompt{0..4}.u32
-  parity_pack.py pack WORK MODEL OUTDIR PRESET RECIPE SEED N_VOCAB
+  parity_pack.py pack WORK MODEL OUTDIR PRESET RECIPE SEED N_VOCAB [S0,S1,S2,S3]
       reads llama.cpp's WORK/logits.f32 and WORK/greedy{i}.u32 and writes
-      OUTDIR/PRESET-RECIPE.json and OUTDIR/PRESET-RECIPE.logits.bin
+      OUTDIR/NAME.json and OUTDIR/NAME.logits.bin, NAME = PRESET-RECIPE, or
+      PRESET-RECIPE-sections-S0-S1-S2-S3 for a file synthesised with
+      `--rope-sections S0,S1,S2,S3` (recorded as "rope_sections")
 
 The .logits.bin layout (little endian) is named in the JSON:
   "full": n_pos rows of n_vocab f32;
@@ -61,16 +63,26 @@ def probe_ids(nv):
     return sorted({0, 1, nv // 7, nv // 3, nv // 2, (2 * nv) // 3, nv - 2, nv - 1})
 
 
-def pack(work, model, outdir, preset, recipe, seed, nv):
-    logits = np.fromfile(os.path.join(work, "logits.f32"), dtype="<f4").reshape(N_POS, nv)
+def fixture_name(preset, recipe, sections):
     name = f"{preset}-{recipe}"
+    if sections:
+        name += "-sections-" + "-".join(str(x) for x in sections)
+    return name
+
+
+def pack(work, model, outdir, preset, recipe, seed, nv, sections=None):
+    logits = np.fromfile(os.path.join(work, "logits.f32"), dtype="<f4").reshape(N_POS, nv)
+    name = fixture_name(preset, recipe, sections)
+    synth = f"clover synth --arch qwen35moe --preset {preset} --recipe {recipe} --seed {seed}"
+    if sections:
+        synth += " --rope-sections " + ",".join(str(x) for x in sections)
     binname = f"{name}.logits.bin"
     meta = {
         "arch": "qwen35moe",
         "preset": preset,
         "recipe": recipe,
         "seed": seed,
-        "synth_command": f"clover synth --arch qwen35moe --preset {preset} --recipe {recipe} --seed {seed} -o FILE",
+        "synth_command": f"{synth} -o FILE",
         "file_bytes": os.path.getsize(model),
         "sha256": sha256(model),
         "oracle": "llama.cpp 0c1e570 (llama-cpp-python 0.3.36) via scripts/oracle/llama_logits.c: "
@@ -78,6 +90,8 @@ def pack(work, model, outdir, preset, recipe, seed, nv):
         "n_vocab": nv,
         "tokens": lcg_tokens(1, N_POS, nv),
     }
+    if sections:
+        meta["rope_sections"] = sections
     if nv <= FULL_ROWS_MAX_VOCAB:
         meta["logits"] = {"file": binname, "kind": "full"}
         logits.astype("<f4").tofile(os.path.join(outdir, binname))
@@ -115,6 +129,7 @@ if __name__ == "__main__":
         inputs(sys.argv[2], int(sys.argv[3]))
     elif cmd == "pack":
         w, m, o, p, r, s, nv = sys.argv[2:9]
-        pack(w, m, o, p, r, int(s), int(nv))
+        sections = [int(x) for x in sys.argv[9].split(",")] if len(sys.argv) > 9 else None
+        pack(w, m, o, p, r, int(s), int(nv), sections)
     else:
         sys.exit(f"unknown command {cmd}")

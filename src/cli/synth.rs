@@ -31,6 +31,10 @@ pub struct SynthArgs {
     /// full). Default: reference for tiny and small, direct for a3b-4l and full
     #[arg(long)]
     pub fill: Option<synth::weights::Fill>,
+    /// Write these four `rope.dimension_sections` instead of the preset's
+    /// (which rotate every rope pair), e.g. 4,2,2,0
+    #[arg(long, value_name = "S0,S1,S2,S3", value_delimiter = ',')]
+    pub rope_sections: Option<Vec<i32>>,
     /// Output file: written to a temporary file beside it and renamed into
     /// place when complete. A symlink is followed to its regular target (the
     /// link is kept); a directory, device, FIFO or socket is refused
@@ -53,6 +57,13 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     })?;
     if let Some(fill) = args.fill {
         plan.fill = fill;
+    }
+    if let Some(s) = &args.rope_sections {
+        let s: [i32; 4] = s
+            .as_slice()
+            .try_into()
+            .map_err(|_| anyhow::anyhow!("--rope-sections takes 4 numbers, got {}", s.len()))?;
+        plan.set_rope_sections(s);
     }
     if args.dry_run {
         print!("{}", plan.summary());

@@ -72,7 +72,7 @@ impl AttentionScratch {
             vacc: vec![0.0; nh * d * V_LANES],
             q_act: vec![0; nh * q_act_words],
             q_act_words,
-            rope: RopeCache::new(cfg.n_rot, cfg.rope_base),
+            rope: RopeCache::new(cfg.n_rot, cfg.rope_base, cfg.rope_sections),
             n_ctx,
         }
     }

@@ -9,7 +9,7 @@
 
 use thiserror::Error;
 
-use crate::gguf::Value;
+use crate::gguf::{Value, ValueType};
 
 /// The two architectures this engine runs (identical autoregressive math).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +72,9 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// Rotated dims of each head (NeoX pairs (i, i + n_rot/2)).
     pub n_rot: usize,
+    /// `rope.dimension_sections` (DESIGN §2.4): which pairs turn with the
+    /// text position. `None` when the file has no such key: every pair does.
+    pub rope_sections: Option<[u32; 4]>,
     pub n_expert: usize,
     pub n_expert_used: usize,
     pub n_ff_exp: usize,
@@ -131,6 +134,51 @@ fn invalid(key: &str, reason: impl Into<String>) -> ConfigError {
         key: key.to_string(),
         reason: reason.into(),
     }
+}
+
+/// `rope.dimension_sections` as llama.cpp reads it: an array of exactly four
+/// int32 or uint32. Refused where ggml would abort or misread: negative
+/// sections, none of the first three positive, or a sum beyond the head dim.
+fn rope_sections(key: &str, v: &Value, head_dim: usize) -> Result<[u32; 4], ConfigError> {
+    let wrong_type = |found: String| ConfigError::WrongType {
+        key: key.to_string(),
+        expected: "array of 4 int32 or uint32",
+        found,
+    };
+    let Value::Array(ty, items) = v else {
+        return Err(wrong_type(v.value_type().name().to_string()));
+    };
+    if !matches!(ty, ValueType::I32 | ValueType::U32) {
+        return Err(wrong_type(format!("array of {}", ty.name())));
+    }
+    if items.len() != 4 {
+        return Err(invalid(
+            key,
+            format!("has {} entries; expected 4", items.len()),
+        ));
+    }
+    let mut s = [0u32; 4];
+    for (slot, item) in s.iter_mut().zip(items) {
+        *slot = item
+            .as_i64()
+            .and_then(|n| i32::try_from(n).ok())
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| invalid(key, format!("{v} has an entry outside 0..=2^31-1")))?;
+    }
+    let sum: u64 = s.iter().map(|&x| x as u64).sum();
+    if s[0] == 0 && s[1] == 0 && s[2] == 0 {
+        return Err(invalid(
+            key,
+            format!("{s:?}: none of the first three sections is positive"),
+        ));
+    }
+    if sum > head_dim as u64 {
+        return Err(invalid(
+            key,
+            format!("{s:?} sums to {sum}, more than the head dim {head_dim}"),
+        ));
+    }
+    Ok(s)
 }
 
 /// Hard caps against hostile metadata (sizes far beyond any real model).
@@ -228,6 +276,11 @@ impl ModelConfig {
                 format!("{n_rot} must be even and at most the head dim {head_dim}"),
             ));
         }
+        let sections_key = key("rope.dimension_sections");
+        let rope_sections = match get(&sections_key) {
+            None => None,
+            Some(v) => Some(rope_sections(&sections_key, v, head_dim)?),
+        };
         let n_expert = req_usize("expert_count")?;
         let n_expert_used = req_usize("expert_used_count")?;
         if n_expert_used > n_expert {
@@ -307,6 +360,7 @@ impl ModelConfig {
             rms_eps,
             rope_base,
             n_rot,
+            rope_sections,
             n_expert,
             n_expert_used,
             n_ff_exp,
@@ -439,6 +493,76 @@ mod tests {
         m.insert("clover_moe.expert_count".into(), Value::str("many"));
         let e = load(&m).unwrap_err().to_string();
         assert!(e.contains("clover_moe.expert_count"), "{e}");
+    }
+
+    #[test]
+    fn absent_rope_sections_read_as_none() {
+        let c = load(&a3b_metadata("qwen35moe")).unwrap();
+        assert_eq!(c.rope_sections, None);
+    }
+
+    #[test]
+    fn reads_rope_sections_from_int32_and_uint32_arrays() {
+        let key = "qwen35moe.rope.dimension_sections";
+        let mut m = a3b_metadata("qwen35moe");
+        m.insert(key.into(), Value::i32s([11, 11, 10, 0]));
+        assert_eq!(load(&m).unwrap().rope_sections, Some([11, 11, 10, 0]));
+        m.insert(key.into(), Value::u32s([4, 2, 2, 0]));
+        assert_eq!(load(&m).unwrap().rope_sections, Some([4, 2, 2, 0]));
+    }
+
+    fn sections_error(v: Value) -> String {
+        let key = "clover_moe.rope.dimension_sections";
+        let mut m = a3b_metadata("clover_moe");
+        m.insert(key.into(), v);
+        let e = load(&m).unwrap_err().to_string();
+        assert!(e.contains(key), "{e}");
+        e
+    }
+
+    #[test]
+    fn rejects_rope_sections_of_the_wrong_length() {
+        let e = sections_error(Value::i32s([11, 11, 10]));
+        assert!(e.contains("has 3 entries; expected 4"), "{e}");
+        let e = sections_error(Value::i32s([8, 8, 8, 8, 0]));
+        assert!(e.contains("has 5 entries"), "{e}");
+    }
+
+    #[test]
+    fn rejects_rope_sections_that_are_not_an_integer_array() {
+        let e = sections_error(Value::U32(11));
+        assert!(
+            e.contains("expected array of 4 int32 or uint32, found u32"),
+            "{e}"
+        );
+        let e = sections_error(Value::f32s([11.0, 11.0, 10.0, 0.0]));
+        assert!(e.contains("found array of f32"), "{e}");
+        let e = sections_error(Value::strings(["a", "b", "c", "d"]));
+        assert!(e.contains("found array of string"), "{e}");
+    }
+
+    #[test]
+    fn rejects_negative_or_huge_rope_sections() {
+        let e = sections_error(Value::i32s([11, -1, 10, 0]));
+        assert!(e.contains("outside 0..=2^31-1"), "{e}");
+        // A uint32 past i32::MAX is negative to llama.cpp.
+        let e = sections_error(Value::u32s([u32::MAX, 1, 1, 0]));
+        assert!(e.contains("outside 0..=2^31-1"), "{e}");
+        let e = sections_error(Value::i32s([i32::MAX, i32::MAX, i32::MAX, i32::MAX]));
+        assert!(e.contains("more than the head dim 256"), "{e}");
+    }
+
+    #[test]
+    fn rejects_rope_sections_wider_than_the_head_or_with_no_text_section() {
+        let e = sections_error(Value::i32s([100, 100, 57, 0]));
+        assert!(e.contains("sums to 257, more than the head dim 256"), "{e}");
+        let e = sections_error(Value::i32s([0, 0, 0, 4]));
+        assert!(
+            e.contains("none of the first three sections is positive"),
+            "{e}"
+        );
+        let e = sections_error(Value::i32s([0, 0, 0, 0]));
+        assert!(e.contains("none of the first three"), "{e}");
     }
 
     #[test]

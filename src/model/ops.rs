@@ -12,10 +12,13 @@
 //!   [`swiglu_row`] and [`softmax_inplace`] do the same, element for element.
 //! - softmax: `e^(x−max) / Σ`, Σ in f64 (per 16-block as
 //!   `_mm512_reduce_add_ps`), multiplied by `1/Σ`.
-//! - rope (NeoX, partial): for pair i < n_rot/2, `θ_i = p · base^(−2i/n_rot)`
+//! - rope (NeoX, partial): for pair i < n_rot/2, `θ_i = q_i · base^(−2i/n_rot)`
 //!   with the angle built in f32 as ggml does (`θ ← θ · base^(−2/n_rot)` per
 //!   pair), rotating `(x_i, x_{i+n_rot/2})` with ggml's fused
-//!   multiply-adds; dims ≥ n_rot are untouched.
+//!   multiply-adds; dims ≥ n_rot are untouched. `q_i` is the position p for
+//!   the pairs `rope.dimension_sections` gives to the text position, else 0
+//!   (DESIGN §2.4, [`rope_pairs_rotated`]): such a pair gets cos 1, sin 0,
+//!   exactly what ggml computes for it.
 
 use kernels::KernelTable;
 
@@ -248,29 +251,64 @@ fn softmax_split_body(x: &mut [f32], bulk: usize) {
     }
 }
 
-/// cos/sin of every rotated pair at one position.
+/// Which rope pairs turn with the text position, for `n_pairs` = n_rot/2
+/// pairs (DESIGN §2.4; ggml's interleaved multi-section rope, "imrope").
+///
+/// A text token's position has the four components (p, p, p, 0). Pair i
+/// falls in sector `i mod (s0+s1+s2+s3)`; sector c takes component `c mod 3`
+/// while that component's section has room (`c < 3·s[c mod 3]`), and the
+/// fourth (0: no rotation) otherwise. `None` (no sections in the file): every
+/// pair rotates. Sections summing to 0, which the config rejects (ggml
+/// aborts on them), rotate nothing.
+pub fn rope_pairs_rotated(n_pairs: usize, sections: Option<[u32; 4]>) -> Vec<bool> {
+    let Some(s) = sections else {
+        return vec![true; n_pairs];
+    };
+    let total: usize = s.iter().map(|&x| x as usize).sum();
+    if total == 0 {
+        return vec![false; n_pairs];
+    }
+    (0..n_pairs)
+        .map(|i| {
+            let sector = i % total;
+            sector < 3 * s[sector % 3] as usize
+        })
+        .collect()
+}
+
+/// cos/sin of every rope pair at one position. Pairs the sections leave to
+/// the fourth (zero) position component hold cos 1, sin 0, so
+/// [`RopeCache::apply`] runs the same code for every pair.
 #[derive(Clone, Debug)]
 pub struct RopeCache {
     pub cos: Vec<f32>,
     pub sin: Vec<f32>,
     theta_scale: f32,
+    /// Per pair: turns with the text position ([`rope_pairs_rotated`]).
+    rotated: Vec<bool>,
 }
 
 impl RopeCache {
-    pub fn new(n_rot: usize, base: f32) -> RopeCache {
+    /// `sections`: the file's `rope.dimension_sections` (`None`: every pair
+    /// rotates).
+    pub fn new(n_rot: usize, base: f32, sections: Option<[u32; 4]>) -> RopeCache {
         RopeCache {
             cos: vec![0.0; n_rot / 2],
             sin: vec![0.0; n_rot / 2],
             theta_scale: base.powf(-2.0 / n_rot as f32),
+            rotated: rope_pairs_rotated(n_rot / 2, sections),
         }
     }
 
     /// Fills the table for position `p`.
     pub fn set_position(&mut self, p: usize) {
         let mut theta = p as f32;
-        for (c, s) in self.cos.iter_mut().zip(self.sin.iter_mut()) {
-            *c = theta.cos();
-            *s = theta.sin();
+        let pairs = self.cos.iter_mut().zip(self.sin.iter_mut());
+        for ((c, s), &rotated) in pairs.zip(&self.rotated) {
+            // ggml's angle for the zero component: 0 · base^(−2i/n_rot) = 0.
+            let th = if rotated { theta } else { 0.0 };
+            *c = th.cos();
+            *s = th.sin();
             theta *= self.theta_scale;
         }
     }
@@ -389,7 +427,7 @@ mod tests {
     #[test]
     fn rope_rotates_neox_pairs_by_explicit_angles_and_leaves_the_tail() {
         let (n_rot, base, head) = (8usize, 10000.0f32, 12usize);
-        let mut rc = RopeCache::new(n_rot, base);
+        let mut rc = RopeCache::new(n_rot, base, None);
         let p = 7;
         rc.set_position(p);
         let x: Vec<f32> = (0..head).map(|i| (i as f32 * 0.37).sin() + 0.1).collect();
@@ -411,6 +449,111 @@ mod tests {
         let mut z = x.clone();
         rc.apply(&mut z[..n_rot]);
         assert_eq!(z, x);
+    }
+
+    /// DESIGN §2.4's rule, transcribed clause by clause.
+    fn design_rule(i: usize, s: [u32; 4]) -> bool {
+        let (s0, s1, s2) = (s[0] as usize, s[1] as usize, s[2] as usize);
+        let sector = i % s.iter().map(|&x| x as usize).sum::<usize>();
+        (sector.is_multiple_of(3) && sector < 3 * s0)
+            || (sector % 3 == 1 && sector < 3 * s1)
+            || (sector % 3 == 2 && sector < 3 * s2)
+    }
+
+    #[test]
+    fn qwen35_sections_rotate_all_32_pairs() {
+        assert_eq!(
+            rope_pairs_rotated(32, Some([11, 11, 10, 0])),
+            vec![true; 32]
+        );
+    }
+
+    #[test]
+    fn sections_4_2_2_0_leave_only_pair_7_of_8_unrotated() {
+        let mut want = vec![true; 8];
+        want[7] = false;
+        assert_eq!(rope_pairs_rotated(8, Some([4, 2, 2, 0])), want);
+    }
+
+    #[test]
+    fn absent_sections_rotate_every_pair() {
+        assert_eq!(rope_pairs_rotated(5, None), vec![true; 5]);
+    }
+
+    #[test]
+    fn sections_the_writers_use_rotate_every_pair() {
+        // synth's presets (16 and 4 rotated dims), the exporter's rule for 16,
+        // tests/llama_parity.rs' tiny file (8 dims).
+        for (pairs, s) in [(8, [3, 3, 2, 0]), (2, [1, 1, 0, 0]), (4, [2, 1, 1, 0])] {
+            assert_eq!(
+                rope_pairs_rotated(pairs, Some(s)),
+                vec![true; pairs],
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn hand_worked_sections_leave_the_pairs_the_rule_names() {
+        // [1,0,0,1]: sector 1 belongs to the empty second section.
+        assert_eq!(rope_pairs_rotated(2, Some([1, 0, 0, 1])), [true, false]);
+        // [24,20,20,0] over 32 pairs: sector c ≡ 1, 2 (mod 3) stop below 60,
+        // so everything rotates here; over 64 pairs 61 and 62 do not.
+        assert_eq!(
+            rope_pairs_rotated(32, Some([24, 20, 20, 0])),
+            vec![true; 32]
+        );
+        let m = rope_pairs_rotated(64, Some([24, 20, 20, 0]));
+        let off: Vec<usize> = (0..64).filter(|&i| !m[i]).collect();
+        assert_eq!(off, [61, 62]);
+        // Sections shorter than the pairs repeat: [1,1,0,0] over 6 pairs is
+        // sectors 0,1,0,1,0,1.
+        assert_eq!(rope_pairs_rotated(6, Some([1, 1, 0, 0])), vec![true; 6]);
+        // [0,1,1,1]: sector 0 has no first section, sector 1 and 2 do.
+        assert_eq!(
+            rope_pairs_rotated(6, Some([0, 1, 1, 1])),
+            [false, true, true, false, true, true]
+        );
+    }
+
+    #[test]
+    fn pair_mask_follows_design_rule_for_every_small_section_choice() {
+        for s0 in 0..5u32 {
+            for s1 in 0..4u32 {
+                for s2 in 0..4u32 {
+                    for s3 in 0..3u32 {
+                        let s = [s0, s1, s2, s3];
+                        if s0 + s1 + s2 == 0 {
+                            continue;
+                        }
+                        for pairs in [1, 2, 3, 7, 8, 16, 32] {
+                            let want: Vec<bool> = (0..pairs).map(|i| design_rule(i, s)).collect();
+                            assert_eq!(rope_pairs_rotated(pairs, Some(s)), want, "{s:?} {pairs}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn rope_leaves_a_pair_the_sections_skip_bit_for_bit_and_turns_the_rest() {
+        let (n_rot, base, p) = (16usize, 10000.0f32, 37);
+        let x: Vec<f32> = (0..n_rot).map(|i| (i as f32 * 0.61).cos() - 0.2).collect();
+        let mut all = RopeCache::new(n_rot, base, None);
+        let mut some = RopeCache::new(n_rot, base, Some([4, 2, 2, 0]));
+        all.set_position(p);
+        some.set_position(p);
+        let (mut a, mut b) = (x.clone(), x.clone());
+        all.apply(&mut a);
+        some.apply(&mut b);
+        let h = n_rot / 2;
+        for i in 0..h - 1 {
+            assert_eq!(a[i].to_bits(), b[i].to_bits(), "pair {i}");
+            assert_eq!(a[i + h].to_bits(), b[i + h].to_bits(), "pair {i}");
+        }
+        assert_eq!((b[h - 1], b[n_rot - 1]), (x[h - 1], x[n_rot - 1]));
+        assert_ne!(a[h - 1], x[h - 1]);
     }
 
     #[test]

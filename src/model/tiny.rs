@@ -106,6 +106,7 @@ pub fn tiny_config(n_layer: usize, interval: usize) -> ModelConfig {
         rms_eps: 1e-6,
         rope_base: 10000.0,
         n_rot: 8,
+        rope_sections: None,
         n_expert: 6,
         n_expert_used: 2,
         n_ff_exp: 16,
@@ -284,6 +285,9 @@ impl TinyModel {
             ("full_attention_interval", u(c.full_attention_interval)),
         ] {
             m.push((format!("{a}.{k}"), v));
+        }
+        if let Some(s) = c.rope_sections {
+            m.push((format!("{a}.rope.dimension_sections"), Value::u32s(s)));
         }
         if c.arch == Arch::CloverMoe {
             m.push((

@@ -169,6 +169,15 @@ fn value_bytes(v: &Value) -> u64 {
 }
 
 impl Plan {
+    /// Writes `sections` as `rope.dimension_sections` in place of the
+    /// preset's (which rotate every pair): for parity tests of files whose
+    /// sections leave pairs unrotated (DESIGN §2.4). Weights are unchanged.
+    pub fn set_rope_sections(&mut self, sections: [i32; 4]) {
+        self.dims.rope_sections = sections;
+        let key = format!("{}.rope.dimension_sections", self.options.arch.name());
+        self.writer.set(key, Value::i32s(sections));
+    }
+
     pub fn n_tensors(&self) -> usize {
         self.specs.len()
     }

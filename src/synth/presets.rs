@@ -203,3 +203,23 @@ impl Dims {
         2 * self.ssm_groups * self.ssm_state + self.ssm_inner()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ops::rope_pairs_rotated;
+
+    #[test]
+    fn every_preset_writes_sections_that_rotate_every_rope_pair() {
+        // What llama.cpp computes then equals plain NeoX rope (DESIGN §2.4),
+        // which the stored parity fixtures were made with.
+        for preset in Preset::ALL {
+            for arch in [Arch::CloverMoe, Arch::Qwen35Moe] {
+                let d = Dims::for_preset(preset, arch);
+                let s = d.rope_sections.map(|x| x as u32);
+                let pairs = rope_pairs_rotated(d.rope_dims / 2, Some(s));
+                assert!(pairs.iter().all(|&r| r), "{preset} {s:?}: {pairs:?}");
+            }
+        }
+    }
+}
