@@ -615,6 +615,61 @@ pub fn expert_gather(
         .for_each(|(r, c, ys)| run(r, c, ys));
 }
 
+impl KernelTable {
+    /// The kernel for `w` times `rows` activation rows in `mode`.
+    pub fn plan(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
+        let (ty, n_out) = (w.ty, w.n_out);
+        if let Some(g) = self.packed_gemm(ty, mode).filter(|_| w.packed().is_some()) {
+            return Kernel::Packed(g);
+        }
+        if rows <= 1 {
+            // A mat-vec: the dot ggml uses for one token (its repacked gemv
+            // where it repacks), through a multi-row kernel where one gives
+            // those bits.
+            return match self.gemm_for_batch(ty, n_out, 1, mode) {
+                Some(g) => Kernel::Rows(g),
+                None => {
+                    let dot = self.weight_dot(ty, n_out);
+                    Kernel::Dots {
+                        dot,
+                        split: 1,
+                        tail: dot,
+                    }
+                }
+            };
+        }
+        if rows >= PROMPT_MIN_ROWS {
+            if let Some(g) = self.prompt_gemm(ty, mode) {
+                return Kernel::Prompt(g);
+            }
+        }
+        let (dot, split, tail) = if mode == Mode::Ggml && !w.expert {
+            // ggml hands a batch of F32 / F16 weights to llamafile's tinyBLAS
+            // when its shape allows; a routed expert (MUL_MAT_ID) never.
+            let tinyblas = w.n_in.is_multiple_of(16) && n_out.is_multiple_of(4);
+            let dot = match ty {
+                GgmlType::F32 if tinyblas => self.gemm_f32(),
+                GgmlType::F16 if tinyblas => self.gemm_f16(),
+                _ => self.batch_dot(ty, n_out, rows, mode),
+            };
+            let split = rows - rows % 4;
+            match self.repacked_gemm_dot(ty, n_out, mode) {
+                Some(gemm) if split > 0 => (gemm, split, dot),
+                _ => (dot, rows, dot),
+            }
+        } else {
+            let dot = self.batch_dot(ty, n_out, rows, mode);
+            (dot, rows, dot)
+        };
+        if split == rows {
+            if let Some(g) = self.gemm_for_batch(ty, n_out, rows, mode) {
+                return Kernel::Rows(g);
+            }
+        }
+        Kernel::Dots { dot, split, tail }
+    }
+}
+
 #[cfg(test)]
 #[path = "matmul_tests.rs"]
 mod tests;

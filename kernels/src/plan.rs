@@ -1,7 +1,9 @@
-//! One way to pick a kernel: [`KernelTable::plan`] resolves a product — a
-//! weight matrix, how many activation rows, and the numerics [`Mode`] — into
-//! the [`Kernel`] that computes it. Every driver in [`crate::matmul`] runs a
-//! plan; none chooses on its own.
+//! One way to pick a kernel: `KernelTable::plan` (in [`crate::matmul`], beside
+//! the matrices it plans for) resolves a product — a weight matrix, how many
+//! activation rows, and the numerics [`Mode`] — into the [`Kernel`] that
+//! computes it. Every driver in [`crate::matmul`] runs a plan; none chooses on
+//! its own. This module imports nothing but the signatures, so the table
+//! (`isa`) and the drivers (`matmul`) both import it downward.
 //!
 //! The mode says what the outputs must equal:
 //! * [`Mode::Decode`]: single-token decoding's bits. One token, and every
@@ -17,8 +19,6 @@
 
 use std::sync::OnceLock;
 
-use crate::isa::KernelTable;
-use crate::matmul::{QMatrix, PROMPT_MIN_ROWS};
 use crate::sig::{GemmFn, VecDotFn};
 
 /// The numerics of one product (see the module docs).
@@ -90,59 +90,4 @@ pub enum Kernel {
         split: usize,
         tail: VecDotFn,
     },
-}
-
-impl KernelTable {
-    /// The kernel for `w` times `rows` activation rows in `mode`.
-    pub fn plan(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
-        let (ty, n_out) = (w.ty, w.n_out);
-        if let Some(g) = self.packed_gemm(ty, mode).filter(|_| w.packed().is_some()) {
-            return Kernel::Packed(g);
-        }
-        if rows <= 1 {
-            // A mat-vec: the dot ggml uses for one token (its repacked gemv
-            // where it repacks), through a multi-row kernel where one gives
-            // those bits.
-            return match self.gemm_for_batch(ty, n_out, 1, mode) {
-                Some(g) => Kernel::Rows(g),
-                None => {
-                    let dot = self.weight_dot(ty, n_out);
-                    Kernel::Dots {
-                        dot,
-                        split: 1,
-                        tail: dot,
-                    }
-                }
-            };
-        }
-        if rows >= PROMPT_MIN_ROWS {
-            if let Some(g) = self.prompt_gemm(ty, mode) {
-                return Kernel::Prompt(g);
-            }
-        }
-        let (dot, split, tail) = if mode == Mode::Ggml && !w.expert {
-            // ggml hands a batch of F32 / F16 weights to llamafile's tinyBLAS
-            // when its shape allows; a routed expert (MUL_MAT_ID) never.
-            let tinyblas = w.n_in.is_multiple_of(16) && n_out.is_multiple_of(4);
-            let dot = match ty {
-                crate::GgmlType::F32 if tinyblas => self.gemm_f32(),
-                crate::GgmlType::F16 if tinyblas => self.gemm_f16(),
-                _ => self.batch_dot(ty, n_out, rows, mode),
-            };
-            let split = rows - rows % 4;
-            match self.repacked_gemm_dot(ty, n_out, mode) {
-                Some(gemm) if split > 0 => (gemm, split, dot),
-                _ => (dot, rows, dot),
-            }
-        } else {
-            let dot = self.batch_dot(ty, n_out, rows, mode);
-            (dot, rows, dot)
-        };
-        if split == rows {
-            if let Some(g) = self.gemm_for_batch(ty, n_out, rows, mode) {
-                return Kernel::Rows(g);
-            }
-        }
-        Kernel::Dots { dot, split, tail }
-    }
 }

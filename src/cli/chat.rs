@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::engine::{default_model, ChatSession, LoadedModel};
+use crate::engine::{ChatSession, LoadedModel};
 use crate::tui::demo::DemoEngine;
 use crate::tui::transcript::Transcript;
 use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
@@ -112,7 +112,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("loading {}", path.display()))?,
             None,
         ),
-        None => load_default(mmap)?,
+        None => super::common::load_default(mmap)?,
     };
     if args.spec_type == Some(SpecType::DraftSelf) && !model.model.has_diffusion() {
         anyhow::bail!(
@@ -130,36 +130,6 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         });
     }
     front_end(engine, &opts)
-}
-
-/// The default model, written on first use (and rewritten once if the cached file
-/// does not load).
-pub(crate) fn load_default(
-    mmap: bool,
-) -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
-    let announce = |d: &default_model::DefaultModel| {
-        if d.created {
-            eprintln!(
-                "clover: wrote the default model in {:.1} s: {}",
-                d.write_s,
-                d.path.display()
-            );
-        }
-    };
-    let d = default_model::ensure(false).context("default model")?;
-    announce(&d);
-    match LoadedModel::open_with(&d.path, mmap) {
-        Ok(m) => Ok((m, Some(d))),
-        Err(_) if !d.created => {
-            let d = default_model::ensure(true).context("default model")?;
-            announce(&d);
-            let m = LoadedModel::open_with(&d.path, mmap)
-                .with_context(|| format!("loading the default model {}", d.path.display()))?;
-            Ok((m, Some(d)))
-        }
-        Err(e) => Err(anyhow::Error::new(e)
-            .context(format!("loading the default model {}", d.path.display()))),
-    }
 }
 
 /// The full-screen UI on a terminal, else line mode (the notice goes to stderr).

@@ -10,7 +10,9 @@ use kernels::GgmlType;
 
 use std::sync::Arc;
 
-use crate::engine::{parse_cache_type, LoadedModel, Session, SessionOptions};
+use anyhow::Context as _;
+
+use crate::engine::{default_model, parse_cache_type, LoadedModel, Session, SessionOptions};
 use crate::sample::SamplerParams;
 use crate::spec::SpecConfig;
 
@@ -196,6 +198,36 @@ impl ContextArgs {
     }
 }
 
+/// The default model, written on first use (and rewritten once if the cached file
+/// does not load).
+pub fn load_default(
+    mmap: bool,
+) -> anyhow::Result<(LoadedModel, Option<default_model::DefaultModel>)> {
+    let announce = |d: &default_model::DefaultModel| {
+        if d.created {
+            eprintln!(
+                "clover: wrote the default model in {:.1} s: {}",
+                d.write_s,
+                d.path.display()
+            );
+        }
+    };
+    let d = default_model::ensure(false).context("default model")?;
+    announce(&d);
+    match LoadedModel::open_with(&d.path, mmap) {
+        Ok(m) => Ok((m, Some(d))),
+        Err(_) if !d.created => {
+            let d = default_model::ensure(true).context("default model")?;
+            announce(&d);
+            let m = LoadedModel::open_with(&d.path, mmap)
+                .with_context(|| format!("loading the default model {}", d.path.display()))?;
+            Ok((m, Some(d)))
+        }
+        Err(e) => Err(anyhow::Error::new(e)
+            .context(format!("loading the default model {}", d.path.display()))),
+    }
+}
+
 /// Opens `path` (or the built-in default model), mapped or with `--no-mmap`
 /// read into memory.
 pub fn open_model(path: Option<&std::path::Path>, no_mmap: bool) -> anyhow::Result<LoadedModel> {
@@ -203,7 +235,7 @@ pub fn open_model(path: Option<&std::path::Path>, no_mmap: bool) -> anyhow::Resu
     match path {
         Some(path) => LoadedModel::open_with(path, !no_mmap)
             .with_context(|| format!("loading {}", path.display())),
-        None => Ok(super::chat::load_default(!no_mmap)?.0),
+        None => Ok(load_default(!no_mmap)?.0),
     }
 }
 
