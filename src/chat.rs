@@ -23,6 +23,13 @@
 //! - output: [`output_limit`] bytes, 1 MiB plus 8× the bytes of the messages;
 //! - nesting: minijinja's recursion limit (macros, recursive loops, parsing), and [`JSON_DEPTH`]
 //!   levels of `tojson` (a namespace can hold itself).
+//!
+//! Not bounded: nesting in values. A namespace that holds itself (`{% set ns.me = ns %}`), or a
+//! list nested a million deep by a loop (`{% set ns.l = [ns.l] %}`), when printed, joined with
+//! `~`, compared or passed to `string` / `pprint`, recurses without end (or past the stack)
+//! inside minijinja 3.1: its `Display` / `Debug` / ordering of values have no depth guard and
+//! namespace assignment has no hook for us, so the process aborts with a stack overflow.
+//! Bounding it needs a depth limit in minijinja itself.
 
 use std::io;
 
