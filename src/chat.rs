@@ -373,7 +373,7 @@ fn namespace_assignment(tag: &str) -> Option<(usize, usize, usize)> {
             Some(q) if c == q => quote = None,
             Some(_) => {}
             None if c == b'\'' || c == b'"' => quote = Some(c),
-            None if tag[j..].starts_with("%}") => {
+            None if b[j..].starts_with(b"%}") => {
                 let mut expr_end = j;
                 if expr_end > head && matches!(b[expr_end - 1], b'-' | b'+') {
                     expr_end -= 1;

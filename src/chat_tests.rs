@@ -457,3 +457,20 @@ fn namespace_assignments_keep_their_meaning_under_the_nesting_guard() {
         "2|x %} yq's|user|2"
     );
 }
+
+#[test]
+fn a_namespace_assignment_with_multibyte_text_is_rewritten_without_slicing_inside_a_char() {
+    // Outside quotes the scan walks bytes of `é`; inside quotes it skips them.
+    assert!(matches!(
+        ChatTemplate::new("{% set ns.a = é %}", "", ""),
+        Err(ChatError::Syntax(_))
+    ));
+    assert_eq!(
+        render_str(
+            "{% set ns = namespace() %}{% set ns.a = 'é😀' ~ \"ü\" -%} {{ ns.a }}",
+            &[ChatMessage::user("Hi")]
+        )
+        .unwrap(),
+        "é😀ü"
+    );
+}
