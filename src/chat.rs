@@ -22,7 +22,17 @@
 //!   `{% set s = s ~ s %}` doubling before the allocation that would pass the budget;
 //! - output: [`output_limit`] bytes, 1 MiB plus 8× the bytes of the messages;
 //! - nesting: minijinja's recursion limit (macros, recursive loops, parsing), and [`JSON_DEPTH`]
-//!   levels of `tojson` (a namespace can hold itself).
+//!   levels of `tojson`;
+//! - value nesting: a namespace attribute may hold only plain values (no namespace or other
+//!   map object, at most [`NAMESPACE_VALUE_DEPTH`] levels deep); the template source is
+//!   rewritten so every `{% set ns.attr = value %}` passes `value` through that check. Without
+//!   it, `{% set ns.me = ns %}{{ ns }}` (a cycle) or `{% set ns.l = [ns.l] %}` in a loop (a
+//!   list a million deep) makes minijinja's `Display` / comparison recurse past the stack, which
+//!   aborts the process: minijinja 3.1 has no depth guard there and no hook on assignment.
+//!
+//! Not bounded: nesting written out in the source itself (thousands of
+//! `{% set x = [[[x]]] %}` statements in a megabyte-long template) still builds a value deep
+//! enough to overflow the stack when printed. Bounding it needs a depth limit in minijinja.
 
 use std::io;
 
@@ -40,6 +50,12 @@ pub const FUEL: u64 = 5_000_000;
 /// Deepest nesting `tojson` serialises (Python's `json` stops near 1000 on recursion; real
 /// tool schemas nest a handful of levels).
 pub const JSON_DEPTH: usize = 128;
+
+/// Deepest value a namespace attribute may hold.
+pub const NAMESPACE_VALUE_DEPTH: usize = 64;
+
+/// The filter every namespace assignment's value is passed through (see the module docs).
+const NAMESPACE_VALUE_FILTER: &str = "__clover_namespace_value";
 
 /// Output cap for a render of messages totalling `input_bytes`: 1 MiB plus 8× the input, so a
 /// template may wrap every message in tags and repeat it several times, but not loop.
@@ -166,7 +182,10 @@ fn render_error(e: &JinjaError, out: &CappedWriter) -> ChatError {
         ));
     }
     let text = describe(e);
-    if text.contains("recursion limit") || text.contains("maximum recursion") {
+    if ["recursion limit", "maximum recursion", "namespace can hold"]
+        .iter()
+        .any(|needle| text.contains(needle))
+    {
         return ChatError::Limit(format!("its nesting limit: {text}"));
     }
     ChatError::Render(text)
@@ -204,9 +223,10 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
+        env.add_filter(NAMESPACE_VALUE_FILTER, namespace_value);
         env.add_global("bos_token", bos_token.to_owned());
         env.add_global("eos_token", eos_token.to_owned());
-        env.add_template_owned(TEMPLATE_NAME, source.to_owned())
+        env.add_template_owned(TEMPLATE_NAME, guard_namespace_assignments(source))
             .map_err(|e| {
                 let text = describe(&e);
                 if text.contains("recursion limit") {
@@ -275,6 +295,134 @@ impl ChatTemplate {
             .map_err(|_| ChatError::Render("the output is not UTF-8".into()))?;
         Ok((text, fuel))
     }
+}
+
+/// Wraps the value of every `{% set name.attr = value %}` tag as `(value)|NAMESPACE_VALUE_FILTER`.
+/// Quotes are honoured when looking for the tag's end; the rest of the source is unchanged.
+fn guard_namespace_assignments(source: &str) -> String {
+    let mut out = String::with_capacity(source.len() + 64);
+    let mut rest = source;
+    while let Some(i) = rest.find("{%") {
+        out.push_str(&rest[..i]);
+        let tag = &rest[i..];
+        match namespace_assignment(tag) {
+            Some((head, expr_end, end)) => {
+                out.push_str(&tag[..head]);
+                out.push_str(" (");
+                out.push_str(&tag[head..expr_end]);
+                out.push_str(")|");
+                out.push_str(NAMESPACE_VALUE_FILTER);
+                out.push(' ');
+                out.push_str(&tag[expr_end..end]);
+                rest = &tag[end..];
+            }
+            None => {
+                out.push_str("{%");
+                rest = &tag[2..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// For `tag` starting with `{%`: when it is `{% set name.attr = value %}` (with optional
+/// whitespace control), the byte offsets just after `=`, at the end of `value`, and just after
+/// the closing `%}`.
+fn namespace_assignment(tag: &str) -> Option<(usize, usize, usize)> {
+    let b = tag.as_bytes();
+    let skip_ws = |mut i: usize| {
+        while b.get(i).is_some_and(u8::is_ascii_whitespace) {
+            i += 1;
+        }
+        i
+    };
+    let ident = |i: usize| {
+        let mut j = i;
+        while b
+            .get(j)
+            .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        {
+            j += 1;
+        }
+        (j > i && !b[i].is_ascii_digit()).then_some(j)
+    };
+    let mut i = 2;
+    if matches!(b.get(i), Some(b'-' | b'+')) {
+        i += 1;
+    }
+    i = skip_ws(i);
+    if !tag[i..].starts_with("set") || !b.get(i + 3).is_some_and(u8::is_ascii_whitespace) {
+        return None;
+    }
+    i = skip_ws(ident(skip_ws(i + 3))?);
+    if b.get(i) != Some(&b'.') {
+        return None;
+    }
+    i = skip_ws(ident(skip_ws(i + 1))?);
+    if b.get(i) != Some(&b'=') || b.get(i + 1) == Some(&b'=') {
+        return None;
+    }
+    let head = i + 1;
+    let mut quote = None;
+    let mut j = head;
+    while j < b.len() {
+        let c = b[j];
+        match quote {
+            Some(_) if c == b'\\' => j += 1,
+            Some(q) if c == q => quote = None,
+            Some(_) => {}
+            None if c == b'\'' || c == b'"' => quote = Some(c),
+            None if b[j..].starts_with(b"%}") => {
+                let mut expr_end = j;
+                if expr_end > head && matches!(b[expr_end - 1], b'-' | b'+') {
+                    expr_end -= 1;
+                }
+                return Some((head, expr_end, j + 2));
+            }
+            None => {}
+        }
+        j += 1;
+    }
+    None
+}
+
+/// Passes `value` through when it may be stored in a namespace: no map but plain dicts (so no
+/// namespace, hence no cycle) and at most [`NAMESPACE_VALUE_DEPTH`] levels.
+fn namespace_value(state: &State, value: Value) -> Result<Value, JinjaError> {
+    check_namespace_value(state, &value, 0)?;
+    Ok(value)
+}
+
+fn check_namespace_value(state: &State, v: &Value, depth: usize) -> Result<(), JinjaError> {
+    if depth > NAMESPACE_VALUE_DEPTH {
+        return Err(JinjaError::new(
+            ErrorKind::InvalidOperation,
+            format!("recursion limit: a namespace value nests deeper than {NAMESPACE_VALUE_DEPTH} levels"),
+        ));
+    }
+    match v.kind() {
+        ValueKind::Map => {
+            if v.downcast_object_ref::<indexmap::IndexMap<Value, Value>>()
+                .is_none()
+            {
+                return Err(JinjaError::new(
+                    ErrorKind::InvalidOperation,
+                    "a namespace can hold plain values only, not a namespace or other object",
+                ));
+            }
+            for k in collect_paid(state, v)? {
+                check_namespace_value(state, &v.get_item(&k)?, depth + 1)?;
+            }
+        }
+        ValueKind::Seq => {
+            for item in collect_paid(state, v)? {
+                check_namespace_value(state, &item, depth + 1)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 fn raise_exception(message: String) -> Result<Value, JinjaError> {

@@ -346,12 +346,12 @@ fn a_template_printing_past_the_output_limit_fails() {
 }
 
 #[test]
-fn tojson_of_a_namespace_that_holds_itself_fails_instead_of_overflowing_the_stack() {
-    let err = render_str(
-        "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns|tojson }}",
-        &[ChatMessage::user("Hi")],
-    )
-    .unwrap_err();
+fn tojson_of_a_value_nested_past_its_depth_limit_fails_instead_of_overflowing_the_stack() {
+    let source = format!(
+        "{{% set x = 1 %}}{}{{{{ x | tojson }}}}",
+        "{% set x = [[[[x]]]] %}".repeat(50)
+    );
+    let err = render_str(&source, &[ChatMessage::user("Hi")]).unwrap_err();
     assert!(err.to_string().contains("nests deeper"), "{err}");
 }
 
@@ -420,4 +420,57 @@ fn a_long_conversation_uses_a_small_share_of_the_fuel() {
         assert!(fuel > 0);
         assert!(fuel < FUEL / 20, "{name} used {fuel} fuel");
     }
+}
+
+#[test]
+fn a_namespace_that_holds_itself_is_refused_instead_of_overflowing_the_stack() {
+    let text = limit_error("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}");
+    assert!(text.contains("nesting limit"), "{text}");
+}
+
+#[test]
+fn two_namespaces_that_hold_each_other_are_refused_instead_of_overflowing_the_stack() {
+    let text = limit_error(
+        "{% set a = namespace() %}{% set b = namespace() %}{% set a.b = b %}\
+         {% set b.a = [a] %}{{ a }}{{ a == b }}",
+    );
+    assert!(text.contains("nesting limit"), "{text}");
+}
+
+#[test]
+fn a_list_nested_a_hundred_thousand_deep_by_a_loop_is_refused() {
+    let text = limit_error(
+        "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}\
+         {% endfor %}{{ ns.l }}",
+    );
+    assert!(text.contains("nesting limit"), "{text}");
+}
+
+#[test]
+fn namespace_assignments_keep_their_meaning_under_the_nesting_guard() {
+    let source = "{% set ns = namespace(a=1, d={}) %}{% set ns.a = ns.a + 1 -%}  \
+                  {%- set ns.s = \"x %} y\" ~ 'q\\'s' %}\
+                  {%- set  ns . d  = {\"k\": [1, {\"m\": messages[0]}]} %}\
+                  {{ ns.a }}|{{ ns.s }}|{{ ns.d.k[1].m.role }}|{% set ns2 = namespace(x=ns.a) %}{{ ns2.x }}";
+    assert_eq!(
+        render_str(source, &[ChatMessage::user("Hi")]).unwrap(),
+        "2|x %} yq's|user|2"
+    );
+}
+
+#[test]
+fn a_namespace_assignment_with_multibyte_text_is_rewritten_without_slicing_inside_a_char() {
+    // Outside quotes the scan walks bytes of `é`; inside quotes it skips them.
+    assert!(matches!(
+        ChatTemplate::new("{% set ns.a = é %}", "", ""),
+        Err(ChatError::Syntax(_))
+    ));
+    assert_eq!(
+        render_str(
+            "{% set ns = namespace() %}{% set ns.a = 'é😀' ~ \"ü\" -%} {{ ns.a }}",
+            &[ChatMessage::user("Hi")]
+        )
+        .unwrap(),
+        "é😀ü"
+    );
 }

@@ -1,5 +1,6 @@
 //! A model file whose chat template is hostile (endless work, memory doubling, endless
-//! recursion) makes `clover run --chat` fail fast with one error line, never hang or panic.
+//! recursion, a namespace holding itself) makes `clover run --chat` fail fast with one error
+//! line, never hang, panic or overflow the stack.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -71,6 +72,14 @@ fn a_chat_template_that_doubles_a_string_thirty_times_is_one_error_line_and_a_qu
 fn a_chat_template_that_recurses_without_end_is_one_error_line_and_a_quick_exit() {
     chat_fails_fast(
         "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "nesting limit",
+    );
+}
+
+#[test]
+fn a_chat_template_whose_namespace_holds_itself_is_one_error_line_not_a_stack_overflow() {
+    chat_fails_fast(
+        "{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}",
         "nesting limit",
     );
 }
