@@ -334,12 +334,27 @@ pub fn forward(
     // 6. Gated RMSNorm, then the output projection.
     gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
     dump::here("final_output", &sc.o[..t * inner]);
+    project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
+}
+
+/// `out = ssm_out · o` for `t` rows of the gated-norm output `o` (`[t][inner]`).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn project_out(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    t: usize,
+    o: &[f32],
+    lin: &mut MatScratch,
+    out: &mut [f32],
+) {
     lin.new_input();
     lin.project(
         kt,
         mode,
         &w.out,
-        &sc.o[..t * inner],
+        &o[..t * cfg.ssm_inner()],
         &mut out[..t * cfg.n_embd],
     );
 }

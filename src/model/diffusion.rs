@@ -31,7 +31,7 @@ use rayon::prelude::*;
 
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
-use super::deltanet::{decay_gates, gated_norm, l2norm_qk, left_taps_row};
+use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row};
 use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
@@ -185,14 +185,7 @@ pub fn gdn_block(
 
     // 6. Gated RMSNorm (the AR pass's), then the output projection.
     gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
-    lin.new_input();
-    lin.project(
-        kt,
-        mode,
-        &w.out,
-        &sc.o[..t * inner],
-        &mut out[..t * cfg.n_embd],
-    );
+    deltanet::project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
 }
 
 /// `a · b`, summed in order (the history read-out's definition).
