@@ -248,3 +248,101 @@ fn fixed_length_drafting_never_drafts_more_than_the_remaining_tokens_can_use() {
         "{proposed} drafts proposed for 3 tokens: {stdout}"
     );
 }
+
+/// The replay pipeline of DESIGN §4: a profile measured by `clover run
+/// --spec-profile-out`, replayed by `clover bench --spec-replay`, whose rows
+/// say "simulated acceptance", emit plain greedy's tokens, and include the
+/// perfect drafter's ceiling.
+#[test]
+fn a_measured_acceptance_profile_replays_in_bench_as_simulated_acceptance() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.gguf");
+    write(Arch::CloverMoe, &path);
+    let profile = dir.path().join("p.json");
+    let profile_arg = profile.to_str().unwrap();
+    let out = run(
+        &path,
+        &[
+            "--spec-type",
+            "draft-self",
+            "--spec-fixed",
+            "--spec-draft-n-max",
+            "4",
+            "--spec-profile-out",
+            profile_arg,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("acceptance profile"), "{err}");
+    let p = clover::spec::replay::Profile::load(&profile).unwrap();
+    assert!(p.rounds > 0 && !p.conditional.is_empty(), "{p:?}");
+
+    let bench = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_clover"))
+            .args(["bench", "-m"])
+            .arg(&path)
+            .args(["-t", "1", "-p", "0", "-n", "12", "-r", "1"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&[
+        "--spec-type",
+        "none,draft-self",
+        "--spec-replay",
+        profile_arg,
+    ]);
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(stdout.contains("tg12 greedy"), "{stdout}");
+    assert!(
+        stdout.contains("tg12 draft-self (simulated acceptance)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("tg12 perfect drafter (simulated acceptance)"),
+        "{stdout}"
+    );
+    assert!(err.contains("SIMULATED acceptance replayed from"), "{err}");
+    assert!(
+        err.contains("SIMULATED acceptance: every draft accepted"),
+        "{err}"
+    );
+    // Replayed drafts are verified exactly: plain greedy's tokens, both rows.
+    assert_eq!(err.matches("tokens identical").count(), 2, "{err}");
+    assert!(!err.contains("DIFFER"), "{err}");
+
+    // Misuse: one line each, before loading anything.
+    for (extra, want) in [
+        (
+            vec!["--spec-type", "none", "--spec-replay", profile_arg],
+            "--spec-replay needs --spec-type draft-self",
+        ),
+        (
+            vec![
+                "--spec-type",
+                "draft-self",
+                "--spec-replay",
+                "/nonexistent/p.json",
+            ],
+            "--spec-replay /nonexistent/p.json",
+        ),
+    ] {
+        let out = bench(&extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+    let out = run(&path, &["--spec-profile-out", profile_arg]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--spec-profile-out needs --spec-type draft-self"),
+        "{err}"
+    );
+}

@@ -476,18 +476,10 @@ fn small_models_match_stored_llama_cpp_logits_and_greedy_tokens() {
 /// A `small` f32 file synthesised with its own `rope.dimension_sections`
 /// (fixture `small-f32-sections-S0-S1-S2-S3`), held to `small` f32's limits.
 ///
-/// OPEN (hence `#[ignore]`): these two fixtures were made with
-/// scripts/build_llama_cpp.sh's llama.cpp on another host (Xeon with AMX and
-/// AVX512-FP16), whose logits for the plain `small` f32 file differ from the
-/// stored `small-f32` fixture by up to 9.06e-6 from position 1 on (first
-/// differing tensor: the GDN conv output after silu, layer 0), so no file
-/// meets the bit-for-bit limit against it. Measured against that build:
-/// plain `small` f32 9.06e-6; [4,2,2,0] 1.00e-5 with sections honoured,
-/// 1.53e-5 with every pair rotated; [0,4,4,0] 1.05e-5 honoured, 0.99 (top-1
-/// flips from position 26) with every pair rotated. All 256 positions within
-/// 1e-4 and greedy 240/240 when honoured. Regenerate them where the other
-/// fixtures were made (`PRESETS= scripts/oracle/make_parity_fixtures.sh`)
-/// and drop the `#[ignore]`s.
+/// The fixtures come from the same llama.cpp build as the others
+/// (`scripts/build_llama_cpp.sh --fixtures`; a -march=native build on a
+/// Sapphire Rapids host fuses none of ggml_ssm_conv's taps and is 9.1e-6 off
+/// every f32 fixture, sectioned or not).
 fn run_sectioned(sections: [i32; 4]) {
     let tier = pick_tier();
     let dir = tempfile::tempdir().unwrap();
@@ -506,8 +498,6 @@ fn run_sectioned(sections: [i32; 4]) {
 /// position and leaves pair 7 as it is (DESIGN §2.4; what the default model's
 /// file used to say).
 #[test]
-#[ignore = "OPEN: fixture from a llama.cpp build that is 9.1e-6 off the other fixtures' \
-            on small f32; regenerate on their host (PRESETS= make_parity_fixtures.sh)"]
 fn small_model_whose_sections_leave_rope_pair_7_unrotated_matches_llama_cpp() {
     run_sectioned([4, 2, 2, 0]);
 }
@@ -515,15 +505,11 @@ fn small_model_whose_sections_leave_rope_pair_7_unrotated_matches_llama_cpp() {
 /// [0, 4, 4, 0]: no first section, so pairs 0, 3 and 6 (sector ≡ 0 mod 3)
 /// stay unrotated, pair 0 the fastest-turning of all.
 #[test]
-#[ignore = "OPEN: fixture from a llama.cpp build that is 9.1e-6 off the other fixtures' \
-            on small f32; regenerate on their host (PRESETS= make_parity_fixtures.sh)"]
 fn small_model_whose_sections_leave_rope_pairs_0_3_6_unrotated_matches_llama_cpp() {
     run_sectioned([0, 4, 4, 0]);
 }
 
 #[test]
-#[ignore = "OPEN: fixture from a llama.cpp build that is 9.1e-6 off the other fixtures' \
-            on small f32; regenerate on their host (PRESETS= make_parity_fixtures.sh)"]
 fn sectioned_small_models_match_llama_cpp_on_the_avx2_tier_too() {
     rerun_on_avx2("small_model_whose_sections_leave_rope_pair_7_unrotated_matches_llama_cpp");
     rerun_on_avx2("small_model_whose_sections_leave_rope_pairs_0_3_6_unrotated_matches_llama_cpp");

@@ -6,14 +6,13 @@
 //! lengths and draft lengths; on in-memory tiny models and a synth tiny
 //! clover_moe file.
 
+use clover::engine::{generate_tokens as generate, TokenGeneration};
 use clover::gguf::GgufFile;
 use clover::model::tiny::{tiny_config, TinyModel, TINY_VOCAB};
 use clover::model::{ForwardError, LogitsFor, Model, StateOptions};
 use clover::sample::{argmax, Sampler, SamplerParams};
 use clover::spec::draft::DraftCtx;
-use clover::spec::{
-    generate, DiffusionDrafter, Draft, Drafter, RandomDrafter, SequenceDrafter, SpecConfig,
-};
+use clover::spec::{DiffusionDrafter, Draft, Drafter, RandomDrafter, SequenceDrafter, SpecConfig};
 use clover::synth::{self, Arch, Preset, Recipe, SynthOptions};
 
 fn opts() -> StateOptions {
@@ -54,7 +53,7 @@ fn spec(
     prompt: &[u32],
     c: &SpecConfig,
     drafter: &mut dyn Drafter,
-) -> clover::spec::Generation {
+) -> TokenGeneration {
     let mut st = model.new_state(opts()).unwrap();
     let mut sampler = Sampler::new(SamplerParams::greedy());
     let mut streamed = vec![];

@@ -33,12 +33,13 @@
 
 use std::sync::OnceLock;
 
+use clover::engine::generate_tokens as generate;
 use clover::model::tiny::{tiny_config, TinyModel};
 use clover::model::{ForwardError, LogitsFor, Model, StateOptions};
 use clover::sample::{Sampler, SamplerParams};
 use clover::spec::draft::DraftCtx;
 use clover::spec::verify::dense;
-use clover::spec::{generate, DiffusionDrafter, Draft, Drafter, SpecConfig, SpecStats};
+use clover::spec::{DiffusionDrafter, Draft, Drafter, SpecConfig, SpecStats};
 
 const K: usize = 4;
 const TOP_K: i32 = 3;

@@ -48,14 +48,14 @@ const _: () = assert!(size_of::<Group>() == 1104);
 /// # Panics
 /// When the matrix is not packable or a length is wrong.
 pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
-    crate::repack::each_group(
+    crate::r8::each_group(
         n_in,
         n_out,
         src,
         dst,
         |g: &mut Group, r, blk: &BlockIq4Xs| {
             // Byte quad 4j + q of a row is sub-block j's qs[4q .. 4q + 4].
-            crate::repack::interleave_quads(&mut g.qs, r, &blk.qs);
+            crate::r8::interleave_quads(&mut g.qs, r, &blk.qs);
             for j in 0..8 {
                 g.scales[j][r] = blk.scale(j) as i8;
             }
@@ -97,5 +97,5 @@ pub fn gemm_ref(
         }
         acc
     };
-    crate::repack::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
+    crate::r8::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
 }

@@ -12,6 +12,7 @@ pub mod isa;
 pub mod matmul;
 pub mod plan;
 pub mod q4k_r8;
+pub mod r8;
 pub mod repack;
 pub mod scalar;
 pub mod sig;

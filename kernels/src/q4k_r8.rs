@@ -46,9 +46,9 @@ const _: () = assert!(size_of::<Group>() == 1184);
 /// # Panics
 /// When the matrix is not packable or a length is wrong.
 pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
-    crate::repack::each_group(n_in, n_out, src, dst, |g: &mut Group, r, blk: &BlockQ4K| {
+    crate::r8::each_group(n_in, n_out, src, dst, |g: &mut Group, r, blk: &BlockQ4K| {
         // Byte quad 8k + q of a row is chunk k's qs[4q .. 4q + 4].
-        crate::repack::interleave_quads(&mut g.qs, r, &blk.qs);
+        crate::r8::interleave_quads(&mut g.qs, r, &blk.qs);
         for j in 0..8 {
             let (sc, m) = get_scale_min_k4(j, &blk.scales);
             g.scales[j][r] = sc;
@@ -96,5 +96,5 @@ pub fn gemm_ref(
         }
         acc - acc_min
     };
-    crate::repack::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
+    crate::r8::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
 }

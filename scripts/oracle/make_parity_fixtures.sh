@@ -22,8 +22,11 @@
 #   PRESETS= scripts/oracle/make_parity_fixtures.sh        # the sectioned fixture only
 #   OUT=/tmp/fx scripts/oracle/make_parity_fixtures.sh     # elsewhere (to compare)
 #
-# llama.cpp: $LLAMA_BIN (default: what scripts/build_llama_cpp.sh prints, which
-# builds it once under $LLAMA_DIR); its headers come from the same source tree.
+# llama.cpp: $LLAMA_BIN (default: what `scripts/build_llama_cpp.sh --fixtures`
+# prints, which builds it once under $LLAMA_DIR for a fixed AVX-512 ISA: the
+# build that reproduces the stored fixtures bit for bit on any AVX-512 host; a
+# -march=native build does on some hosts only, see that script); its headers
+# come from the same source tree.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -32,7 +35,7 @@ RECIPES=${RECIPES:-"f32 q8_0 q4_k_m apex-miniplus"}
 SECTIONED=${SECTIONED-"small:f32:4,2,2,0 small:f32:0,4,4,0"}
 THREADS=${THREADS:-2}
 out=${OUT:-$root/tests/fixtures/parity}
-LLAMA_BIN=${LLAMA_BIN:-$(scripts/build_llama_cpp.sh | tail -1)}
+LLAMA_BIN=${LLAMA_BIN:-$(scripts/build_llama_cpp.sh --fixtures | tail -1)}
 LLAMA_SRC=${LLAMA_SRC:-$(dirname "$(dirname "$LLAMA_BIN")")/llama_cpp_python-0.3.36/vendor/llama.cpp}
 [ -f "$LLAMA_SRC/include/llama.h" ] || { echo "llama.h not found under LLAMA_SRC=$LLAMA_SRC" >&2; exit 1; }
 

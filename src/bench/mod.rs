@@ -54,7 +54,7 @@ pub enum BenchError {
     #[error(transparent)]
     Forward(#[from] ForwardError),
     #[error(transparent)]
-    Spec(#[from] crate::spec::SpecError),
+    Engine(#[from] crate::engine::EngineError),
 }
 
 /// A test's samples plus, for tg, the traffic of its last repetition.

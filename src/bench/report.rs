@@ -43,6 +43,10 @@ pub enum Decode {
     Greedy,
     /// Self-speculative greedy decoding (`--spec-type draft-self`).
     DraftSelf,
+    /// Self-speculation with replayed acceptance (`--spec-replay`): the
+    /// profile's, and a perfect drafter's (the ceiling).
+    Replay,
+    Ceiling,
 }
 
 impl TestSpec {
@@ -60,6 +64,8 @@ impl TestSpec {
             Decode::Random => {}
             Decode::Greedy => s.push_str(" greedy"),
             Decode::DraftSelf => s.push_str(" draft-self"),
+            Decode::Replay => s.push_str(" draft-self (simulated acceptance)"),
+            Decode::Ceiling => s.push_str(" perfect drafter (simulated acceptance)"),
         }
         s
     }

@@ -16,6 +16,7 @@ use crate::bench::{membw, passes, run_test, Traffic};
 use crate::engine::load::tokenizer_spec;
 use crate::gguf::GgufFile;
 use crate::model::Model;
+use crate::spec::replay::Profile;
 use crate::tokenizer::Tokenizer;
 
 use super::common::{SpecArgs, SpecType};
@@ -95,6 +96,12 @@ pub struct BenchArgs {
     /// With --spec-type: how drafts are made and accepted
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// With --spec-type draft-self: SIMULATED acceptance. The draft, verify and
+    /// commit passes run for real, but which drafts are accepted follows this
+    /// profile (per-position conditional acceptance, as written by `clover run
+    /// --spec-profile-out`); a perfect-drafter row (the ceiling) is added
+    #[arg(long = "spec-replay", value_name = "PROFILE")]
+    pub spec_replay: Option<PathBuf>,
     /// Instead of the tests: time a plain decode step and verify and draft
     /// passes of these token counts (comma list), interleaved over -r
     /// repetitions, per -t, at the first -d depth (at least 1; clover_moe files)
@@ -141,6 +148,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.pass_costs.contains(&0) {
         bail!("--pass-costs token counts must be at least 1");
     }
+    let replay = match &args.spec_replay {
+        Some(path) => {
+            if !args.spec_type.contains(&SpecType::DraftSelf) {
+                bail!(
+                    "--spec-replay needs --spec-type draft-self (e.g. --spec-type none,draft-self)"
+                );
+            }
+            Some(Profile::load(path).map_err(|e| anyhow::anyhow!("--spec-replay {e}"))?)
+        }
+        None => None,
+    };
     let type_k = cache_type("-ctk", &args.type_k)?;
     let type_v = cache_type("-ctv", &args.type_v)?;
     let mut tests = Vec::new();
@@ -164,9 +182,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             } else {
                 args.spec_type
                     .iter()
-                    .map(|s| match s {
-                        SpecType::None => Decode::Greedy,
-                        SpecType::DraftSelf => Decode::DraftSelf,
+                    .flat_map(|s| match (s, &replay) {
+                        (SpecType::None, _) => vec![Decode::Greedy],
+                        (SpecType::DraftSelf, None) => vec![Decode::DraftSelf],
+                        (SpecType::DraftSelf, Some(_)) => vec![Decode::Replay, Decode::Ceiling],
                     })
                     .collect()
             };
@@ -265,9 +284,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 .with_context(|| spec.name())?
         } else {
             let mode = GenMode {
-                draft_self: spec.decode == Decode::DraftSelf,
+                draft_self: spec.decode != Decode::Greedy,
                 spec: spec_cfg.clone(),
+                replay: match spec.decode {
+                    Decode::Replay => replay.clone(),
+                    Decode::Ceiling => Some(Profile::perfect(spec_cfg.n_max)),
+                    _ => None,
+                },
             };
+            let replayed = mode.replay.clone();
             let g = pool
                 .install(|| {
                     run_gen_test(&model, spec, args.reps, type_k, type_v, &gen_prompt, mode)
@@ -282,8 +307,26 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     tokens: g.tokens.clone(),
                 });
             } else {
+                let basis = match (&replayed, spec.decode) {
+                    (Some(p), Decode::Replay) => format!(
+                        "SIMULATED acceptance replayed from {} ({}, {} rounds; by position {})",
+                        args.spec_replay
+                            .as_deref()
+                            .unwrap_or(Path::new("?"))
+                            .display(),
+                        p.source,
+                        p.rounds,
+                        p.unconditional()
+                            .iter()
+                            .map(|a| format!("{a:.3}"))
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                    ),
+                    (Some(_), _) => "SIMULATED acceptance: every draft accepted".to_string(),
+                    (None, _) => "measured acceptance".to_string(),
+                };
                 eprint!(
-                    "{} (over {} runs):\n{}",
+                    "{} (over {} runs; {basis}):\n{}",
                     spec.name(),
                     args.reps,
                     g.stats.report()

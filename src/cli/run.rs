@@ -7,6 +7,7 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
@@ -14,6 +15,7 @@ use crate::chat::ChatMessage;
 use crate::engine::SpecStep;
 use crate::engine::{generate, EngineError, GenEvent, GenOptions, Generation, PlainStep, Session};
 use crate::sample::Sampler;
+use crate::spec::replay::Profile;
 use crate::spec::{DiffusionDrafter, SpecStats};
 
 use super::common::{
@@ -62,6 +64,11 @@ pub struct RunArgs {
     pub spec_type: SpecType,
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// With --spec-type draft-self: write the measured per-position acceptance
+    /// to FILE (JSON), for `clover bench --spec-replay` (best with --spec-fixed,
+    /// so that every round drafts every position)
+    #[arg(long = "spec-profile-out", value_name = "FILE")]
+    pub spec_profile_out: Option<PathBuf>,
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -73,6 +80,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         SpecType::DraftSelf => Some(args.spec.config(n_predict)?),
         SpecType::None => None,
     };
+    if args.spec_profile_out.is_some() && spec_cfg.is_none() {
+        anyhow::bail!("--spec-profile-out needs --spec-type draft-self");
+    }
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
         (None, Some(f)) => read_text_file(f, MAX_PROMPT_FILE, "prompt file")?,
@@ -159,6 +169,27 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     eprint!("{}", gen.timings.llama_perf());
     if let Some(s) = &spec_step {
         eprint!("{}", s.spec.stats.report());
+        if let Some(path) = &args.spec_profile_out {
+            let source = format!(
+                "{}, {} tokens, {}",
+                session.model().name,
+                gen.tokens.len(),
+                if s.spec.cfg.adaptive {
+                    "adaptive draft length"
+                } else {
+                    "fixed draft length"
+                }
+            );
+            let profile = Profile::from_stats(&s.spec.stats, &source);
+            crate::output::write_file_atomic(path, profile.to_json().as_bytes())
+                .with_context(|| format!("--spec-profile-out {}", path.display()))?;
+            eprintln!(
+                "spec: acceptance profile ({} positions, {} rounds) written to {}",
+                profile.conditional.len(),
+                profile.rounds,
+                path.display()
+            );
+        }
     }
     Ok(())
 }

@@ -21,17 +21,19 @@
 //!
 //! Speculation (clover_moe files with the block-diffusion path): at each round
 //! boundary the step reads `Controls::spec`; when on, the round is one
-//! `Speculator::iterate` with the diffusion drafter and a fixed draft length (every
-//! round drafts, so the acceptance panel sees every position), reported as
-//! `Drafted`, `Verified`, then the round's tokens as `Accepted` … and one
-//! `Corrected` (a draft was rejected) or `Plain` (the bonus token).
+//! `Speculator::iterate` with the diffusion drafter. The adaptive controller
+//! chooses the draft length from measured acceptance and pass costs, and
+//! decodes plainly when no length pays (DESIGN §4: speculation never makes
+//! decoding slower); `SpecStats::why` carries its reason to the panel. A
+//! drafting round is reported as `Drafted`, `Verified`, then the round's tokens
+//! as `Accepted` … and one `Corrected` (a draft was rejected) or `Plain` (the
+//! bonus token).
 //!
-//! The speed-up over plain decoding needs the cost of a plain step, which a
-//! fixed-length round never measures. So the first speculative round of a session,
-//! and every [`PLAIN_PROBE_EVERY`]-th after it, is a timed plain step inside the
-//! speculative loop (its one token is emitted as `Plain`): the estimate follows the
-//! context length, and a probe costs at most one round's extra tokens. After every
-//! speculative step the loop's running totals go out as `EngineEvent::SpecStats`.
+//! With `--spec-fixed` every round drafts the maximum (a demonstration), which
+//! never measures a plain step; so the first such round of a session, and every
+//! [`PLAIN_PROBE_EVERY`]-th after it, is a timed plain step inside the loop (its
+//! one token is emitted as `Plain`). After every speculative step the loop's
+//! running totals go out as `EngineEvent::SpecStats`.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -121,9 +123,11 @@ impl Step for ChatStep<'_> {
             return PlainStep.step(session, sampler, history, remaining, out);
         };
         spec.drafter.last.clear();
-        // A probe round is one timed plain step. The round never drafts past
-        // what the reply can still emit (`remaining`).
-        let probe = self.since_probe.is_none_or(|n| n + 1 >= PLAIN_PROBE_EVERY);
+        // With a fixed draft length, a probe round is one timed plain step (the
+        // adaptive controller times plain steps itself). The round never drafts
+        // past what the reply can still emit (`remaining`).
+        let probe =
+            !spec.spec.cfg.adaptive && self.since_probe.is_none_or(|n| n + 1 >= PLAIN_PROBE_EVERY);
         let before = (spec.spec.stats.plain_ns, spec.spec.stats.total_ns);
         let s = spec.round(session, sampler, history, remaining, !probe, out)?;
         if probe {
@@ -186,15 +190,16 @@ impl ChatSession {
         chat
     }
 
-    /// Speculates with `drafter`, drafting `max_draft` tokens per round (exact
-    /// acceptance, fixed length). The default is the diffusion drafter on models
-    /// that have the diffusion path; a test drafter works on any model.
+    /// Speculates with `drafter`, drafting at most `max_draft` tokens per round
+    /// (exact acceptance; the adaptive controller chooses the length, plain
+    /// decoding when no length pays). The default is the diffusion drafter on
+    /// models that have the diffusion path; a test drafter works on any model.
     pub fn set_drafter(&mut self, drafter: Box<dyn Drafter + Send>, max_draft: usize) {
         let cfg = SpecConfig {
             enabled: true,
             n_max: max_draft.max(1),
             n_min: 0,
-            adaptive: false,
+            adaptive: true,
             ..SpecConfig::default()
         };
         self.spec = Some(SpecStep::new(
@@ -209,16 +214,16 @@ impl ChatSession {
     }
 
     /// Drafting and acceptance options from the command line
-    /// (`--spec-draft-n-max`, `-n-min`, `-p-min`, `--spec-accept-*`). The chat
-    /// keeps its own round structure: a fixed draft length with timed plain
-    /// probes, so `--spec-fixed` changes nothing here.
+    /// (`--spec-draft-n-max`, `-n-min`, `-p-min`, `--spec-accept-*`,
+    /// `--spec-fixed`). Adaptive by default; with `--spec-fixed` every round
+    /// drafts the maximum and one round in [`PLAIN_PROBE_EVERY`] is a timed
+    /// plain step, so the panel's speed-up is measured.
     pub fn configure_spec(&mut self, cfg: &SpecConfig) {
         if let Some(step) = &mut self.spec {
             let n_max = cfg.n_max.max(1);
             step.spec = crate::spec::Speculator::new(SpecConfig {
                 enabled: true,
                 n_max,
-                adaptive: false,
                 ..cfg.clone()
             });
             self.info.max_draft = n_max;

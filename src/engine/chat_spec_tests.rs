@@ -2,7 +2,8 @@
 //! the round events in the order the UI contract fixes.
 
 use super::*;
-use crate::spec::{SequenceDrafter, SpecStats};
+use crate::spec::adaptive::Why;
+use crate::spec::{SequenceDrafter, SpecConfig, SpecStats};
 use crate::tui::TokenKind;
 
 /// One turn with speculation starting `spec`; `off_after` turns it off after that
@@ -102,6 +103,15 @@ fn check_contract(events: &[EngineEvent]) -> (usize, usize, usize) {
     (rejected, full, plain)
 }
 
+/// `--spec-fixed` with `n` drafts per round.
+fn fixed(n: usize) -> SpecConfig {
+    SpecConfig {
+        n_max: n,
+        adaptive: false,
+        ..SpecConfig::default()
+    }
+}
+
 fn kinds_count(events: &[EngineEvent], want: TokenKind) -> usize {
     events
         .iter()
@@ -171,6 +181,8 @@ fn speculative_rounds_emit_drafted_verified_accepted_then_one_corrected_or_plain
 
     let mut e = chat_engine(&m);
     e.set_drafter(Box::new(SequenceDrafter { seq }), 3);
+    // Every round drafts (`--spec-fixed`), so every kind of round is seen.
+    e.configure_spec(&fixed(3));
     assert_eq!(e.info().max_draft, 3);
     let ev = spec_turn(&mut e, &msgs, true, None);
     let (rejected, full, _) = check_contract(&ev);
@@ -246,6 +258,9 @@ fn the_chat_times_a_plain_step_first_then_every_probe_interval_rounds() {
     let (prompt, _) = e.prompt_tokens(&msgs).unwrap();
     let seq = vec![0u32; prompt.len() + 4 * n];
     e.set_drafter(Box::new(SequenceDrafter { seq }), 2);
+    // Probes belong to fixed-length drafting (the adaptive controller times
+    // plain steps itself).
+    e.configure_spec(&fixed(2));
     let ev = spec_turn(&mut e, &msgs, true, None);
     check_contract(&ev);
     // One totals event per loop step, each the loop up to that step.
@@ -283,4 +298,43 @@ fn the_chat_times_a_plain_step_first_then_every_probe_interval_rounds() {
     let ev = spec_turn(&mut off, &msgs, false, None);
     assert!(!ev.iter().any(|x| matches!(x, EngineEvent::SpecStats(_))));
     assert_eq!(off.spec_stats().unwrap().plain_passes, 0);
+}
+
+#[test]
+fn by_default_the_chat_drafts_only_when_it_pays_and_says_why() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let msgs = [UiMessage::new(Role::User, "Tell me about foxes.")];
+    let n = 60;
+    let plain = spec_turn(
+        &mut ChatSession::new(session(&m, 512), SamplerParams::greedy(), Some(n)),
+        &msgs,
+        false,
+        None,
+    );
+    let mut e = ChatSession::new(session(&m, 512), SamplerParams::greedy(), Some(n));
+    // Drafts of token 0, which the target almost never picks: no length pays.
+    let (prompt, _) = e.prompt_tokens(&msgs).unwrap();
+    let seq = vec![0u32; prompt.len() + 4 * n];
+    e.set_drafter(Box::new(SequenceDrafter { seq }), 15);
+    let ev = spec_turn(&mut e, &msgs, true, None);
+    check_contract(&ev);
+    assert_eq!(reply_text(&ev), reply_text(&plain));
+    let stats = e.spec_stats().unwrap();
+    // A plain step to price it, one short first draft, at most a couple of
+    // explorations while the first (cold) plain step still weighs on the
+    // estimate; every other step is plain, chosen as such.
+    assert!(stats.verify_passes <= 4, "{stats:?}");
+    assert!(stats.plain_chosen as usize >= n - 10, "{stats:?}");
+    assert!(
+        matches!(stats.why, Some(Why::Plain { .. })),
+        "{:?}",
+        stats.why
+    );
+    let why = stats.why.unwrap().describe();
+    assert!(
+        why.starts_with("plain: ") && why.contains("drafts a round would cost"),
+        "{why}"
+    );
+    // Every plain step was the controller's choice: no probes.
+    assert_eq!(stats.plain_passes, stats.plain_chosen);
 }

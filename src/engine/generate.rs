@@ -21,7 +21,9 @@ use std::time::Instant;
 
 use crate::model::Stats;
 use crate::sample::Sampler;
+use crate::tokenizer::StreamDecoder;
 
+use super::load::LoadedModel;
 use super::session::{Prefill, Session};
 use super::EngineError;
 
@@ -237,6 +239,158 @@ pub struct Generation {
     pub timings: Timings,
 }
 
+/// What [`drive`] advances: how a token is shown, which tokens end generation
+/// unshown, and how the next tokens are made. [`generate`] drives a session and
+/// its text; [`super::tokens::generate_tokens`] a bare model and state. A server
+/// advancing several sequences per forward implements this per sequence.
+pub(crate) trait Driver {
+    /// A token that ends generation without being emitted (end of generation).
+    fn is_eog(&self, t: u32) -> bool;
+    /// Shows an emitted token; `Break` stops after it.
+    fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError>;
+    /// Evaluates the newest token of `history` and pushes the tokens that follow
+    /// to `out` (see [`Step::step`]). `Break(reason)` ends generation: before
+    /// the step (`ContextFull`: no position left) or after it (`Stopped`: the
+    /// tokens pushed are not emitted).
+    fn step(
+        &mut self,
+        history: &[u32],
+        remaining: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<ControlFlow<StopReason>, EngineError>;
+}
+
+/// What [`drive`] produced.
+pub(crate) struct Driven {
+    pub tokens: Vec<u32>,
+    pub stop: StopReason,
+    pub eog: Option<u32>,
+}
+
+/// The one generation loop (see the module docs): `first` was sampled after
+/// `prompt`; emits it and every token the steps produce until a stop.
+/// `stopped`: the caller was already told to stop (nothing is emitted).
+pub(crate) fn drive(
+    driver: &mut dyn Driver,
+    prompt: &[u32],
+    first: u32,
+    n_predict: Option<usize>,
+    mut stopped: bool,
+) -> Result<Driven, EngineError> {
+    let mut history = prompt.to_vec();
+    let mut tokens = Vec::new();
+    let mut pending = VecDeque::from([first]);
+    let mut out = Vec::new();
+    let mut eog = None;
+    let full = |tokens: &Vec<u32>| n_predict.is_some_and(|n| tokens.len() >= n);
+    let stop = loop {
+        if stopped {
+            break StopReason::Stopped;
+        }
+        if full(&tokens) {
+            break StopReason::Limit;
+        }
+        let Some(t) = pending.pop_front() else {
+            // A step must push at least one token; treat a broken one as an error.
+            return Err(EngineError::Options(
+                "a generation step produced no token".into(),
+            ));
+        };
+        if driver.is_eog(t) {
+            eog = Some(t);
+            break StopReason::Eog;
+        }
+        tokens.push(t);
+        history.push(t);
+        if driver.emit(t)?.is_break() {
+            break StopReason::Stopped;
+        }
+        if full(&tokens) {
+            break StopReason::Limit;
+        }
+        if !pending.is_empty() {
+            continue;
+        }
+        out.clear();
+        let remaining = n_predict.map_or(usize::MAX, |n| n - tokens.len());
+        match driver.step(&history, remaining, &mut out)? {
+            ControlFlow::Break(StopReason::ContextFull) => break StopReason::ContextFull,
+            flow => stopped = flow.is_break(),
+        }
+        pending.extend(out.iter().copied());
+    };
+    Ok(Driven { tokens, stop, eog })
+}
+
+/// [`generate`]'s driver: a session, its step, the text and the sink.
+struct SessionDriver<'a, 'e> {
+    session: &'a mut Session,
+    sampler: &'a mut Sampler,
+    step: &'a mut dyn Step,
+    sink: &'a mut dyn FnMut(GenEvent<'_>) -> ControlFlow<()>,
+    model: &'a LoadedModel,
+    decoder: StreamDecoder<'a>,
+    text: String,
+    thinking: bool,
+    timings: &'e mut Timings,
+}
+
+impl Driver for SessionDriver<'_, '_> {
+    fn is_eog(&self, t: u32) -> bool {
+        self.model.tokenizer.is_eog(t)
+    }
+
+    fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError> {
+        let (open, close) = match self.model.think_tokens {
+            Some((o, c)) => (t == o, t == c),
+            None => (false, false),
+        };
+        self.thinking |= open;
+        let piece = if self.model.tokenizer.is_control(t) {
+            String::new()
+        } else {
+            self.decoder.push(t)?
+        };
+        self.text.push_str(&piece);
+        let flow = (self.sink)(GenEvent::Token {
+            id: t,
+            text: &piece,
+            thinking: self.thinking,
+            tag: open || close,
+        });
+        self.thinking &= !close;
+        Ok(flow)
+    }
+
+    fn step(
+        &mut self,
+        history: &[u32],
+        remaining: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<ControlFlow<StopReason>, EngineError> {
+        if self.session.n_past() >= self.session.n_ctx() {
+            return Ok(ControlFlow::Break(StopReason::ContextFull));
+        }
+        self.session.state.stats.clear();
+        let s = self
+            .step
+            .step(self.session, self.sampler, history, remaining, out)?;
+        let t = &mut *self.timings;
+        t.eval_ms += s.eval_ms;
+        t.eval_runs += s.eval_runs;
+        t.sample_ms += s.sample_ms;
+        t.sample_runs += s.sample_runs;
+        let flow = (self.sink)(GenEvent::Stepped {
+            stats: &self.session.state.stats,
+            step: &s,
+        });
+        Ok(match flow {
+            ControlFlow::Break(()) => ControlFlow::Break(StopReason::Stopped),
+            ControlFlow::Continue(()) => ControlFlow::Continue(()),
+        })
+    }
+}
+
 /// Generates from `prompt` (see the module docs). `sink` sees every event and can
 /// end generation by returning `ControlFlow::Break`.
 pub fn generate(
@@ -249,7 +403,6 @@ pub fn generate(
 ) -> Result<Generation, EngineError> {
     let t_start = Instant::now();
     let model = Arc::clone(session.model());
-    let tok = &model.tokenizer;
     let mut timings = Timings {
         load_ms: model.load_ms,
         ..Timings::default()
@@ -264,94 +417,35 @@ pub fn generate(
     if opts.checkpoint_after_prompt {
         session.checkpoint();
     }
-    let mut history = prompt.to_vec();
-    let mut tokens = Vec::new();
-    let mut text = String::new();
-    let mut decoder = tok.stream_decoder();
-    let mut thinking = opts.starts_thinking;
-    let mut pending = VecDeque::from([first]);
-    let mut out = Vec::new();
-    let mut eog = None;
-    let mut stopped = sink(GenEvent::Prefilled(prefill)).is_break();
-    let stop = loop {
-        if stopped {
-            break StopReason::Stopped;
-        }
-        if opts.n_predict.is_some_and(|n| tokens.len() >= n) {
-            break StopReason::Limit;
-        }
-        let Some(t) = pending.pop_front() else {
-            // A step must push at least one token; treat a broken one as an error.
-            return Err(EngineError::Options(
-                "a generation step produced no token".into(),
-            ));
-        };
-        if tok.is_eog(t) {
-            eog = Some(t);
-            break StopReason::Eog;
-        }
-        tokens.push(t);
-        history.push(t);
-        let (open, close) = match model.think_tokens {
-            Some((o, c)) => (t == o, t == c),
-            None => (false, false),
-        };
-        thinking |= open;
-        let piece = if tok.is_control(t) {
-            String::new()
-        } else {
-            decoder.push(t)?
-        };
-        text.push_str(&piece);
-        let flow = sink(GenEvent::Token {
-            id: t,
-            text: &piece,
-            thinking,
-            tag: open || close,
-        });
-        thinking &= !close;
-        if flow.is_break() {
-            break StopReason::Stopped;
-        }
-        if opts.n_predict.is_some_and(|n| tokens.len() >= n) {
-            break StopReason::Limit;
-        }
-        if !pending.is_empty() {
-            continue;
-        }
-        if session.n_past() >= session.n_ctx() {
-            break StopReason::ContextFull;
-        }
-        session.state.stats.clear();
-        out.clear();
-        let remaining = opts.n_predict.map_or(usize::MAX, |n| n - tokens.len());
-        let s = step.step(session, sampler, &history, remaining, &mut out)?;
-        timings.eval_ms += s.eval_ms;
-        timings.eval_runs += s.eval_runs;
-        timings.sample_ms += s.sample_ms;
-        timings.sample_runs += s.sample_runs;
-        pending.extend(out.iter().copied());
-        stopped = sink(GenEvent::Stepped {
-            stats: &session.state.stats,
-            step: &s,
-        })
-        .is_break();
+    let stopped = sink(GenEvent::Prefilled(prefill)).is_break();
+    let mut d = SessionDriver {
+        session,
+        sampler,
+        step,
+        sink,
+        model: &model,
+        decoder: model.tokenizer.stream_decoder(),
+        text: String::new(),
+        thinking: opts.starts_thinking,
+        timings: &mut timings,
     };
-    let tail = decoder.finish();
+    let driven = drive(&mut d, prompt, first, opts.n_predict, stopped)?;
+    let mut text = std::mem::take(&mut d.text);
+    let tail = d.decoder.finish();
     if !tail.is_empty() {
         text.push_str(&tail);
-        let _ = sink(GenEvent::Tail {
+        let _ = (d.sink)(GenEvent::Tail {
             text: &tail,
-            thinking,
+            thinking: d.thinking,
         });
     }
     timings.total_ms = ms(t_start.elapsed());
     Ok(Generation {
         prompt: prompt.to_vec(),
-        tokens,
+        tokens: driven.tokens,
         text,
-        stop,
-        eog,
+        stop: driven.stop,
+        eog: driven.eog,
         prefill,
         timings,
     })

@@ -16,8 +16,10 @@
 //!   chat template from the metadata, and what the UI shows about it.
 //! * [`session`]: [`Session`] — one sequence: the model state on its own rayon pool,
 //!   the tokens the state holds, prompt-prefix reuse and a recurrent-state checkpoint.
-//! * [`generate`]: the generation loop, and the [`Step`] trait a speculative driver
-//!   implements to replace plain token-by-token decoding ([`PlainStep`]).
+//! * [`generate`]: the one generation loop, and the [`Step`] trait a speculative
+//!   driver implements to replace plain token-by-token decoding ([`PlainStep`]).
+//! * [`tokens`]: the same loop on a bare model and state, in token ids
+//!   ([`generate_tokens`]: the speculation oracle tests, `clover bench`).
 //! * [`chat`]: [`ChatSession`], the `tui::ChatEngine` over a session.
 //! * [`default_model`]: the trained model (clover-tiny-kjv) used without `-m`.
 
@@ -27,6 +29,7 @@ pub mod generate;
 pub mod load;
 pub mod session;
 pub mod spec_step;
+pub mod tokens;
 
 use kernels::GgmlType;
 use thiserror::Error;
@@ -43,6 +46,7 @@ pub use generate::{
 pub use load::LoadedModel;
 pub use session::{Prefill, Session, SessionOptions};
 pub use spec_step::SpecStep;
+pub use tokens::{generate_tokens, generate_tokens_with, TokenGeneration};
 
 /// Everything the session layer can fail with.
 #[derive(Debug, Error)]

@@ -8,13 +8,62 @@
 //! token count from the measured ones and the plain one-token step, so one
 //! long exploring draft does not make every short draft look as dear). D is
 //! the length maximising tokens per second, or 0 (plain decoding) when no D
-//! beats `1 / plain`. While plain decoding wins, after a streak of `explore`
-//! plain steps one iteration still drafts, so the estimates can recover: at
-//! the shortest length whose last position is reached with probability
-//! below [`EXPLORE_REACH`] (drafting past it would mostly measure nothing and
-//! cost a long pass), and each exploration that leaves plain decoding ahead
-//! doubles the streak, up to [`EXPLORE_MAX`] (back to [`EXPLORE_MIN`] as
-//! soon as drafting wins).
+//! beats `1 / plain`. The first draft is short ([`FIRST_DRAFT`]): it prices
+//! the passes where a long one could cost many plain steps. While plain
+//! decoding wins, after a streak of `explore` plain steps one iteration still
+//! drafts, so the estimates can recover: at the shortest length whose last
+//! position is reached with probability below [`EXPLORE_REACH`] (drafting past
+//! it would mostly measure nothing and cost a long pass), no longer than the
+//! longest draft that would pay if every draft were accepted
+//! ([`Adaptive::ceiling`]); each exploration that leaves plain decoding ahead
+//! doubles the streak, up to [`EXPLORE_MAX`] (back to [`EXPLORE_MIN`] as soon
+//! as drafting wins). When not even a perfect drafter would pay at the
+//! measured costs, acceptance cannot change the choice, and only the costs
+//! are re-measured, after [`EXPLORE_MAX`] plain steps: so a model whose
+//! passes are too dear for speculation decodes at its plain speed.
+
+/// Why the controller chose a draft length (what the chat's acceptance panel
+/// and `clover run`'s report show).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Why {
+    /// No plain step measured yet: one is taken first.
+    Measuring,
+    /// No pass cost of a draft length is known yet: a first, short draft.
+    FirstDraft,
+    /// A plain streak ended: this round drafts to re-measure acceptance.
+    Explore,
+    /// The best draft length, `d` drafts, beats plain decoding: a round
+    /// returns `tokens` (expected) for `steps` plain-step costs.
+    Pays { d: u32, tokens: f32, steps: f32 },
+    /// Plain decoding wins: the best draft length `d` would return `tokens`
+    /// for `steps` plain-step costs (≤ `tokens` steps' worth).
+    Plain { d: u32, tokens: f32, steps: f32 },
+    /// The draft length is fixed (`--spec-fixed`).
+    Fixed,
+    /// No draft fits: the output or the context is about to end.
+    NoRoom,
+}
+
+impl Why {
+    /// One line for people: "plain: 4 drafts a round would cost 2.4 steps,
+    /// return 2.3 tokens". (Worded so that the panel's figures stay the only
+    /// "draft ", " of " and "verify " on the screen.)
+    pub fn describe(&self) -> String {
+        match *self {
+            Why::Measuring => "plain: timing a plain step first".into(),
+            Why::FirstDraft => "drafting: a first short round prices the passes".into(),
+            Why::Explore => "exploring: one drafting round after a plain streak".into(),
+            Why::Pays { d, tokens, steps } => format!(
+                "drafting: {d} drafts a round cost {steps:.1} steps, return {tokens:.1} tokens"
+            ),
+            Why::Plain { d, tokens, steps } => format!(
+                "plain: {d} drafts a round would cost {steps:.1} steps, return {tokens:.1} tokens"
+            ),
+            Why::Fixed => "fixed-length drafting (--spec-fixed)".into(),
+            Why::NoRoom => "plain: no room left for drafts".into(),
+        }
+    }
+}
 
 /// Running estimates of acceptance and pass costs.
 #[derive(Clone, Debug)]
@@ -34,6 +83,8 @@ pub struct Adaptive {
     pub explore: usize,
     /// The last choice was an exploration.
     explored: bool,
+    /// Why the last choice was made.
+    pub why: Why,
 }
 
 const EMA: f64 = 0.3;
@@ -46,6 +97,9 @@ const SPIKE: f64 = 1.5;
 /// Plain steps between explorations, at first and at most.
 pub const EXPLORE_MIN: usize = 16;
 pub const EXPLORE_MAX: usize = 256;
+
+/// The length of the first draft, which prices the passes.
+pub const FIRST_DRAFT: usize = 2;
 
 /// An exploring draft stops at the first position reached (every earlier
 /// draft accepted) with an estimated probability below this.
@@ -72,6 +126,7 @@ impl Adaptive {
             plain_streak: 0,
             explore: EXPLORE_MIN,
             explored: false,
+            why: Why::Measuring,
         }
     }
 
@@ -127,38 +182,94 @@ impl Adaptive {
         interpolate(&self.draft_ns, self.plain_ns, tokens)
     }
 
-    /// The draft length for the next iteration, at most `cap` (0 = plain).
+    /// The draft length for the next iteration, at most `cap` (0 = plain);
+    /// [`Adaptive::why`] says why.
     pub fn choose(&mut self, cap: usize) -> usize {
         let hi = self.n_max.min(cap);
         if hi < self.n_min.max(1) {
+            self.why = Why::NoRoom;
             return 0;
         }
         if self.plain_ns == 0.0 {
+            self.why = Why::Measuring;
             return 0; // measure a plain step first
         }
-        if self.plain_streak >= self.explore {
-            self.explored = true;
-            return self.explore_len(hi);
+        let lo = self.n_min.max(1);
+        if !self.draft_ns.iter().any(|&c| c > 0.0) || !self.verify_ns.iter().any(|&c| c > 0.0) {
+            // Nothing but a plain step measured: a first, short draft prices
+            // the passes (a long one would cost many plain steps where
+            // drafting cannot pay).
+            self.why = Why::FirstDraft;
+            return FIRST_DRAFT.clamp(lo, hi);
         }
-        let plain_rate = 1.0 / self.plain_ns;
-        let mut best = (0, plain_rate);
-        for d in self.n_min.max(1)..=hi {
-            let (Some(dr), Some(v)) = (self.draft_cost(d + 1), self.verify_cost(d + 1)) else {
-                return hi;
-            };
-            let rate = self.expected_tokens(d) / (dr + v);
-            if rate > best.1 {
-                best = (d, rate);
+        if self.plain_streak >= self.explore {
+            // Re-measure acceptance, up to the longest draft that would pay
+            // were every draft accepted. When not even that would, acceptance
+            // does not matter: only the pass costs are re-measured, rarely.
+            let ceiling = self.ceiling(lo, hi);
+            if ceiling.is_some() || self.plain_streak >= EXPLORE_MAX {
+                self.explored = true;
+                self.why = Why::Explore;
+                return self.explore_len(ceiling.unwrap_or(lo));
             }
         }
+        let plain_rate = 1.0 / self.plain_ns;
+        // The best drafting length, and whether it beats plain decoding.
+        let mut best: Option<(usize, f64, f64)> = None;
+        for d in lo..=hi {
+            let (Some(dr), Some(v)) = (self.draft_cost(d + 1), self.verify_cost(d + 1)) else {
+                self.why = Why::FirstDraft;
+                return FIRST_DRAFT.clamp(lo, hi);
+            };
+            let tokens = self.expected_tokens(d);
+            if best.is_none_or(|b| tokens / (dr + v) > b.1 / b.2) {
+                best = Some((d, tokens, dr + v));
+            }
+        }
+        let Some((d, tokens, cost)) = best else {
+            self.why = Why::NoRoom;
+            return 0;
+        };
+        let pays = tokens / cost > plain_rate;
+        let (tokens, steps) = (tokens as f32, (cost / self.plain_ns) as f32);
+        let d32 = d as u32;
+        self.why = if pays {
+            Why::Pays {
+                d: d32,
+                tokens,
+                steps,
+            }
+        } else {
+            Why::Plain {
+                d: d32,
+                tokens,
+                steps,
+            }
+        };
         if std::mem::take(&mut self.explored) {
-            self.explore = if best.0 == 0 {
-                (2 * self.explore).min(EXPLORE_MAX)
-            } else {
+            self.explore = if pays {
                 EXPLORE_MIN
+            } else {
+                (2 * self.explore).min(EXPLORE_MAX)
             };
         }
-        best.0
+        if pays {
+            d
+        } else {
+            0
+        }
+    }
+
+    /// The longest draft length in `lo..=hi` that would beat plain decoding
+    /// if every draft were accepted (`None`: not even a perfect drafter pays
+    /// at the measured pass costs).
+    pub fn ceiling(&self, lo: usize, hi: usize) -> Option<usize> {
+        (lo..=hi).rev().find(
+            |&d| match (self.draft_cost(d + 1), self.verify_cost(d + 1)) {
+                (Some(dr), Some(v)) => (d + 1) as f64 / (dr + v) > 1.0 / self.plain_ns,
+                _ => false,
+            },
+        )
     }
 
     /// The draft length of an exploration: the shortest `d ≤ hi` (at least
@@ -243,7 +354,10 @@ mod tests {
     fn explores_again_after_a_streak_of_plain_steps() {
         let mut a = Adaptive::new(1, 4);
         a.record_plain(1000);
-        a.record_verify(5, 5000, 4, 0);
+        // Dear enough that plain wins at this acceptance, cheap enough that
+        // a perfect drafter would pay (so acceptance is worth re-measuring).
+        a.record_draft(5, 100);
+        a.record_verify(5, 3000, 4, 0);
         for _ in 0..a.explore {
             assert_eq!(a.choose(4), 0);
             a.record_plain(1000);
@@ -271,8 +385,8 @@ mod tests {
     fn explorations_that_leave_plain_ahead_back_off_and_a_win_resets_them() {
         let mut a = Adaptive::new(1, 4);
         a.record_plain(1000);
-        a.record_draft(5, 5000);
-        a.record_verify(5, 5000, 4, 0);
+        a.record_draft(5, 1000);
+        a.record_verify(5, 2000, 4, 0);
         let mut gaps = Vec::new();
         for _ in 0..4 {
             let mut plain = 0;
@@ -281,8 +395,8 @@ mod tests {
                 plain += 1;
             }
             gaps.push(plain);
-            a.record_draft(5, 5000);
-            a.record_verify(5, 5000, 4, 0);
+            a.record_draft(5, 1000);
+            a.record_verify(5, 2000, 4, 0);
         }
         assert_eq!(
             gaps,
@@ -350,6 +464,50 @@ mod tests {
             a.record_plain(10_000);
         }
         assert!(a.choose(4) > 0);
+    }
+
+    #[test]
+    fn the_first_draft_is_short_and_prices_the_passes() {
+        let mut a = Adaptive::new(0, 15);
+        assert_eq!(a.choose(15), 0);
+        assert_eq!(a.why, Why::Measuring);
+        a.record_plain(1000);
+        assert_eq!(a.choose(15), FIRST_DRAFT);
+        assert_eq!(a.why, Why::FirstDraft);
+        assert_eq!(a.choose(1), 1);
+        let mut b = Adaptive::new(4, 15);
+        b.record_plain(1000);
+        assert_eq!(b.choose(15), 4, "at least n_min");
+    }
+
+    #[test]
+    fn where_not_even_a_perfect_drafter_pays_drafts_are_rare_and_short() {
+        // Passes cost a plain step per token: every draft accepted, a round of
+        // d drafts returns d + 1 tokens for 2(d + 1) steps.
+        let mut a = Adaptive::new(0, 15);
+        a.record_plain(1000);
+        let d = a.choose(15);
+        a.record_draft(d + 1, 1000 * (d as u64 + 1));
+        a.record_verify(d + 1, 1000 * (d as u64 + 1), d, d);
+        assert_eq!(a.ceiling(1, 15), None);
+        let mut plain = 0;
+        while a.choose(15) == 0 {
+            assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
+            a.record_plain(1000);
+            plain += 1;
+        }
+        // Only the costs are re-measured, after the longest streak, with the
+        // shortest draft.
+        assert_eq!(plain, EXPLORE_MAX);
+        assert_eq!(a.why, Why::Explore);
+        assert_eq!(a.choose(15), 1);
+        assert!(Why::Plain {
+            d: 4,
+            tokens: 2.3,
+            steps: 2.4
+        }
+        .describe()
+        .contains("4 drafts a round would cost 2.4 steps, return 2.3 tokens"));
     }
 
     #[test]

@@ -4,16 +4,19 @@
 //! - `draft`: the `Drafter` trait and the diffusion / sequence / random drafters;
 //! - `adaptive`: the draft length from measured acceptance and costs;
 //! - `stats`: counters and timings;
-//! - `driver`: the loop (`generate`);
+//! - `replay`: replayed acceptance profiles for benchmarks (simulated acceptance);
+//! - `speculator`: one draft → verify → accept → commit round (`Speculator`);
+//!   the loop around it is `engine::generate` / `engine::generate_tokens`;
 //! - `cost`: the rollback stash size (DESIGN §5).
 
 pub mod adaptive;
 pub mod cost;
 pub mod draft;
-pub mod driver;
+pub mod replay;
+pub mod speculator;
 pub mod stats;
 pub mod verify;
 
 pub use draft::{DiffusionDrafter, Draft, DraftCtx, Drafter, RandomDrafter, SequenceDrafter};
-pub use driver::{generate, Generation, SpecConfig, SpecError, Speculator};
+pub use speculator::{SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;

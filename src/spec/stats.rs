@@ -2,6 +2,8 @@
 
 use std::fmt::Write as _;
 
+use super::adaptive::Why;
+
 /// What a speculative run did, for the stderr summary and the TUI.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SpecStats {
@@ -13,6 +15,10 @@ pub struct SpecStats {
     /// Per draft position j (0-based: d_{j+1}): proposed, accepted.
     pub proposed_by_pos: Vec<u64>,
     pub accepted_by_pos: Vec<u64>,
+    /// Per draft position j: rounds that proposed it with every earlier draft
+    /// accepted (so `accepted_by_pos[j] / reached_by_pos[j]` is the
+    /// conditional acceptance of position j, whatever the draft lengths).
+    pub reached_by_pos: Vec<u64>,
     /// `[k]` iterations that accepted exactly k drafts.
     pub accepted_len_hist: Vec<u64>,
     /// Passes of each kind: diffusion drafts, D+1-token verifies, 1-token
@@ -29,6 +35,11 @@ pub struct SpecStats {
     pub rollback_ns: u64,
     pub plain_ns: u64,
     pub total_ns: u64,
+    /// Adaptive rounds that drafted to explore, and that chose plain decoding.
+    pub explore_rounds: u64,
+    pub plain_chosen: u64,
+    /// Why the controller made its last choice (`None` before any).
+    pub why: Option<Why>,
 }
 
 impl SpecStats {
@@ -36,6 +47,7 @@ impl SpecStats {
         SpecStats {
             proposed_by_pos: vec![0; n_max],
             accepted_by_pos: vec![0; n_max],
+            reached_by_pos: vec![0; n_max],
             accepted_len_hist: vec![0; n_max + 1],
             ..SpecStats::default()
         }
@@ -51,12 +63,14 @@ impl SpecStats {
         };
         grow(&mut self.proposed_by_pos, proposed);
         grow(&mut self.accepted_by_pos, proposed);
+        grow(&mut self.reached_by_pos, proposed);
         grow(&mut self.accepted_len_hist, proposed + 1);
         self.drafts_proposed += proposed as u64;
         self.drafts_accepted += accepted as u64;
         self.accepted_relaxed += relaxed as u64;
         for j in 0..proposed {
             self.proposed_by_pos[j] += 1;
+            self.reached_by_pos[j] += (j <= accepted) as u64;
             if j < accepted {
                 self.accepted_by_pos[j] += 1;
             }
@@ -130,6 +144,16 @@ impl SpecStats {
             ms(self.plain_ns),
             ms(self.total_ns)
         );
+        if let Some(why) = &self.why {
+            let _ = writeln!(
+                s,
+                "spec: rounds drafted {} (exploring {}), plain chosen {}; last choice: {}",
+                self.verify_passes,
+                self.explore_rounds,
+                self.plain_chosen,
+                why.describe()
+            );
+        }
         match self.speedup() {
             Some(x) => {
                 let _ = writeln!(s, "spec: effective speed-up over plain decoding {x:.3}x");

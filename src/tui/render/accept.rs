@@ -1,5 +1,7 @@
-//! Draft acceptance: a histogram of accepted lengths per round, acceptance by draft
-//! position, drafts accepted by the relaxed rule, tokens per forward pass, time in
+//! Draft acceptance: what the adaptive controller chose and why, rounds drafted
+//! (exploring ones counted) and plain steps, a histogram of accepted lengths per
+//! round, acceptance by draft position, drafts accepted by the relaxed rule,
+//! tokens per forward pass, time in
 //! draft / verify / rollback and the measured speed-up over plain decoding. The
 //! figures are packed into as few rows as the width allows, so all of them fit the
 //! six text rows the panel has at 80×24.
@@ -43,6 +45,21 @@ pub fn summary(app: &App) -> Vec<Item> {
         "speculation off (F2 turns on)"
     };
     v.push((mode.to_string(), g));
+    if let Some(e) = e {
+        // What the controller did, and why (DESIGN §4: never slower), then
+        // what it bought: first, so the narrowest panel keeps them.
+        if let Some(why) = &e.why {
+            v.push((why.describe(), Style::new().fg(Color::Yellow)));
+        }
+        v.push(speedup_item(app));
+        v.push((
+            format!(
+                "rounds {} (exploring {}) · plain steps {}",
+                e.verify_passes, e.explore_rounds, e.plain_passes
+            ),
+            w,
+        ));
+    }
     v.push((
         format!(
             "accepted {} of {} drafts ({}%)",
@@ -100,7 +117,9 @@ pub fn summary(app: &App) -> Vec<Item> {
         ),
         g,
     ));
-    v.push(speedup_item(app));
+    if e.is_none() {
+        v.push(speedup_item(app));
+    }
     v
 }
 

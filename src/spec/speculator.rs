@@ -1,13 +1,14 @@
-//! The self-speculative loop (DESIGN §4.2): draft → one batched verify pass
-//! over `[t_n, d_1 … d_D]` → accept → commit (replay, DESIGN §5) → emit
-//! accepted + 1 tokens. The driver owns control flow only: acceptance is in
-//! `verify`, drafting in `draft`, the choice of D in `adaptive`.
+//! One self-speculative round (DESIGN §4.2): draft → one batched verify pass
+//! over `[t_n, d_1 … d_D]` → accept → commit (replay, DESIGN §5) → the
+//! accepted drafts + 1 tokens. [`Speculator::iterate`] owns the round only:
+//! acceptance is in `verify`, drafting in `draft`, the choice of D in
+//! `adaptive`; the loop around rounds is the engine's one generation loop
+//! (`engine::generate` on a session, `engine::generate_tokens` on a bare model).
 //!
 //! ```text
-//! let mut drafter = DiffusionDrafter;
-//! let out = generate(&model, &mut state, &prompt, &SpecConfig::default(),
-//!                    &mut sampler, &mut drafter, &mut |tok| { print(tok); true })?;
-//! eprint!("{}", out.stats.report());
+//! let mut spec = Speculator::new(SpecConfig::default());
+//! spec.iterate(&model, &mut state, &mut sampler, &mut DiffusionDrafter,
+//!              &history, remaining, true, &mut out)?;   // out: accepted + 1 tokens
 //! ```
 
 use std::time::Instant;
@@ -17,7 +18,7 @@ use thiserror::Error;
 use crate::model::{ForwardError, LogitsFor, Model, State};
 use crate::sample::{softmax, Sampler};
 
-use super::adaptive::Adaptive;
+use super::adaptive::{Adaptive, Why};
 use super::draft::{DraftCtx, Drafter};
 use super::stats::SpecStats;
 use super::verify::{accept_greedy, accept_sampled, dense, residual, Relaxation, Verdict};
@@ -73,87 +74,9 @@ pub enum SpecError {
     DraftTooLong(usize),
 }
 
-/// The generated tokens and what it took.
-#[derive(Clone, Debug)]
-pub struct Generation {
-    pub tokens: Vec<u32>,
-    pub stats: SpecStats,
-}
-
-/// Generates up to `cfg.n_predict` tokens after `prompt` into an empty
-/// `state` (or one that already holds exactly the earlier context: the
-/// prompt is appended at `state.n_past()`). `on_token` sees every emitted
-/// token in order and returns `false` to stop. With greedy sampling and the
-/// exact rule the output equals plain greedy decoding token for token.
-#[allow(clippy::too_many_arguments)]
-pub fn generate(
-    model: &Model,
-    state: &mut State,
-    prompt: &[u32],
-    cfg: &SpecConfig,
-    sampler: &mut Sampler,
-    drafter: &mut dyn Drafter,
-    on_token: &mut dyn FnMut(u32) -> bool,
-) -> Result<Generation, SpecError> {
-    if prompt.is_empty() {
-        return Err(SpecError::EmptyPrompt);
-    }
-    if cfg.n_min > cfg.n_max {
-        return Err(SpecError::DraftRange {
-            n_min: cfg.n_min,
-            n_max: cfg.n_max,
-        });
-    }
-    let mut history: Vec<u32> = prompt.to_vec();
-    let mut out = Vec::new();
-    let mut spec = Speculator::new(cfg.clone());
-    if cfg.n_predict == 0 {
-        return Ok(Generation {
-            tokens: out,
-            stats: spec.stats,
-        });
-    }
-
-    // Prefill, then the first token: t_n, the anchor.
-    let pos0 = state.n_past();
-    let logits = model.forward(state, prompt, pos0, LogitsFor::Last)?;
-    let anchor = sampler.sample(logits, &history);
-    let mut emit = |tok: u32, out: &mut Vec<u32>, history: &mut Vec<u32>| -> bool {
-        out.push(tok);
-        history.push(tok);
-        let go = on_token(tok);
-        go && !cfg.stop.contains(&tok) && out.len() < cfg.n_predict
-    };
-    let loop_start = Instant::now();
-    if !emit(anchor, &mut out, &mut history) {
-        return Ok(finish(out, spec.stats, loop_start));
-    }
-    let mut step_out = Vec::new();
-    'outer: loop {
-        let remaining = cfg.n_predict - out.len();
-        step_out.clear();
-        spec.iterate(
-            model,
-            state,
-            sampler,
-            drafter,
-            &history,
-            remaining,
-            true,
-            &mut step_out,
-        )?;
-        for &tok in &step_out {
-            if !emit(tok, &mut out, &mut history) {
-                break 'outer;
-            }
-        }
-    }
-    Ok(finish(out, spec.stats, loop_start))
-}
-
-/// The loop's state across iterations: configuration, the adaptive
-/// controller and the statistics. `iterate` is one draft → verify → accept
-/// → commit round; `generate` and the session's step (`engine::SpecStep`) call it.
+/// A round's state across rounds: configuration, the adaptive controller and
+/// the statistics. `iterate` is one draft → verify → accept → commit round;
+/// the session's step (`engine::SpecStep`) and `engine::generate_tokens` call it.
 #[derive(Debug)]
 pub struct Speculator {
     pub cfg: SpecConfig,
@@ -168,6 +91,11 @@ impl Speculator {
             adaptive: Adaptive::new(cfg.n_min, cfg.n_max),
             cfg,
         }
+    }
+
+    /// Zeroes the statistics; the adaptive controller keeps what it learnt.
+    pub fn reset_stats(&mut self) {
+        self.stats = SpecStats::new(self.cfg.n_max);
     }
 
     /// One iteration. `history` is every token so far; its last is the
@@ -209,8 +137,15 @@ impl Speculator {
         let d_want = if !cfg.enabled || !draft {
             0
         } else if cfg.adaptive {
-            adaptive.choose(cap)
+            let d = adaptive.choose(cap);
+            if adaptive.why != Why::NoRoom {
+                stats.why = Some(adaptive.why);
+            }
+            stats.explore_rounds += (adaptive.why == Why::Explore && d > 0) as u64;
+            stats.plain_chosen += (d == 0) as u64;
+            d
         } else if cap >= cfg.n_min.max(1) {
+            stats.why = Some(Why::Fixed);
             cfg.n_max.min(cap)
         } else {
             0
@@ -314,10 +249,4 @@ impl Speculator {
         out.push(next);
         Ok(())
     }
-}
-
-fn finish(out: Vec<u32>, mut stats: SpecStats, loop_start: Instant) -> Generation {
-    stats.tokens_emitted = out.len() as u64;
-    stats.total_ns = loop_start.elapsed().as_nanos() as u64;
-    Generation { tokens: out, stats }
 }

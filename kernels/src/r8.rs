@@ -1,0 +1,71 @@
+//! What the eight-row repacked types ([`crate::iq4_r8`], [`crate::q4k_r8`])
+//! share: the group height, the repacking loop, the nibble interleave and the
+//! loops of their plain-Rust definitions. [`crate::repack`] dispatches on the
+//! type.
+
+use crate::blocks::{as_blocks, as_blocks_mut};
+use crate::scalar::q8_k::BlockQ8K;
+
+/// Weight rows per group.
+pub const ROWS: usize = 8;
+
+/// The loop of the repackers: for every group `g` of the `n_out` rows of
+/// `n_in` weights (blocks `B` in `src`, groups `G` in `dst`), `fill(g, r,
+/// block)` for each of its eight rows r and that row's block.
+pub(crate) fn each_group<B: bytemuck::Pod, G: bytemuck::Pod>(
+    n_in: usize,
+    n_out: usize,
+    src: &[u8],
+    dst: &mut [u8],
+    fill: impl Fn(&mut G, usize, &B),
+) {
+    assert!(
+        n_in.is_multiple_of(256) && n_out.is_multiple_of(ROWS),
+        "{n_out} x {n_in} is not packable"
+    );
+    let nb = n_in / 256;
+    let rows: &[B] = as_blocks(&src[..n_out * nb * size_of::<B>()]);
+    let groups: &mut [G] = as_blocks_mut(&mut dst[..n_out / ROWS * nb * size_of::<G>()]);
+    for (gi, g) in groups.iter_mut().enumerate() {
+        let (row0, b) = (gi / nb * ROWS, gi % nb);
+        for r in 0..ROWS {
+            fill(g, r, &rows[(row0 + r) * nb + b]);
+        }
+    }
+}
+
+/// Row r's 128 `qs` bytes into lane r of the 32 byte quads: quad i's lane r
+/// is `qs[4i .. 4i + 4]` (both types' layout of the packed nibbles).
+pub(crate) fn interleave_quads(dst: &mut [[u8; 32]; 32], r: usize, qs: &[u8; 128]) {
+    for (i, quad) in dst.iter_mut().enumerate() {
+        quad[4 * r..4 * r + 4].copy_from_slice(&qs[4 * i..4 * i + 4]);
+    }
+}
+
+/// The loops of the plain-Rust definitions: `out[(8·gr + r)·stride + t] =
+/// row(group row gr, activation row t, r)` for every group row of the
+/// `w_rows` rows of `w` (groups of `G`) and every one of the `act_rows` Q8_K
+/// rows of `act`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn each_output<G: bytemuck::Pod>(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: &mut [f32],
+    out_stride: usize,
+    row: impl Fn(&[G], &[BlockQ8K], usize) -> f32,
+) {
+    let nb = n / 256;
+    let ab = nb * size_of::<BlockQ8K>();
+    let groups: &[G] = as_blocks(&w[..w_rows / ROWS * nb * size_of::<G>()]);
+    for t in 0..act_rows {
+        let y: &[BlockQ8K] = as_blocks(&act[t * ab..(t + 1) * ab]);
+        for (gr, gs) in groups.chunks_exact(nb).enumerate() {
+            for r in 0..ROWS {
+                out[(gr * ROWS + r) * out_stride + t] = row(gs, y, r);
+            }
+        }
+    }
+}
