@@ -605,3 +605,27 @@ fn survives_20000_mutated_files_without_panicking() {
     assert!(accepted > 100, "only {accepted} variants accepted");
     assert!(accepted < 19_000, "{accepted} variants accepted");
 }
+
+#[test]
+fn populating_with_progress_reports_every_byte_and_gives_the_same_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.gguf");
+    let mut raw = Raw::header(3, 0, 1);
+    raw.kv_u32("x", 7);
+    // More than one populate chunk, so progress is told more than once.
+    raw.zeros(clover::gguf::reader::POPULATE_CHUNK + 4096);
+    std::fs::write(&path, raw.done()).unwrap();
+    let mut seen = Vec::new();
+    let f =
+        GgufFile::open_populated_with(&path, &mut |done, total| seen.push((done, total))).unwrap();
+    let total = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    assert!(seen.windows(2).all(|w| w[0].0 < w[1].0));
+    assert_eq!(seen.last(), Some(&(total, total)));
+    assert_eq!(f.get_u32("x").unwrap(), 7);
+    // A file that is not GGUF fails before anything is read in.
+    std::fs::write(&path, vec![0u8; 1 << 20]).unwrap();
+    let mut calls = 0;
+    assert!(GgufFile::open_populated_with(&path, &mut |_, _| calls += 1).is_err());
+    assert_eq!(calls, 0);
+}

@@ -9,7 +9,9 @@
 //!
 //! One `Speculator` serves the untimed warm-up and every repetition, so the
 //! adaptive controller's estimates carry over and the repetitions measure the
-//! steady state (as a chat's later turns do).
+//! steady state (as a chat's later turns do). The modes of one test run their
+//! repetitions interleaved ([`GenRunner`]): a machine whose speed drifts
+//! during the run slows each mode alike, so their ratio holds.
 //!
 //! Random token ids (llama-bench's tg) would make every draft wrong, so these
 //! tests decode real text. The prompt is processed before the clock starts;
@@ -79,103 +81,138 @@ fn add_stats(sum: &mut SpecStats, s: &SpecStats) {
     sum.why = s.why;
 }
 
-/// Runs one generation test `reps` times after one untimed warm-up (call
-/// inside the pool of `spec.n_threads`).
-#[allow(clippy::too_many_arguments)]
-pub fn run_gen_test(
-    model: &Model,
+/// One generation test, set up (its state, speculator and, with replayed
+/// acceptance, the known continuation) and warmed up, ready to run timed
+/// repetitions one at a time: `clover bench` interleaves the repetitions of
+/// the modes of one test, so that a machine's drifting speed weighs on each
+/// mode alike and their ratio holds (call inside the pool of `spec.n_threads`).
+pub struct GenRunner<'a, 'm> {
+    model: &'a Model<'m>,
     spec: TestSpec,
-    reps: usize,
-    type_k: GgmlType,
-    type_v: GgmlType,
-    prompt: &[u32],
-    mode: GenMode,
-) -> Result<GenMeasured, BenchError> {
-    let n_gen = spec.n_gen;
-    let mut state = model.new_state(StateOptions {
-        n_ctx: prompt.len() + n_gen + mode.spec.n_max + 2,
-        max_batch: spec.n_ubatch.min(spec.n_batch).max(mode.spec.n_max + 1),
-        type_k,
-        type_v,
-    })?;
-    let cfg = SpecConfig {
-        enabled: mode.draft_self,
-        n_predict: n_gen + 1,
-        stop: Vec::new(),
-        ..mode.spec.clone()
-    };
-    let run =
-        |state: &mut crate::model::State, spec: &mut Speculator, drafter: &mut dyn Drafter| {
-            state.reset();
-            let mut sampler = Sampler::new(SamplerParams::greedy());
-            generate_tokens_with(
-                spec,
-                model,
-                state,
-                prompt,
-                &mut sampler,
-                drafter,
-                &mut |_| true,
-            )
+    prompt: &'a [u32],
+    state: crate::model::State,
+    speculator: Speculator,
+    /// With replayed acceptance: the plain continuation and the profile.
+    replay: Option<(Vec<u32>, Profile)>,
+    first_forward_ns: u64,
+    samples: Vec<u64>,
+    stats: SpecStats,
+    tokens: Vec<u32>,
+    reps: u64,
+}
+
+impl<'a, 'm> GenRunner<'a, 'm> {
+    /// Sets the test up and runs its untimed warm-up: one speculator serves the
+    /// warm-up and every repetition, so the adaptive controller learns its
+    /// costs and acceptance untimed and the repetitions measure the steady
+    /// state (as a chat's later turns). With replayed acceptance a plain
+    /// warm-up comes first: its tokens are the continuation the replaying
+    /// drafter proposes.
+    pub fn new(
+        model: &'a Model<'m>,
+        spec: TestSpec,
+        type_k: GgmlType,
+        type_v: GgmlType,
+        prompt: &'a [u32],
+        mode: GenMode,
+    ) -> Result<Self, BenchError> {
+        let n_gen = spec.n_gen;
+        let state = model.new_state(StateOptions {
+            n_ctx: prompt.len() + n_gen + mode.spec.n_max + 2,
+            max_batch: spec.n_ubatch.min(spec.n_batch).max(mode.spec.n_max + 1),
+            type_k,
+            type_v,
+        })?;
+        let cfg = SpecConfig {
+            enabled: mode.draft_self,
+            n_predict: n_gen + 1,
+            stop: Vec::new(),
+            ..mode.spec.clone()
         };
-    // One speculator for the warm-up and every repetition: the adaptive
-    // controller learns its costs and acceptance in the untimed warm-up, and
-    // the repetitions measure the steady state (as a chat's later turns).
-    let mut speculator = Speculator::new(cfg.clone());
-    // The first generation's time (the bench's "first token" line).
-    let t0 = std::time::Instant::now();
-    let mut first_forward_ns = None;
-    let replay = match &mode.replay {
-        Some(profile) => {
-            // A plain warm-up first: its tokens are the continuation the
-            // replaying drafter proposes.
+        let mut r = GenRunner {
+            model,
+            spec,
+            prompt,
+            state,
+            speculator: Speculator::new(cfg.clone()),
+            replay: None,
+            first_forward_ns: 0,
+            samples: Vec::new(),
+            stats: SpecStats::new(mode.spec.n_max),
+            tokens: Vec::new(),
+            reps: 0,
+        };
+        let t0 = std::time::Instant::now();
+        if let Some(profile) = mode.replay {
             let mut plain = Speculator::new(SpecConfig {
                 enabled: false,
-                ..cfg.clone()
+                ..cfg
             });
-            let warm = run(&mut state, &mut plain, &mut DiffusionDrafter)?;
-            first_forward_ns = Some(t0.elapsed().as_nanos() as u64);
+            let warm = r.generate(&mut plain, &mut DiffusionDrafter)?;
             let mut seq = prompt.to_vec();
             seq.extend_from_slice(&warm.tokens);
-            Some((seq, profile))
+            r.replay = Some((seq, profile));
         }
-        None => None,
-    };
-    let mut samples = Vec::with_capacity(reps);
-    let mut stats = SpecStats::new(mode.spec.n_max);
-    let mut tokens = Vec::new();
-    // Repetition 0 is the warm-up.
-    for rep in 0..=reps {
-        let g = match &replay {
-            Some((seq, profile)) => {
-                let mut d = ReplayDrafter::new(
-                    DiffusionDrafter,
-                    seq.clone(),
-                    (*profile).clone(),
-                    rep as u64,
-                );
-                run(&mut state, &mut speculator, &mut d)?
-            }
-            None => run(&mut state, &mut speculator, &mut DiffusionDrafter)?,
-        };
-        if rep == 0 {
-            first_forward_ns.get_or_insert(t0.elapsed().as_nanos() as u64);
-            continue;
-        }
-        samples.push(g.stats.total_ns.max(1));
-        add_stats(&mut stats, &g.stats);
-        tokens = g.tokens;
+        r.run_once()?;
+        r.first_forward_ns = t0.elapsed().as_nanos() as u64;
+        Ok(r)
     }
-    Ok(GenMeasured {
-        measured: Measured {
-            result: TestResult {
-                spec,
-                samples_ns: samples,
+
+    fn generate(
+        &mut self,
+        spec: &mut Speculator,
+        drafter: &mut dyn Drafter,
+    ) -> Result<crate::engine::TokenGeneration, BenchError> {
+        self.state.reset();
+        let mut sampler = Sampler::new(SamplerParams::greedy());
+        Ok(generate_tokens_with(
+            spec,
+            self.model,
+            &mut self.state,
+            self.prompt,
+            &mut sampler,
+            drafter,
+            &mut |_| true,
+        )?)
+    }
+
+    fn run_once(&mut self) -> Result<crate::engine::TokenGeneration, BenchError> {
+        let mut spec =
+            std::mem::replace(&mut self.speculator, Speculator::new(SpecConfig::default()));
+        let g = match &self.replay {
+            Some((seq, profile)) => {
+                let mut d =
+                    ReplayDrafter::new(DiffusionDrafter, seq.clone(), profile.clone(), self.reps);
+                self.generate(&mut spec, &mut d)
+            }
+            None => self.generate(&mut spec, &mut DiffusionDrafter),
+        };
+        self.speculator = spec;
+        self.reps += 1;
+        g
+    }
+
+    /// One timed repetition.
+    pub fn rep(&mut self) -> Result<(), BenchError> {
+        let g = self.run_once()?;
+        self.samples.push(g.stats.total_ns.max(1));
+        add_stats(&mut self.stats, &g.stats);
+        self.tokens = g.tokens;
+        Ok(())
+    }
+
+    pub fn finish(self) -> GenMeasured {
+        GenMeasured {
+            measured: Measured {
+                result: TestResult {
+                    spec: self.spec,
+                    samples_ns: self.samples,
+                },
+                traffic: None,
+                first_forward_ns: self.first_forward_ns,
             },
-            traffic: None,
-            first_forward_ns: first_forward_ns.unwrap_or(0),
-        },
-        stats,
-        tokens,
-    })
+            stats: self.stats,
+            tokens: self.tokens,
+        }
+    }
 }

@@ -3,6 +3,7 @@
 //! traffic and effective bandwidth on stderr. `--membw` measures the
 //! machine's streaming read bandwidth instead. The rig is `crate::bench`.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -10,7 +11,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use kernels::GgmlType;
 
-use crate::bench::gen::{run_gen_test, GenMode};
+use crate::bench::gen::{GenMeasured, GenMode, GenRunner};
 use crate::bench::report::{self, Decode, ModelInfo, RunInfo, TestSpec};
 use crate::bench::{membw, passes, run_test, Traffic};
 use crate::engine::load::tokenizer_spec;
@@ -274,7 +275,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut first_token_done = false;
     // Greedy tg results, for the speed-up line of the matching draft-self test.
     let mut greedy: Vec<GreedyRun> = Vec::new();
-    for spec in tests {
+    let gen_mode = |decode: Decode| GenMode {
+        draft_self: decode != Decode::Greedy,
+        spec: spec_cfg.clone(),
+        replay: match decode {
+            Decode::Replay => replay.clone(),
+            Decode::Ceiling => Some(Profile::perfect(spec_cfg.n_max)),
+            _ => None,
+        },
+    };
+    let key = |t: &TestSpec| (t.n_threads, t.n_gen, t.n_depth);
+    // The measured generation tests of the current group (the modes of one
+    // test, whose repetitions run interleaved), in order.
+    let mut pending: VecDeque<GenMeasured> = VecDeque::new();
+    for (i, &spec) in tests.iter().enumerate() {
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(spec.n_threads)
             .build()
@@ -283,22 +297,38 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             pool.install(|| run_test(&model, spec, args.reps, type_k, type_v, args.seed))
                 .with_context(|| spec.name())?
         } else {
-            let mode = GenMode {
-                draft_self: spec.decode != Decode::Greedy,
-                spec: spec_cfg.clone(),
-                replay: match spec.decode {
-                    Decode::Replay => replay.clone(),
-                    Decode::Ceiling => Some(Profile::perfect(spec_cfg.n_max)),
-                    _ => None,
-                },
-            };
-            let replayed = mode.replay.clone();
-            let g = pool
-                .install(|| {
-                    run_gen_test(&model, spec, args.reps, type_k, type_v, &gen_prompt, mode)
-                })
-                .with_context(|| spec.name())?;
-            let key = (spec.n_threads, spec.n_gen, spec.n_depth);
+            if pending.is_empty() {
+                let group: Vec<TestSpec> = tests[i..]
+                    .iter()
+                    .take_while(|t| t.decode != Decode::Random && key(t) == key(&spec))
+                    .copied()
+                    .collect();
+                pending = pool.install(|| {
+                    let mut runners = Vec::with_capacity(group.len());
+                    for &t in &group {
+                        let r = GenRunner::new(
+                            &model,
+                            t,
+                            type_k,
+                            type_v,
+                            &gen_prompt,
+                            gen_mode(t.decode),
+                        );
+                        runners.push(r.with_context(|| t.name())?);
+                    }
+                    for _ in 0..args.reps {
+                        for (r, t) in runners.iter_mut().zip(&group) {
+                            r.rep().with_context(|| t.name())?;
+                        }
+                    }
+                    anyhow::Ok(runners.into_iter().map(GenRunner::finish).collect())
+                })?;
+            }
+            let g = pending
+                .pop_front()
+                .expect("one result per test of the group");
+            let replayed = gen_mode(spec.decode).replay;
+            let key = key(&spec);
             let ts = g.measured.result.avg_ts();
             if spec.decode == Decode::Greedy {
                 greedy.push(GreedyRun {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::engine::{ChatSession, LoadedModel};
+use crate::engine::ChatSession;
 use crate::tui::demo::DemoEngine;
 use crate::tui::transcript::Transcript;
 use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
@@ -107,11 +107,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     }
     let mmap = !args.context.no_mmap;
     let (model, default) = match &args.model {
-        Some(path) => (
-            LoadedModel::open_with(path, mmap)
-                .with_context(|| format!("loading {}", path.display()))?,
-            None,
-        ),
+        Some(path) => (super::common::load_model_file(path, mmap)?, None),
         None => super::common::load_default(mmap)?,
     };
     if args.spec_type == Some(SpecType::DraftSelf) && !model.model.has_diffusion() {

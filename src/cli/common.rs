@@ -231,12 +231,45 @@ pub fn load_default(
 /// Opens `path` (or the built-in default model), mapped or with `--no-mmap`
 /// read into memory.
 pub fn open_model(path: Option<&std::path::Path>, no_mmap: bool) -> anyhow::Result<LoadedModel> {
-    use anyhow::Context;
     match path {
-        Some(path) => LoadedModel::open_with(path, !no_mmap)
-            .with_context(|| format!("loading {}", path.display())),
+        Some(path) => load_model_file(path, !no_mmap),
         None => Ok(load_default(!no_mmap)?.0),
     }
+}
+
+/// Files at least this large show their loading progress (on a terminal).
+const PROGRESS_MIN_BYTES: u64 = 1 << 30;
+
+/// Loads a model file; while a large one is read in, a progress line on
+/// stderr when stderr is a terminal ("loading F: 42% (6.6 of 15.8 GiB)"),
+/// erased when done.
+pub fn load_model_file(path: &std::path::Path, mmap: bool) -> anyhow::Result<LoadedModel> {
+    use std::io::{IsTerminal, Write};
+    let show = std::io::stderr().is_terminal()
+        && std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_MIN_BYTES);
+    let t0 = std::time::Instant::now();
+    let mut shown = false;
+    let mut progress = |done: u64, total: u64| {
+        if !show {
+            return;
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        let rate = gib(done) / t0.elapsed().as_secs_f64().max(1e-3);
+        eprint!(
+            "\rloading {}: {:3.0}% ({:.1} of {:.1} GiB, {rate:.1} GiB/s)\x1b[K",
+            path.display(),
+            100.0 * done as f64 / total.max(1) as f64,
+            gib(done),
+            gib(total)
+        );
+        let _ = std::io::stderr().flush();
+        shown = true;
+    };
+    let loaded = LoadedModel::open_with_progress(path, mmap, &mut progress);
+    if shown {
+        eprint!("\r\x1b[K");
+    }
+    loaded.with_context(|| format!("loading {}", path.display()))
 }
 
 /// `--spec-type`: how tokens are decoded (DESIGN §4).

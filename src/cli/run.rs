@@ -181,6 +181,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
                 }
             );
             let profile = Profile::from_stats(&s.spec.stats, &source);
+            if profile.conditional.is_empty() {
+                anyhow::bail!(
+                    "--spec-profile-out {}: no draft was verified ({} tokens generated), so \
+                     there is no profile to write",
+                    path.display(),
+                    gen.tokens.len()
+                );
+            }
             crate::output::write_file_atomic(path, profile.to_json().as_bytes())
                 .with_context(|| format!("--spec-profile-out {}", path.display()))?;
             eprintln!(

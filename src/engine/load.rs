@@ -55,9 +55,19 @@ impl LoadedModel {
     /// [`LoadedModel::open`], or with `mmap` false the file read into memory
     /// (`--no-mmap`: immune to the file changing while in use).
     pub fn open_with(path: &Path, mmap: bool) -> Result<LoadedModel, EngineError> {
+        LoadedModel::open_with_progress(path, mmap, &mut |_, _| {})
+    }
+
+    /// [`LoadedModel::open_with`], telling `progress(bytes done, total)` as
+    /// the mapping is read in (`GgufFile::open_populated_with`).
+    pub fn open_with_progress(
+        path: &Path,
+        mmap: bool,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<LoadedModel, EngineError> {
         let t0 = Instant::now();
         let file = if mmap {
-            GgufFile::open_populated(path)?
+            GgufFile::open_populated_with(path, progress)?
         } else {
             GgufFile::read(path)?
         };

@@ -79,6 +79,10 @@ impl std::fmt::Debug for GgufFile {
     }
 }
 
+/// Bytes populated between two progress reports of
+/// [`GgufFile::open_populated_with`].
+pub const POPULATE_CHUNK: usize = 256 << 20;
+
 impl GgufFile {
     /// Maps `path` into memory (no copy) and validates it. Pages are mapped
     /// on first touch, so this is the open for reading a few tensors.
@@ -95,7 +99,43 @@ impl GgufFile {
         GgufFile::open_with(path, true)
     }
 
-    fn open_with(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
+    /// [`GgufFile::open_populated`] with progress: the file is validated, then
+    /// the mapping populated [`POPULATE_CHUNK`] bytes at a time
+    /// (`MADV_POPULATE_READ`; where the kernel lacks it, one byte of every page
+    /// is read), and `progress(done, total)` is told after each chunk. The same
+    /// pages and page-table entries as `MAP_POPULATE` in the end, but a 16 GB
+    /// file need not look like a hang.
+    pub fn open_populated_with(
+        path: &Path,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<GgufFile, GgufError> {
+        let file = GgufFile::open_with(path, false)?;
+        if let Storage::Mmap(map, _) = &file.storage {
+            let total = map.len();
+            let mut done = 0;
+            while done < total {
+                let len = POPULATE_CHUNK.min(total - done);
+                if map
+                    .advise_range(memmap2::Advice::PopulateRead, done, len)
+                    .is_err()
+                {
+                    // Older kernels: fault the pages in by reading them.
+                    let mut sum = 0u8;
+                    for b in map[done..done + len].iter().step_by(4096) {
+                        sum ^= *b;
+                    }
+                    std::hint::black_box(sum);
+                }
+                done += len;
+                progress(done as u64, total as u64);
+            }
+        }
+        Ok(file)
+    }
+
+    /// Maps `path` read-only (populated at once with `populate`), registered
+    /// with [`crate::signals`] so that a `SIGBUS` inside it is one error line.
+    fn map(path: &Path, populate: bool) -> Result<(Mmap, Option<usize>), GgufError> {
         let io = |cause| GgufError::Io {
             path: path.to_path_buf(),
             cause,
@@ -117,6 +157,11 @@ impl GgufFile {
         // parsing below is bounds-checked against the mapping's length.
         let map = unsafe { options.map(&file) }.map_err(io)?;
         let slot = crate::signals::register_mapping(map.as_ptr(), map.len());
+        Ok((map, slot))
+    }
+
+    fn open_with(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
+        let (map, slot) = GgufFile::map(path, populate)?;
         GgufFile::parse(Storage::Mmap(map, slot))
     }
 

@@ -293,31 +293,38 @@ impl Adaptive {
 /// nearest two points (extrapolating at the ends), else proportional to the
 /// only point. `None` before any measurement.
 fn interpolate(by_tokens: &[f64], plain_ns: f64, tokens: usize) -> Option<f64> {
-    if let Some(&c) = by_tokens.get(tokens).filter(|c| **c > 0.0) {
+    // Called for every draft length at every step: no allocation.
+    let point = |i: usize| match by_tokens.get(i) {
+        Some(&c) if c > 0.0 => Some(c),
+        _ if i == 1 && plain_ns > 0.0 => Some(plain_ns),
+        _ => None,
+    };
+    if let Some(c) = point(tokens) {
         return Some(c);
     }
-    let mut pts: Vec<(usize, f64)> = by_tokens
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| **c > 0.0)
-        .map(|(i, c)| (i, *c))
-        .collect();
-    if plain_ns > 0.0 && !pts.iter().any(|p| p.0 == 1) {
-        pts.push((1, plain_ns));
-    }
-    pts.sort_by_key(|p| p.0);
-    match pts.as_slice() {
-        [] => None,
-        [(n, c)] => Some(c * tokens as f64 / *n as f64),
-        _ => {
-            let i = pts
-                .iter()
-                .position(|p| p.0 > tokens)
-                .unwrap_or(pts.len() - 1)
-                .max(1);
-            let ((x0, y0), (x1, y1)) = (pts[i - 1], pts[i]);
+    let n = by_tokens.len().max(2);
+    let measured = |range: &mut dyn Iterator<Item = usize>| {
+        range.filter_map(|i| point(i).map(|c| (i, c))).next()
+    };
+    // The nearest measured points below and above, else the two nearest on
+    // the one side there are.
+    let below = measured(&mut (1..tokens.min(n)).rev());
+    let above = measured(&mut (tokens + 1..n));
+    let pair = match (below, above) {
+        (Some(b), Some(a)) => Some((b, a)),
+        (Some(b), None) => measured(&mut (1..b.0).rev()).map(|b0| (b0, b)),
+        (None, Some(a)) => measured(&mut (a.0 + 1..n)).map(|a1| (a, a1)),
+        (None, None) => return None,
+    };
+    match pair {
+        Some(((x0, y0), (x1, y1))) => {
             let slope = (y1 - y0) / (x1 as f64 - x0 as f64);
             Some((y0 + slope * (tokens as f64 - x0 as f64)).max(0.0))
+        }
+        // One point only: proportional to it.
+        None => {
+            let (x, c) = below.or(above)?;
+            Some(c * tokens as f64 / x as f64)
         }
     }
 }
@@ -508,6 +515,66 @@ mod tests {
         }
         .describe()
         .contains("4 drafts a round would cost 2.4 steps, return 2.3 tokens"));
+    }
+
+    /// The definition `interpolate` implements without allocating: the
+    /// measured points (and the plain step at 1 token) sorted, then linear
+    /// through the two around `tokens` (the two nearest at either end), or
+    /// proportional to a lone point.
+    fn interpolate_ref(by_tokens: &[f64], plain_ns: f64, tokens: usize) -> Option<f64> {
+        if let Some(&c) = by_tokens.get(tokens).filter(|c| **c > 0.0) {
+            return Some(c);
+        }
+        let mut pts: Vec<(usize, f64)> = by_tokens
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0.0)
+            .map(|(i, c)| (i, *c))
+            .collect();
+        if plain_ns > 0.0 && !pts.iter().any(|p| p.0 == 1) {
+            pts.push((1, plain_ns));
+        }
+        pts.sort_by_key(|p| p.0);
+        match pts.as_slice() {
+            [] => None,
+            [(n, c)] => Some(c * tokens as f64 / *n as f64),
+            _ => {
+                let i = pts
+                    .iter()
+                    .position(|p| p.0 > tokens)
+                    .unwrap_or(pts.len() - 1)
+                    .max(1);
+                let ((x0, y0), (x1, y1)) = (pts[i - 1], pts[i]);
+                let slope = (y1 - y0) / (x1 as f64 - x0 as f64);
+                Some((y0 + slope * (tokens as f64 - x0 as f64)).max(0.0))
+            }
+        }
+    }
+
+    #[test]
+    fn interpolation_without_allocation_equals_its_definition() {
+        let mut rng = crate::sample::Rng::from_seed(11);
+        for _ in 0..5000 {
+            let n = 2 + (rng.next_u64() % 16) as usize;
+            let by: Vec<f64> = (0..n)
+                .map(|i| {
+                    let keep = i >= 2 && rng.next_u64().is_multiple_of(3);
+                    if keep {
+                        100.0 + (rng.next_u64() % 10_000) as f64
+                    } else {
+                        0.0
+                    }
+                })
+                .collect();
+            let plain = if rng.next_u64().is_multiple_of(4) { 0.0 } else { 500.0 };
+            for tokens in 1..n + 3 {
+                assert_eq!(
+                    interpolate(&by, plain, tokens),
+                    interpolate_ref(&by, plain, tokens),
+                    "{by:?} plain {plain} tokens {tokens}"
+                );
+            }
+        }
     }
 
     #[test]
