@@ -7,6 +7,7 @@ pub mod engine;
 pub mod gguf;
 pub mod model;
 pub mod output;
+pub mod quantize;
 pub mod sample;
 pub mod signals;
 pub mod spec;

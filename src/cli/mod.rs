@@ -10,6 +10,7 @@ pub mod common;
 pub mod diffuse;
 pub mod inspect;
 pub mod perplexity;
+pub mod quantize;
 pub mod run;
 pub mod synth;
 
@@ -30,6 +31,8 @@ pub enum Command {
     Inspect(inspect::InspectArgs),
     /// Write a random-weight model file of any size, in either architecture
     Synth(synth::SynthArgs),
+    /// Re-encode a GGUF file's weights in a llama-quantize mix (Q4_K_M, Q8_0, ...)
+    Quantize(quantize::QuantizeArgs),
     /// Generate text from one prompt, streamed to stdout, timings on stderr
     Run(run::RunArgs),
     /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
@@ -74,6 +77,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
+        Command::Quantize(args) => quantize::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),
         Command::Diffuse(args) => diffuse::run(args),

@@ -566,7 +566,11 @@ mod tests {
                     }
                 })
                 .collect();
-            let plain = if rng.next_u64().is_multiple_of(4) { 0.0 } else { 500.0 };
+            let plain = if rng.next_u64().is_multiple_of(4) {
+                0.0
+            } else {
+                500.0
+            };
             for tokens in 1..n + 3 {
                 assert_eq!(
                     interpolate(&by, plain, tokens),

@@ -83,6 +83,21 @@ impl Recipe {
         }
     }
 
+    /// The mix's default type: what `clover quantize --pure` gives every
+    /// quantizable tensor (llama-quantize's `default_type` of the ftype).
+    pub fn default_type(self) -> GgmlType {
+        match self {
+            Recipe::F32 => GgmlType::F32,
+            Recipe::F16 => GgmlType::F16,
+            Recipe::Bf16 => GgmlType::BF16,
+            Recipe::Q8_0 => GgmlType::Q8_0,
+            Recipe::Q4_0 => GgmlType::Q4_0,
+            Recipe::Q4KM | Recipe::Q4KMHq => GgmlType::Q4_K,
+            Recipe::Iq4XsExpsHq => GgmlType::IQ4_XS,
+            Recipe::ApexMiniPlus => GgmlType::Q3_K,
+        }
+    }
+
     /// The type of tensor `t` in a model of `n_layer` blocks and `n_expert`
     /// routed experts.
     pub fn type_for(self, t: &TensorSpec, n_layer: usize, n_expert: usize) -> GgmlType {
