@@ -19,6 +19,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use crate::kld::{self, KldSums};
 use crate::model::{LogitsFor, StateOptions};
 
 #[derive(Args, Debug)]
@@ -26,9 +27,18 @@ pub struct PerplexityArgs {
     /// The model file (default: the built-in default model)
     #[arg(short = 'm', long = "model")]
     pub model: Option<PathBuf>,
-    /// The text to score
-    #[arg(short = 'f', long = "file")]
-    pub file: PathBuf,
+    /// The text to score (not needed with --kl-divergence: the base file holds
+    /// its tokens)
+    #[arg(short = 'f', long = "file", required_unless_present = "kl_divergence")]
+    pub file: Option<PathBuf>,
+    /// Without --kl-divergence: also save this model's log-probabilities of the
+    /// scored positions to FILE (llama-perplexity's format). With it: the base
+    /// file to score against
+    #[arg(long = "kl-divergence-base", value_name = "FILE")]
+    pub kl_divergence_base: Option<PathBuf>,
+    /// Score this model against the base file: KL divergence, Δp, same top p
+    #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
+    pub kl_divergence: bool,
     /// Window size in tokens (the second half of each window is scored)
     #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
     pub ctx_size: usize,
@@ -99,7 +109,11 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     if args.threads == Some(0) {
         bail!("--threads must be at least 1");
     }
-    let text = super::common::read_text_file(&args.file, MAX_TEXT_FILE, "text file")?;
+    if args.kl_divergence {
+        return run_kld(&args);
+    }
+    let file = args.file.as_deref().context("no text: pass -f FILE")?;
+    let text = super::common::read_text_file(file, MAX_TEXT_FILE, "text file")?;
     let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
     let tokens = m.tokenizer.encode(&text, false)?;
     let c = args.ctx_size;
@@ -110,7 +124,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     if n_windows == 0 {
         bail!(
             "{} has {} tokens, fewer than one window of {c}",
-            args.file.display(),
+            file.display(),
             tokens.len()
         );
     }
@@ -133,13 +147,46 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     let mut sums = NllSums::default();
     let t0 = Instant::now();
     let mut out = std::io::stdout().lock();
+    // --kl-divergence-base: the log-probabilities go to FILE as they come.
+    let base_file = match &args.kl_divergence_base {
+        Some(path) => Some(
+            crate::output::OutputFile::create(path)
+                .with_context(|| format!("--kl-divergence-base {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut base = base_file
+        .as_ref()
+        .map(|f| std::io::BufWriter::with_capacity(1 << 20, f.file()));
+    if let Some(w) = &mut base {
+        kld::write_header(w, c, n_vocab, &tokens[..n_windows * c])?;
+    }
+    let nv = kld::slots(n_vocab);
+    let mut log_probs = vec![0u16; nv];
     for w in 0..n_windows {
         let win = &tokens[w * c..(w + 1) * c];
         state.reset();
         let logits = pool.install(|| model.forward(&mut state, win, 0, LogitsFor::All))?;
         score_window(logits, n_vocab, win, &mut sums);
+        if let Some(bw) = &mut base {
+            for j in c / 2..c - 1 {
+                kld::encode(
+                    &logits[j * n_vocab..(j + 1) * n_vocab],
+                    win[j + 1],
+                    &mut log_probs,
+                );
+                bw.write_all(bytemuck::cast_slice(&log_probs))?;
+            }
+        }
         write!(out, "[{}]{:.4},", w + 1, sums.ppl())?;
         out.flush()?;
+    }
+    if let Some(bw) = &mut base {
+        bw.flush()?;
+    }
+    drop(base);
+    if let Some(f) = base_file {
+        f.commit()?;
     }
     writeln!(out)?;
     writeln!(
@@ -153,6 +200,77 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         sums.n,
         t0.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+/// `--kl-divergence`: this model against the base file's log-probabilities,
+/// over the base file's tokens and windows (llama-perplexity's block).
+fn run_kld(args: &PerplexityArgs) -> anyhow::Result<()> {
+    use std::io::Read;
+    let path = args
+        .kl_divergence_base
+        .as_deref()
+        .context("--kl-divergence needs --kl-divergence-base FILE")?;
+    let what = || format!("--kl-divergence-base {}", path.display());
+    let f = std::fs::File::open(path).with_context(what)?;
+    let len = f.metadata().with_context(what)?.len();
+    let mut r = std::io::BufReader::new(f);
+    let h = kld::read_header(&mut r, len).with_context(what)?;
+    let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
+    let model = &m.model;
+    let n_vocab = model.n_vocab();
+    if h.n_vocab != n_vocab {
+        bail!(
+            "{}: the base has a vocabulary of {}, this model {n_vocab}",
+            what(),
+            h.n_vocab
+        );
+    }
+    let c = h.n_ctx;
+    if c != args.ctx_size {
+        eprintln!("perplexity: windows of {c} tokens, as the base file was computed");
+    }
+    let mut n_chunk = h.n_chunk;
+    if args.chunks >= 0 {
+        n_chunk = n_chunk.min(args.chunks as usize);
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.unwrap_or(0))
+        .build()
+        .context("thread pool")?;
+    let state_opts = StateOptions {
+        max_batch: c.min(512),
+        ..StateOptions::new(c)
+    };
+    crate::engine::session::check_memory(model, &state_opts)?;
+    let mut state = model.new_state(state_opts)?;
+    let nv = kld::slots(n_vocab);
+    let scored = c - 1 - c / 2;
+    let mut base = vec![0u16; scored * nv];
+    let mut k = KldSums::default();
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS            Same top p"
+    )?;
+    for w in 0..n_chunk {
+        let win = &h.tokens[w * c..(w + 1) * c];
+        r.read_exact(bytemuck::cast_slice_mut(&mut base))
+            .with_context(what)?;
+        state.reset();
+        let logits = pool.install(|| model.forward(&mut state, win, 0, LogitsFor::All))?;
+        for (i, j) in (c / 2..c - 1).enumerate() {
+            k.add(
+                &logits[j * n_vocab..(j + 1) * n_vocab],
+                &base[i * nv..(i + 1) * nv],
+                win[j + 1],
+            );
+        }
+        writeln!(out, "{}", kld::chunk_line(w + 1, &k))?;
+        out.flush()?;
+    }
+    writeln!(out)?;
+    write!(out, "{}", kld::report(&k))?;
     Ok(())
 }
 
