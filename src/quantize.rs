@@ -273,6 +273,7 @@ pub fn write(
                 }
             }
         }
+        file.release_tensor(&t.name);
         written += t.to.row_bytes(t.dims[0]).unwrap_or(0) * t.dims.iter().skip(1).product::<u64>();
         progress(i + 1, written);
         Ok(())

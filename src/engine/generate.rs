@@ -248,16 +248,17 @@ pub(crate) trait Driver {
     fn is_eog(&self, t: u32) -> bool;
     /// Shows an emitted token; `Break` stops after it.
     fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError>;
+    /// No position is left for another step.
+    fn context_full(&self) -> bool;
     /// Evaluates the newest token of `history` and pushes the tokens that follow
-    /// to `out` (see [`Step::step`]). `Break(reason)` ends generation: before
-    /// the step (`ContextFull`: no position left) or after it (`Stopped`: the
-    /// tokens pushed are not emitted).
+    /// to `out` (see [`Step::step`]). `Break` ends generation after the step
+    /// (the tokens pushed are not emitted).
     fn step(
         &mut self,
         history: &[u32],
         remaining: usize,
         out: &mut Vec<u32>,
-    ) -> Result<ControlFlow<StopReason>, EngineError>;
+    ) -> Result<ControlFlow<()>, EngineError>;
 }
 
 /// What [`drive`] produced.
@@ -311,12 +312,12 @@ pub(crate) fn drive(
         if !pending.is_empty() {
             continue;
         }
+        if driver.context_full() {
+            break StopReason::ContextFull;
+        }
         out.clear();
         let remaining = n_predict.map_or(usize::MAX, |n| n - tokens.len());
-        match driver.step(&history, remaining, &mut out)? {
-            ControlFlow::Break(StopReason::ContextFull) => break StopReason::ContextFull,
-            flow => stopped = flow.is_break(),
-        }
+        stopped = driver.step(&history, remaining, &mut out)?.is_break();
         pending.extend(out.iter().copied());
     };
     Ok(Driven { tokens, stop, eog })
@@ -362,15 +363,16 @@ impl Driver for SessionDriver<'_, '_> {
         Ok(flow)
     }
 
+    fn context_full(&self) -> bool {
+        self.session.n_past() >= self.session.n_ctx()
+    }
+
     fn step(
         &mut self,
         history: &[u32],
         remaining: usize,
         out: &mut Vec<u32>,
-    ) -> Result<ControlFlow<StopReason>, EngineError> {
-        if self.session.n_past() >= self.session.n_ctx() {
-            return Ok(ControlFlow::Break(StopReason::ContextFull));
-        }
+    ) -> Result<ControlFlow<()>, EngineError> {
         self.session.state.stats.clear();
         let s = self
             .step
@@ -380,14 +382,10 @@ impl Driver for SessionDriver<'_, '_> {
         t.eval_runs += s.eval_runs;
         t.sample_ms += s.sample_ms;
         t.sample_runs += s.sample_runs;
-        let flow = (self.sink)(GenEvent::Stepped {
+        Ok((self.sink)(GenEvent::Stepped {
             stats: &self.session.state.stats,
             step: &s,
-        });
-        Ok(match flow {
-            ControlFlow::Break(()) => ControlFlow::Break(StopReason::Stopped),
-            ControlFlow::Continue(()) => ControlFlow::Continue(()),
-        })
+        }))
     }
 }
 

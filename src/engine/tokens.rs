@@ -18,7 +18,7 @@ use crate::model::{LogitsFor, Model, State};
 use crate::sample::Sampler;
 use crate::spec::{Drafter, SpecConfig, SpecError, SpecStats, Speculator};
 
-use super::generate::{drive, Driver, StopReason};
+use super::generate::{drive, Driver};
 use super::EngineError;
 
 /// The generated tokens and what it took.
@@ -52,15 +52,16 @@ impl Driver for TokenDriver<'_, '_> {
         })
     }
 
+    fn context_full(&self) -> bool {
+        self.state.n_past() >= self.state.kv.n_ctx()
+    }
+
     fn step(
         &mut self,
         history: &[u32],
         remaining: usize,
         out: &mut Vec<u32>,
-    ) -> Result<ControlFlow<StopReason>, EngineError> {
-        if self.state.n_past() >= self.state.kv.n_ctx() {
-            return Ok(ControlFlow::Break(StopReason::ContextFull));
-        }
+    ) -> Result<ControlFlow<()>, EngineError> {
         self.spec.iterate(
             self.model,
             self.state,

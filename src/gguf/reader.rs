@@ -133,6 +133,33 @@ impl GgufFile {
         Ok(file)
     }
 
+    /// Tells the kernel that `name`'s data will not be read again soon: its
+    /// pages leave this process's resident set (they stay in the page cache
+    /// and come back on the next read). For streaming tools (`clover
+    /// quantize`) whose memory should stay near one tensor, not the file.
+    /// Nothing happens for a file read into memory.
+    pub fn release_tensor(&self, name: &str) {
+        let (Storage::Mmap(map, _), Some(t)) = (&self.storage, self.tensor_info(name)) else {
+            return;
+        };
+        const PAGE: u64 = 4096;
+        let start = t.offset.div_ceil(PAGE) * PAGE;
+        let end = (t.offset + t.n_bytes) / PAGE * PAGE;
+        if end > start {
+            // SAFETY: the mapping is a read-only, never-written file mapping,
+            // so MADV_DONTNEED only drops page-table entries: a later read
+            // faults the same bytes back in from the file (page cache). No reference into the range is
+            // invalidated (the contents do not change).
+            let _ = unsafe {
+                map.unchecked_advise_range(
+                    memmap2::UncheckedAdvice::DontNeed,
+                    start as usize,
+                    (end - start) as usize,
+                )
+            };
+        }
+    }
+
     /// Maps `path` read-only (populated at once with `populate`), registered
     /// with [`crate::signals`] so that a `SIGBUS` inside it is one error line.
     fn map(path: &Path, populate: bool) -> Result<(Mmap, Option<usize>), GgufError> {
