@@ -13,8 +13,8 @@
 //!   then `--tensor-type` / `--output-tensor-type` / `--token-embedding-type`,
 //!   then the fallback for rows that are not whole blocks;
 //! - data: each row converted to f32 and quantized by the reference
-//!   quantizers (`kernels::scalar::quantize_row`, ggml's `_ref` rows bit for
-//!   bit); a tensor that keeps its type is copied.
+//!   quantizers (`kernels::scalar::quantize_chunk_row`: ggml's
+//!   `ggml_quantize_chunk` bit for bit); a tensor that keeps its type is copied.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -53,13 +53,15 @@ pub enum QuantizeError {
 }
 
 /// llama-quantize's type names (any case) and the mix each stands for.
-pub const TYPE_NAMES: [(&str, Recipe); 6] = [
+pub const TYPE_NAMES: [(&str, Recipe); 8] = [
     ("F32", Recipe::F32),
     ("F16", Recipe::F16),
     ("BF16", Recipe::Bf16),
     ("Q8_0", Recipe::Q8_0),
     ("Q4_0", Recipe::Q4_0),
     ("Q4_K_M", Recipe::Q4KM),
+    ("Q6_K", Recipe::Q6K),
+    ("IQ4_XS", Recipe::Iq4Xs),
 ];
 
 /// The mix of a llama-quantize type name.
@@ -142,6 +144,10 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
     };
     let n_layer = meta_u32(file, &format!("{arch}.block_count")).unwrap_or(0);
     let n_expert = meta_u32(file, &format!("{arch}.expert_count")).unwrap_or(0);
+    let n_head = meta_u32(file, &format!("{arch}.attention.head_count")).unwrap_or(0);
+    let n_head_kv = meta_u32(file, &format!("{arch}.attention.head_count_kv")).unwrap_or(0);
+    // llama.cpp's n_gqa(): 0 without KV heads.
+    let n_gqa = n_head.checked_div(n_head_kv).unwrap_or(0);
     let mut infos: Vec<_> = file.tensors().iter().collect();
     infos.sort_by(|a, b| loader_order(&a.name, &b.name));
     let mut tensors = Vec::with_capacity(infos.len());
@@ -157,22 +163,27 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
             Some(s) if quantizable && opts.pure => {
                 crate::synth::recipes::fallback(opts.recipe.default_type(), s.row_len())
             }
-            Some(s) if quantizable => opts.recipe.type_for(s, n_layer, n_expert),
+            Some(s) if quantizable => opts.recipe.type_for(s, n_layer, n_expert, n_gqa),
             _ => t.ty,
         };
         if quantizable {
+            // As llama-quantize: --token-embedding-type / --output-tensor-type
+            // are taken as given; a --tensor-type match replaces the mix's
+            // rule and still falls back for rows that are not whole blocks.
             let role = spec.as_ref().map(|s| s.role);
-            let manual = opts
+            let given = match role {
+                Some(Role::Output) => opts.output_type,
+                Some(Role::TokenEmbd) => opts.token_embd_type,
+                _ => None,
+            };
+            let pattern = opts
                 .tensor_types
                 .iter()
                 .find(|(re, _)| re.is_match(&t.name))
-                .map(|&(_, ty)| ty)
-                .or(match role {
-                    Some(Role::Output) => opts.output_type,
-                    Some(Role::TokenEmbd) => opts.token_embd_type,
-                    _ => None,
-                });
-            if let Some(ty) = manual {
+                .map(|&(_, ty)| ty);
+            if let Some(ty) = given {
+                to = ty;
+            } else if let Some(ty) = pattern {
                 to = crate::synth::recipes::fallback(ty, t.dims[0] as usize);
             }
         }
@@ -222,7 +233,7 @@ fn convert_rows(from: GgmlType, to: GgmlType, n: usize, src: &[u8]) -> Vec<u8> {
     let mut f = vec![0f32; n];
     for (s, d) in src.chunks_exact(in_row).zip(out.chunks_exact_mut(out_row)) {
         kernels::scalar::dequantize_row(from, s, &mut f);
-        kernels::scalar::quantize_row(to, &f, d, None);
+        kernels::scalar::quantize_chunk_row(to, &f, d, None);
     }
     out
 }

@@ -20,8 +20,10 @@ clover="${CARGO_TARGET_DIR:-$root/target}/release/clover"
 
 # preset seed | llama-quantize arguments before the files | TYPE
 cases=(
-  "tiny 101||Q8_0" "tiny 101||Q4_0" "tiny 101||Q4_K_M" "tiny 101||F16" "tiny 101||BF16"
-  "small 202||Q8_0" "small 202||Q4_0" "small 202||Q4_K_M" "small 202||F16" "small 202||BF16"
+  "tiny 101||Q8_0" "tiny 101||Q4_0" "tiny 101||Q4_K_M" "tiny 101||Q6_K" "tiny 101||IQ4_XS"
+  "tiny 101||F16" "tiny 101||BF16"
+  "small 202||Q8_0" "small 202||Q4_0" "small 202||Q4_K_M" "small 202||Q6_K" "small 202||IQ4_XS"
+  "small 202||F16" "small 202||BF16"
   "small 202|--pure|Q4_K_M"
   "small 202|--tensor-type ffn_down_exps=q8_0 --tensor-type attn_gate=q6_k|Q4_K_M"
   "small 202|--output-tensor-type q8_0 --token-embedding-type q8_0|Q4_K_M"

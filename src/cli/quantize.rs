@@ -20,7 +20,7 @@ pub struct QuantizeArgs {
     pub input: PathBuf,
     /// The file to write (replaced atomically; never a partial file)
     pub output: PathBuf,
-    /// llama-quantize's type: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M (or use --recipe)
+    /// llama-quantize's type: F32, F16, BF16, Q8_0, Q4_0, Q4_K_M, Q6_K, IQ4_XS (or use --recipe)
     #[arg(value_name = "TYPE")]
     pub ty: Option<String>,
     /// One of `clover synth`'s recipes instead of TYPE: q4_k_m-hq,

@@ -73,7 +73,12 @@ pub fn plan(options: SynthOptions) -> Result<Plan, SynthError> {
     let specs = tensors::tensor_specs(options.arch, &dims);
     let types: Vec<GgmlType> = specs
         .iter()
-        .map(|t| options.recipe.type_for(t, dims.n_layer, dims.n_expert))
+        .map(|t| {
+            let n_gqa = dims.n_head / dims.n_head_kv.max(1);
+            options
+                .recipe
+                .type_for(t, dims.n_layer, dims.n_expert, n_gqa)
+        })
         .collect();
     let mut writer = GgufWriter::new();
     set_metadata(&mut writer, &options, &dims, &vocab);

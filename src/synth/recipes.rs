@@ -34,6 +34,9 @@ pub enum Recipe {
     Q4KMHq,
     /// IQ4_XS routed experts, every other matrix Q8_0.
     Iq4XsExpsHq,
+    /// llama-quantize's Q6_K and IQ4_XS mixes.
+    Q6K,
+    Iq4Xs,
     /// The APEX MiniPlus mix: routed experts Q3_K, shared expert Q5_K, output
     /// Q6_K, token embedding Q4_K, GDN output gate (`attn_gate`) Q8_0, the
     /// remaining attention / GDN projections Q6_K.
@@ -41,13 +44,15 @@ pub enum Recipe {
 }
 
 impl Recipe {
-    pub const ALL: [Recipe; 9] = [
+    pub const ALL: [Recipe; 11] = [
         Recipe::F32,
         Recipe::F16,
         Recipe::Bf16,
         Recipe::Q8_0,
         Recipe::Q4_0,
         Recipe::Q4KM,
+        Recipe::Q6K,
+        Recipe::Iq4Xs,
         Recipe::Q4KMHq,
         Recipe::Iq4XsExpsHq,
         Recipe::ApexMiniPlus,
@@ -61,6 +66,8 @@ impl Recipe {
             Recipe::Q8_0 => "q8_0",
             Recipe::Q4_0 => "q4_0",
             Recipe::Q4KM => "q4_k_m",
+            Recipe::Q6K => "q6_k",
+            Recipe::Iq4Xs => "iq4_xs",
             Recipe::Q4KMHq => "q4_k_m-hq",
             Recipe::Iq4XsExpsHq => "iq4_xs-exps-hq",
             Recipe::ApexMiniPlus => "apex-miniplus",
@@ -76,7 +83,8 @@ impl Recipe {
             Recipe::Q4_0 => 2,
             Recipe::Q8_0 => 7,
             Recipe::Q4KM | Recipe::Q4KMHq => 15,
-            Recipe::Iq4XsExpsHq => 30,
+            Recipe::Q6K => 18,
+            Recipe::Iq4Xs | Recipe::Iq4XsExpsHq => 30,
             Recipe::Bf16 => 32,
             // Q3_K experts dominate: LLAMA_FTYPE_MOSTLY_Q3_K_M.
             Recipe::ApexMiniPlus => 12,
@@ -93,14 +101,22 @@ impl Recipe {
             Recipe::Q8_0 => GgmlType::Q8_0,
             Recipe::Q4_0 => GgmlType::Q4_0,
             Recipe::Q4KM | Recipe::Q4KMHq => GgmlType::Q4_K,
-            Recipe::Iq4XsExpsHq => GgmlType::IQ4_XS,
+            Recipe::Q6K => GgmlType::Q6_K,
+            Recipe::Iq4Xs | Recipe::Iq4XsExpsHq => GgmlType::IQ4_XS,
             Recipe::ApexMiniPlus => GgmlType::Q3_K,
         }
     }
 
-    /// The type of tensor `t` in a model of `n_layer` blocks and `n_expert`
-    /// routed experts.
-    pub fn type_for(self, t: &TensorSpec, n_layer: usize, n_expert: usize) -> GgmlType {
+    /// The type of tensor `t` in a model of `n_layer` blocks, `n_expert`
+    /// routed experts and `n_gqa` query heads per KV head (llama-quantize's
+    /// rules for these mixes without an importance matrix).
+    pub fn type_for(
+        self,
+        t: &TensorSpec,
+        n_layer: usize,
+        n_expert: usize,
+        n_gqa: usize,
+    ) -> GgmlType {
         if !t.role.is_quantizable() {
             return GgmlType::F32;
         }
@@ -120,6 +136,20 @@ impl Recipe {
                 Role::AttnV | Role::Qkv | Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
                 Role::AttnOutput if n_expert == 8 => GgmlType::Q5_K,
                 _ => q4_k_m(t, more_bits),
+            },
+            Recipe::Q6K => match t.role {
+                Role::Output => output_type(t, GgmlType::Q6_K),
+                Role::AttnV | Role::Qkv | Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
+                _ => GgmlType::Q6_K,
+            },
+            Recipe::Iq4Xs => match t.role {
+                Role::Output => output_type(t, GgmlType::IQ4_XS),
+                Role::AttnV | Role::Qkv if n_expert == 8 => GgmlType::Q8_0,
+                Role::AttnV | Role::Qkv if n_gqa >= 4 => GgmlType::Q5_K,
+                Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
+                Role::AttnOutput if n_expert == 8 => GgmlType::Q5_K,
+                Role::DownExps | Role::DownShexp if layer < n_layer / 8 => GgmlType::Q5_K,
+                _ => GgmlType::IQ4_XS,
             },
             Recipe::Q4KMHq => match t.role.is_routed_expert() {
                 true => q4_k_m(t, more_bits),

@@ -47,6 +47,16 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     }
 }
 
+/// ggml's `quantize_iq4_nl` (`ggml_quantize_chunk`'s IQ4_NL): the scale
+/// search over 15 trial scales (`ntry = 7`) with or without `imatrix`
+/// (without: weights `x²`).
+pub fn quantize_searched(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    let blocks: &mut [BlockIq4Nl] = as_blocks_mut(&mut dst[..src.len() / QK * 18]);
+    for (i, (b, x)) in blocks.iter_mut().zip(src.chunks_exact(QK)).enumerate() {
+        *b = quantize_block(x, imatrix.map(|q| &q[i * QK..(i + 1) * QK]), 7);
+    }
+}
+
 /// One block of ggml's `quantize_row_iq4_nl_impl` with `super_block_size ==
 /// block_size == 32`.
 fn quantize_block(x: &[f32], qw: Option<&[f32]>, ntry: i32) -> BlockIq4Nl {

@@ -51,6 +51,17 @@ pub fn dequantize_row(ty: GgmlType, src: &[u8], dst: &mut [f32]) {
     }
 }
 
+/// [`quantize_row`] as ggml's `ggml_quantize_chunk` (what llama-quantize
+/// calls) rather than the `quantize_row_*_ref` functions: the same for every
+/// type but IQ4_NL, whose chunk quantizer always searches 15 trial scales
+/// (`ntry = 7`) where its `_ref` refits once.
+pub fn quantize_chunk_row(ty: GgmlType, src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
+    match ty {
+        GgmlType::IQ4_NL => iq4_nl::quantize_searched(src, dst, imatrix),
+        _ => quantize_row(ty, src, dst, imatrix),
+    }
+}
+
 /// Quantises `src` into `dst` (exactly `ty.row_bytes(src.len())` bytes),
 /// optionally weighting the scale search by an importance matrix of
 /// `src.len()` entries.
