@@ -346,3 +346,44 @@ fn a_measured_acceptance_profile_replays_in_bench_as_simulated_acceptance() {
         "{err}"
     );
 }
+
+/// `clover bench --gen-temp`: the generation tests sample (lossless
+/// speculative sampling for draft-self), and say that the tokens are not
+/// compared; a bad temperature is one line.
+#[test]
+fn bench_generation_tests_can_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.gguf");
+    write(Arch::CloverMoe, &path);
+    let bench = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_clover"))
+            .args(["bench", "-m"])
+            .arg(&path)
+            .args([
+                "-t",
+                "1",
+                "-p",
+                "0",
+                "-n",
+                "12",
+                "-r",
+                "1",
+                "--spec-type",
+                "none,draft-self",
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = bench(&["--gen-temp", "0.8"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("tokens sampled (not compared)"), "{err}");
+    for bad in ["-1", "nan"] {
+        let out = bench(&["--gen-temp", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains("--gen-temp"), "{err}");
+    }
+}

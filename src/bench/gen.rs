@@ -40,6 +40,9 @@ pub struct GenMode {
     /// Simulated acceptance (`--spec-replay`): the drafts' acceptance follows
     /// this profile (the passes still run for real; see `spec::replay`).
     pub replay: Option<Profile>,
+    /// Sampling temperature (`--gen-temp`; 0 = greedy). Above 0 each
+    /// repetition draws from a fixed seed, llama.cpp's default chain.
+    pub temp: f32,
 }
 
 /// The measured repetitions, and the speculation statistics summed over them.
@@ -88,6 +91,7 @@ fn add_stats(sum: &mut SpecStats, s: &SpecStats) {
 /// mode alike and their ratio holds (call inside the pool of `spec.n_threads`).
 pub struct GenRunner<'a, 'm> {
     model: &'a Model<'m>,
+    params: SamplerParams,
     spec: TestSpec,
     prompt: &'a [u32],
     state: crate::model::State,
@@ -129,8 +133,17 @@ impl<'a, 'm> GenRunner<'a, 'm> {
             stop: Vec::new(),
             ..mode.spec.clone()
         };
+        let params = match mode.temp {
+            t if t > 0.0 => SamplerParams {
+                temp: t,
+                seed: Some(42),
+                ..SamplerParams::default()
+            },
+            _ => SamplerParams::greedy(),
+        };
         let mut r = GenRunner {
             model,
+            params,
             spec,
             prompt,
             state,
@@ -164,7 +177,7 @@ impl<'a, 'm> GenRunner<'a, 'm> {
         drafter: &mut dyn Drafter,
     ) -> Result<crate::engine::TokenGeneration, BenchError> {
         self.state.reset();
-        let mut sampler = Sampler::new(SamplerParams::greedy());
+        let mut sampler = Sampler::new(self.params.clone());
         Ok(generate_tokens_with(
             spec,
             self.model,
