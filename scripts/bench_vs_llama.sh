@@ -9,6 +9,10 @@
 #   scripts/bench_vs_llama.sh -r 5 -t 1,2,4 --rounds 2 -p 512 -n 128 --keep
 #   scripts/bench_vs_llama.sh --preset small --recipe q4_k_m -r 2   # seconds: a smoke test
 #
+# ik_llama.cpp, the fastest CPU peer (issue 21), joins the table when
+# IK_BIN (its bin dir: scripts/build_ik_llama.sh) is set; it runs with
+# run-time repacking (-rtr 1), its fused MoE being on by default.
+#
 # Environment: LLAMA_BIN (dir with llama-bench), CLOVER_BIN (clover binary),
 # BENCH_DIR (where the model file goes; default /tmp/clover-bench, never the
 # repository). The model file is deleted at the end unless --keep is given.
@@ -97,6 +101,12 @@ for round in $(seq 1 "$rounds"); do
     "$LLAMA_BIN/llama-bench" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$t" -o json \
       >"$out/llama-$round-$t.json" 2>"$out/llama-$round-$t.err" \
       || { echo "llama-bench failed (-t $t): $(tail -1 "$out/llama-$round-$t.err")" >&2; rm -f "$out/llama-$round-$t.json"; }
+    if [ -n "${IK_BIN:-}" ]; then
+      echo "round $round, -t $t: ik_llama.cpp" >&2
+      "$IK_BIN/llama-bench" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$t" -rtr 1 -o json \
+        >"$out/ik-$round-$t.json" 2>"$out/ik-$round-$t.err" \
+        || { echo "ik llama-bench failed (-t $t): $(tail -1 "$out/ik-$round-$t.err")" >&2; rm -f "$out/ik-$round-$t.json"; }
+    fi
   done
 done
 echo "loadavg after: $(cat /proc/loadavg)"
@@ -118,13 +128,27 @@ def cell(v):
     sd = statistics.stdev(v) if len(v) > 1 else 0.0
     return f"{statistics.mean(v):.2f} ± {sd:.2f}"
 keys = sorted({(t, test) for (_, t, test) in samples}, key=lambda k: (k[0], not k[1].startswith("pp"), k[1]))
+ik = any(k[0] == "ik" for k in samples)
+def ratio(a, b):
+    return f"{statistics.mean(a) / statistics.mean(b):.3f}" if a and b else "-"
 print()
-print(f"| {'threads':>7} | {'test':>8} | {'clover t/s':>20} | {'llama.cpp t/s':>20} | {'clover/llama':>12} |")
-print(f"| {'-'*6}: | {'-'*7}: | {'-'*19}: | {'-'*19}: | {'-'*11}: |")
+head = f"| {'threads':>7} | {'test':>8} | {'clover t/s':>20} | {'llama.cpp t/s':>20} |"
+rule = f"| {'-'*6}: | {'-'*7}: | {'-'*19}: | {'-'*19}: |"
+if ik:
+    head += f" {'ik_llama.cpp t/s':>20} |"
+    rule += f" {'-'*19}: |"
+head += f" {'clover/llama':>12} |" + (f" {'clover/ik':>10} |" if ik else "")
+rule += f" {'-'*11}: |" + (f" {'-'*9}: |" if ik else "")
+print(head)
+print(rule)
 for t, test in keys:
     c = samples.get(("clover", t, test), [])
     l = samples.get(("llama", t, test), [])
-    ratio = f"{statistics.mean(c) / statistics.mean(l):.3f}" if c and l else "-"
-    print(f"| {t:>7} | {test:>8} | {cell(c):>20} | {cell(l):>20} | {ratio:>12} |")
+    i = samples.get(("ik", t, test), [])
+    row = f"| {t:>7} | {test:>8} | {cell(c):>20} | {cell(l):>20} |"
+    if ik:
+        row += f" {cell(i):>20} |"
+    row += f" {ratio(c, l):>12} |" + (f" {ratio(c, i):>10} |" if ik else "")
+    print(row)
 EOF
 rm -rf "$out"
