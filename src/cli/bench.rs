@@ -97,7 +97,11 @@ pub struct BenchArgs {
     /// With --spec-type: sample at this temperature (llama.cpp's default
     /// chain, a fixed seed) instead of decoding greedily; the modes then emit
     /// different tokens from the same distribution
-    #[arg(long = "gen-temp", default_value_t = 0.0, allow_negative_numbers = true)]
+    #[arg(
+        long = "gen-temp",
+        default_value_t = 0.0,
+        allow_negative_numbers = true
+    )]
     pub gen_temp: f32,
     /// With --spec-type: how drafts are made and accepted
     #[command(flatten)]
