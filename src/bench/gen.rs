@@ -161,7 +161,7 @@ impl<'a, 'm> GenRunner<'a, 'm> {
                 enabled: false,
                 ..cfg
             });
-            let warm = r.generate(&mut plain, &mut DiffusionDrafter)?;
+            let warm = r.generate(Some(&mut plain), &mut DiffusionDrafter)?;
             let mut seq = prompt.to_vec();
             seq.extend_from_slice(&warm.tokens);
             r.replay = Some((seq, profile));
@@ -171,12 +171,15 @@ impl<'a, 'm> GenRunner<'a, 'm> {
         Ok(r)
     }
 
+    /// One generation from an empty state, on the runner's speculator (or
+    /// on `other`: the plain warm-up of a replay).
     fn generate(
         &mut self,
-        spec: &mut Speculator,
+        other: Option<&mut Speculator>,
         drafter: &mut dyn Drafter,
     ) -> Result<crate::engine::TokenGeneration, BenchError> {
         self.state.reset();
+        let spec = other.unwrap_or(&mut self.speculator);
         let mut sampler = Sampler::new(self.params.clone());
         Ok(generate_tokens_with(
             spec,
@@ -190,17 +193,13 @@ impl<'a, 'm> GenRunner<'a, 'm> {
     }
 
     fn run_once(&mut self) -> Result<crate::engine::TokenGeneration, BenchError> {
-        let mut spec =
-            std::mem::replace(&mut self.speculator, Speculator::new(SpecConfig::default()));
-        let g = match &self.replay {
+        let g = match self.replay.clone() {
             Some((seq, profile)) => {
-                let mut d =
-                    ReplayDrafter::new(DiffusionDrafter, seq.clone(), profile.clone(), self.reps);
-                self.generate(&mut spec, &mut d)
+                let mut d = ReplayDrafter::new(DiffusionDrafter, seq, profile, self.reps);
+                self.generate(None, &mut d)
             }
-            None => self.generate(&mut spec, &mut DiffusionDrafter),
+            None => self.generate(None, &mut DiffusionDrafter),
         };
-        self.speculator = spec;
         self.reps += 1;
         g
     }

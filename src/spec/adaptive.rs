@@ -15,12 +15,13 @@
 //! position is reached with probability below [`EXPLORE_REACH`] (drafting past
 //! it would mostly measure nothing and cost a long pass), no longer than the
 //! longest draft that would pay if every draft were accepted
-//! ([`Adaptive::ceiling`]); each exploration that leaves plain decoding ahead
+//! (its ceiling); each exploration that leaves plain decoding ahead
 //! doubles the streak, up to [`EXPLORE_MAX`] (back to [`EXPLORE_MIN`] as soon
 //! as drafting wins). When not even a perfect drafter would pay at the
 //! measured costs, acceptance cannot change the choice, and only the costs
-//! are re-measured, after [`EXPLORE_MAX`] plain steps: so a model whose
-//! passes are too dear for speculation decodes at its plain speed.
+//! are re-measured, after [`EXPLORE_MAX`] plain steps, then after twice as
+//! many each time drafting still does not pay (up to [`REMEASURE_MAX`]): so a
+//! model whose passes are too dear for speculation decodes at its plain speed.
 
 /// Why the controller chose a draft length (what the chat's acceptance panel
 /// and `clover run`'s report show).
@@ -38,6 +39,9 @@ pub enum Why {
     /// Plain decoding wins: the best draft length `d` would return `tokens`
     /// for `steps` plain-step costs (≤ `tokens` steps' worth).
     Plain { d: u32, tokens: f32, steps: f32 },
+    /// Drafting has won [`PROBE_EVERY`] rounds in a row: one plain step is
+    /// timed again, so the comparison rests on a current plain cost.
+    Probe,
     /// The draft length is fixed (`--spec-fixed`).
     Fixed,
     /// No draft fits: the output or the context is about to end.
@@ -59,6 +63,7 @@ impl Why {
             Why::Plain { d, tokens, steps } => format!(
                 "plain: {d} drafts a round would cost {steps:.1} steps, return {tokens:.1} tokens"
             ),
+            Why::Probe => "plain: re-timing a plain step between drafting rounds".into(),
             Why::Fixed => "fixed-length drafting (--spec-fixed)".into(),
             Why::NoRoom => "plain: no room left for drafts".into(),
         }
@@ -85,6 +90,12 @@ pub struct Adaptive {
     explored: bool,
     /// Why the last choice was made.
     pub why: Why,
+    /// Plain steps before the pass costs are re-measured when not even a
+    /// perfect drafter pays, and whether the last exploration did that.
+    remeasure: usize,
+    remeasuring: bool,
+    /// Drafting rounds chosen in a row (for [`PROBE_EVERY`]).
+    drafting_streak: usize,
 }
 
 const EMA: f64 = 0.3;
@@ -98,6 +109,10 @@ const SPIKE: f64 = 1.5;
 pub const EXPLORE_MIN: usize = 16;
 pub const EXPLORE_MAX: usize = 256;
 
+/// The longest plain streak between re-measurements of the pass costs when
+/// not even a perfect drafter pays (from [`EXPLORE_MAX`], doubling).
+pub const REMEASURE_MAX: usize = 4096;
+
 /// The length of the first draft, which prices the passes.
 pub const FIRST_DRAFT: usize = 2;
 
@@ -105,8 +120,17 @@ pub const FIRST_DRAFT: usize = 2;
 /// draft accepted) with an estimated probability below this.
 pub const EXPLORE_REACH: f64 = 0.05;
 
+/// Drafting rounds in a row before one plain step is timed again: while
+/// drafting wins no plain step is taken, and a stale plain cost (the first,
+/// cold step, or a machine that sped up) would keep it drafting at a loss.
+pub const PROBE_EVERY: usize = 32;
+
 fn ema(old: &mut f64, x: f64) {
     *old = if *old == 0.0 {
+        x
+    } else if x < *old {
+        // Noise only ever adds time: a faster sample is believed at once (a
+        // cold first step must not price plain decoding for long).
         x
     } else {
         (1.0 - EMA) * *old + EMA * x.min(SPIKE * *old)
@@ -127,6 +151,9 @@ impl Adaptive {
             explore: EXPLORE_MIN,
             explored: false,
             why: Why::Measuring,
+            remeasure: EXPLORE_MAX,
+            remeasuring: false,
+            drafting_streak: 0,
         }
     }
 
@@ -161,17 +188,6 @@ impl Adaptive {
         (self.accepted[j] as f64 + 1.0) / (self.reached[j] as f64 + 2.0)
     }
 
-    /// Expected tokens emitted by an iteration drafting `d`.
-    pub fn expected_tokens(&self, d: usize) -> f64 {
-        let mut e = 1.0;
-        let mut run = 1.0;
-        for j in 0..d {
-            run *= self.acceptance(j);
-            e += run;
-        }
-        e
-    }
-
     /// Estimated verify cost of `tokens` tokens.
     pub fn verify_cost(&self, tokens: usize) -> Option<f64> {
         interpolate(&self.verify_ns, self.plain_ns, tokens)
@@ -202,28 +218,41 @@ impl Adaptive {
             self.why = Why::FirstDraft;
             return FIRST_DRAFT.clamp(lo, hi);
         }
-        if self.plain_streak >= self.explore {
-            // Re-measure acceptance, up to the longest draft that would pay
-            // were every draft accepted. When not even that would, acceptance
-            // does not matter: only the pass costs are re-measured, rarely.
-            let ceiling = self.ceiling(lo, hi);
-            if ceiling.is_some() || self.plain_streak >= EXPLORE_MAX {
-                self.explored = true;
-                self.why = Why::Explore;
-                return self.explore_len(ceiling.unwrap_or(lo));
-            }
-        }
+        // One pass over the lengths: the expected tokens (a running product
+        // of the acceptances), the best rate, and the ceiling: the longest
+        // draft that would beat plain decoding were every draft accepted.
         let plain_rate = 1.0 / self.plain_ns;
-        // The best drafting length, and whether it beats plain decoding.
         let mut best: Option<(usize, f64, f64)> = None;
-        for d in lo..=hi {
+        let mut ceiling = None;
+        let (mut tokens, mut reach) = (1.0, 1.0);
+        for d in 1..=hi {
+            reach *= self.acceptance(d - 1);
+            tokens += reach;
+            if d < lo {
+                continue;
+            }
             let (Some(dr), Some(v)) = (self.draft_cost(d + 1), self.verify_cost(d + 1)) else {
                 self.why = Why::FirstDraft;
                 return FIRST_DRAFT.clamp(lo, hi);
             };
-            let tokens = self.expected_tokens(d);
-            if best.is_none_or(|b| tokens / (dr + v) > b.1 / b.2) {
-                best = Some((d, tokens, dr + v));
+            let cost = dr + v;
+            if (d + 1) as f64 / cost > plain_rate {
+                ceiling = Some(d);
+            }
+            if best.is_none_or(|b| tokens / cost > b.1 / b.2) {
+                best = Some((d, tokens, cost));
+            }
+        }
+        if self.plain_streak >= self.explore {
+            // Re-measure acceptance, up to the ceiling. Without one,
+            // acceptance does not matter: only the pass costs are
+            // re-measured, after a streak that doubles each time drafting
+            // still does not pay.
+            if ceiling.is_some() || self.plain_streak >= self.remeasure {
+                self.explored = true;
+                self.remeasuring = ceiling.is_none();
+                self.why = Why::Explore;
+                return self.explore_len(ceiling.unwrap_or(lo));
             }
         }
         let Some((d, tokens, cost)) = best else {
@@ -252,24 +281,23 @@ impl Adaptive {
             } else {
                 (2 * self.explore).min(EXPLORE_MAX)
             };
+            self.remeasure = match (pays, std::mem::take(&mut self.remeasuring)) {
+                (false, true) => (2 * self.remeasure).min(REMEASURE_MAX),
+                (true, _) => EXPLORE_MAX,
+                _ => self.remeasure,
+            };
         }
-        if pays {
-            d
-        } else {
-            0
+        if !pays {
+            self.drafting_streak = 0;
+            return 0;
         }
-    }
-
-    /// The longest draft length in `lo..=hi` that would beat plain decoding
-    /// if every draft were accepted (`None`: not even a perfect drafter pays
-    /// at the measured pass costs).
-    pub fn ceiling(&self, lo: usize, hi: usize) -> Option<usize> {
-        (lo..=hi).rev().find(
-            |&d| match (self.draft_cost(d + 1), self.verify_cost(d + 1)) {
-                (Some(dr), Some(v)) => (d + 1) as f64 / (dr + v) > 1.0 / self.plain_ns,
-                _ => false,
-            },
-        )
+        self.drafting_streak += 1;
+        if self.drafting_streak > PROBE_EVERY {
+            self.drafting_streak = 0;
+            self.why = Why::Probe;
+            return 0;
+        }
+        d
     }
 
     /// The draft length of an exploration: the shortest `d ≤ hi` (at least
@@ -496,7 +524,6 @@ mod tests {
         let d = a.choose(15);
         a.record_draft(d + 1, 1000 * (d as u64 + 1));
         a.record_verify(d + 1, 1000 * (d as u64 + 1), d, d);
-        assert_eq!(a.ceiling(1, 15), None);
         let mut plain = 0;
         while a.choose(15) == 0 {
             assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
@@ -508,6 +535,16 @@ mod tests {
         assert_eq!(plain, EXPLORE_MAX);
         assert_eq!(a.why, Why::Explore);
         assert_eq!(a.choose(15), 1);
+        // That re-measurement still finds nothing that pays: the next one
+        // waits twice as long.
+        a.record_draft(2, 2000);
+        a.record_verify(2, 2000, 1, 1);
+        let mut plain = 0;
+        while a.choose(15) == 0 {
+            a.record_plain(1000);
+            plain += 1;
+        }
+        assert_eq!(plain, 2 * EXPLORE_MAX);
         assert!(Why::Plain {
             d: 4,
             tokens: 2.3,
@@ -579,6 +616,30 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_cold_first_plain_step_does_not_keep_it_drafting_at_a_loss() {
+        // The first plain step took ten times the usual (a cold start); the
+        // passes, measured after it, cost 3 steps for 2.5 tokens.
+        let mut a = Adaptive::new(0, 15);
+        a.record_plain(10_000);
+        let mut drafted = 0;
+        for _ in 0..200 {
+            match a.choose(15) {
+                0 => a.record_plain(1000),
+                d => {
+                    drafted += 1;
+                    a.record_draft(d + 1, 1500);
+                    a.record_verify(d + 1, 1500, d, 1);
+                }
+            }
+        }
+        // Drafting looked 3x ahead at first; the plain step re-timed after
+        // PROBE_EVERY rounds ends it (plus the first draft and the rare
+        // re-measurements of the costs). Without the probe: all 200.
+        assert!(drafted <= PROBE_EVERY + 4, "{drafted}");
+        assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
     }
 
     #[test]
