@@ -7,8 +7,9 @@
 #   scripts/build_llama_cpp.sh            # ~6 min on 2 cores, once
 #   LLAMA_BIN=$(scripts/build_llama_cpp.sh | tail -1)
 #
-#   scripts/build_llama_cpp.sh --fixtures # the oracle of the stored parity
-#                                         # fixtures (libllama only, ~4 min)
+#   scripts/build_llama_cpp.sh --fixtures # the oracle of the stored parity,
+#                                         # KLD and imatrix fixtures (libllama,
+#                                         # llama-perplexity, llama-imatrix)
 #
 # --fixtures builds for a fixed ISA (AVX-512 F/CD/VL/DQ/BW, AVX2, FMA, F16C)
 # instead of -march=native, in $LLAMA_DIR/build-avx512: GCC's choices for the
@@ -26,7 +27,9 @@ fixtures=false
 bin="$LLAMA_DIR/build/bin"
 if $fixtures; then
   bin="$LLAMA_DIR/build-avx512/bin"
-  if [ -e "$bin/libllama.so" ]; then echo "$bin"; exit 0; fi
+  if [ -e "$bin/libllama.so" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-imatrix" ]; then
+    echo "$bin"; exit 0
+  fi
 fi
 if [ -x "$bin/llama-completion" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-perplexity" ] \
   && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-imatrix" ]; then
@@ -44,7 +47,7 @@ if $fixtures; then
   cmake -S "$src" -B build-avx512 -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
     -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >&2
-  cmake --build build-avx512 -j"$(nproc)" --target llama >&2
+  cmake --build build-avx512 -j"$(nproc)" --target llama llama-perplexity llama-imatrix >&2
   echo "$bin"; exit 0
 fi
 cmake -S "$src" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \

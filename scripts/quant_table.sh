@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The quantization table of README (issue 18 item 5): the default model
 # (clover-tiny-kjv, f32, trained) quantized with every seed recipe and q8_0 /
-# q4_0 by `clover quantize`, each judged on the held-out KJV chapters against
+# q4_0 by `clover quantize`, without and with an importance matrix collected
+# by `clover imatrix` over training text (the first 100 chunks of 512 tokens
+# of the training chapters), each judged on the held-out KJV chapters against
 # the f32 file: size, bits per weight, perplexity (-c 512), mean and 99 % KL
 # divergence, same top token, and the mean accepted draft length per round of
 # --spec-type draft-self --spec-fixed (greedy, 10 held-out prompts, 128 tokens).
@@ -25,13 +27,15 @@ T=${T:-2}
 "$clover" perplexity -m "$model" -f "$text" -c 512 -t "$T" --kl-divergence-base "$work/base.kld" \
   >"$work/base.txt" 2>/dev/null
 params=$("$clover" inspect "$model" | awk '/^parameters:/ {print $2}')
+"$clover" imatrix -m "$model" -f "$work/data/tokenizer_text.txt" -c 512 --chunks 100 -t "$T" \
+  -o "$work/imatrix.gguf" >/dev/null 2>"$work/imatrix.log"
 python3 - "$work/data/heldout_prompts.json" >"$work/prompts.txt" <<'PY'
 import json, sys
 for p in json.load(open(sys.argv[1]))[:10]:
     print(p.replace("\n", "\\n"))
 PY
-row() { # name file
-  local name=$1 f=$2 bytes ppl kld kld99 top acc
+row() { # name imatrix file
+  local name=$1 im=$2 f=$3 bytes ppl kld kld99 top acc
   bytes=$(stat -c %s "$f")
   if [ "$name" = f32 ]; then
     ppl=$(grep -o 'PPL = [0-9.]*' "$work/base.txt" | cut -d' ' -f3); kld=0; kld99=0; top=100
@@ -52,19 +56,18 @@ a = v = 0
 for l in sys.stdin:
     s = json.loads(l)["spec"]; a += s["drafts_accepted"]; v += s["verify_passes"]
 print(f"{a / max(v, 1):.2f}")')
-  printf '| %s | %.2f | %.2f | %.3f | %s | %s | %s %% | %s |\n' "$name" \
+  printf '| %s | %s | %.2f | %.2f | %.3f | %s | %s | %s %% | %s |\n' "$name" "$im" \
     "$(echo "$bytes / 1048576" | bc -l)" "$(echo "8 * $bytes / $params" | bc -l)" "$ppl" "$kld" "$kld99" "$top" "$acc"
 }
-echo "| file | MiB | bits/weight | held-out PPL | mean KLD | 99 % KLD | same top | accepted drafts / round |"
-echo "|---|--:|--:|--:|--:|--:|--:|--:|"
-row f32 "$model"
-for q in Q8_0 Q4_0 Q4_K_M; do
-  "$clover" quantize "$model" "$work/$q.gguf" "$q" -t "$T" 2>/dev/null
-  row "$q" "$work/$q.gguf"
-done
-for r in q4_k_m-hq iq4_xs-exps-hq apex-miniplus; do
-  "$clover" quantize --recipe "$r" "$model" "$work/$r.gguf" -t "$T" 2>/dev/null
-  row "$r" "$work/$r.gguf"
+echo "| file | imatrix | MiB | bits/weight | held-out PPL | mean KLD | 99 % KLD | same top | accepted drafts / round |"
+echo "|---|---|--:|--:|--:|--:|--:|--:|--:|"
+row f32 - "$model"
+for q in Q8_0 Q4_0 Q4_K_M q4_k_m-hq iq4_xs-exps-hq apex-miniplus; do
+  case $q in Q*) how=("$q") ;; *) how=(--recipe "$q") ;; esac
+  "$clover" quantize "$model" "$work/$q.gguf" "${how[@]}" -t "$T" 2>/dev/null
+  row "$q" no "$work/$q.gguf"
+  "$clover" quantize --imatrix "$work/imatrix.gguf" "$model" "$work/$q-imatrix.gguf" "${how[@]}" -t "$T" 2>/dev/null
+  row "$q" yes "$work/$q-imatrix.gguf"
 done
 echo
 echo "types chosen (fallbacks where rows are not whole blocks):"

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod cli;
 pub mod engine;
 pub mod gguf;
+pub mod imatrix;
 pub mod kld;
 pub mod model;
 pub mod output;

@@ -14,7 +14,11 @@
 //!   then the fallback for rows that are not whole blocks;
 //! - data: each row converted to f32 and quantized by the reference
 //!   quantizers (`kernels::scalar::quantize_chunk_row`: ggml's
-//!   `ggml_quantize_chunk` bit for bit); a tensor that keeps its type is copied.
+//!   `ggml_quantize_chunk` bit for bit), weighted by the importance matrix
+//!   when one is given (per expert for a stack); a tensor that keeps its type
+//!   is copied;
+//! - with `--imatrix`: the `quantize.imatrix.*` keys after the file type, and
+//!   the two `ffn_down` rules that depend on it.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -25,6 +29,7 @@ use rayon::prelude::*;
 
 use crate::gguf::writer::GgufWriter;
 use crate::gguf::{GgufFile, Value};
+use crate::imatrix::Imatrix;
 use crate::synth::tensors::{tensor_specs, Role, TensorSpec};
 use crate::synth::{Arch, Dims, Preset, Recipe};
 
@@ -42,6 +47,9 @@ pub struct QuantizeOptions {
     pub token_embd_type: Option<GgmlType>,
     /// Quantize tensors that already are (else refused).
     pub allow_requantize: bool,
+    /// `--imatrix FILE`: the importance matrix and its path as given (the
+    /// path is recorded in the output's metadata).
+    pub imatrix: Option<(Imatrix, String)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +126,9 @@ pub struct Planned {
     pub dims: Vec<u64>,
     pub from: GgmlType,
     pub to: GgmlType,
+    /// The quantizer's importance weights: `dims[0]` per matrix (one
+    /// matrix per expert of a stack), from `--imatrix`.
+    pub weights: Option<Vec<f32>>,
 }
 
 /// The output's metadata and tensors.
@@ -125,6 +136,8 @@ pub struct QuantizePlan {
     pub metadata: Vec<(String, Value)>,
     pub tensors: Vec<Planned>,
     pub file_type: u32,
+    /// Quantized tensors the importance matrix has no entry for.
+    pub without_imatrix: Vec<String>,
 }
 
 fn meta_u32(file: &GgufFile, key: &str) -> Option<usize> {
@@ -151,6 +164,16 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
     let mut infos: Vec<_> = file.tensors().iter().collect();
     infos.sort_by(|a, b| loader_order(&a.name, &b.name));
     let mut tensors = Vec::with_capacity(infos.len());
+    let mut without_imatrix = Vec::new();
+    if let Some((im, _)) = &opts.imatrix {
+        for (name, e) in &im.entries {
+            if e.sums.iter().any(|v| !v.is_finite()) {
+                return Err(QuantizeError::Invalid(format!(
+                    "the imatrix holds a non-finite value for {name}"
+                )));
+            }
+        }
+    }
     for t in infos {
         let spec = role_of(&t.name).map(|(role, layer)| TensorSpec {
             name: t.name.clone(),
@@ -163,7 +186,10 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
             Some(s) if quantizable && opts.pure => {
                 crate::synth::recipes::fallback(opts.recipe.default_type(), s.row_len())
             }
-            Some(s) if quantizable => opts.recipe.type_for(s, n_layer, n_expert, n_gqa),
+            Some(s) if quantizable => {
+                opts.recipe
+                    .type_for_with(s, n_layer, n_expert, n_gqa, opts.imatrix.is_some())
+            }
             _ => t.ty,
         };
         if quantizable {
@@ -194,11 +220,32 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
                 t.name, t.ty
             )));
         }
+        let mut weights = None;
+        if let (Some((im, _)), true) = (&opts.imatrix, to != t.ty) {
+            match im.weights(&t.name) {
+                // llama-quantize's check: one weight per column per matrix
+                // (the token embedding's mismatch is ignored).
+                Some(w) if w.len() as u64 == t.dims[0] * t.dims.get(2).copied().unwrap_or(1) => {
+                    weights = Some(w)
+                }
+                Some(w) if !t.name.starts_with("token_embd.") => {
+                    return Err(QuantizeError::Invalid(format!(
+                        "the imatrix has {} values for {}, which needs {}: it was made for another model",
+                        w.len(),
+                        t.name,
+                        t.dims[0] * t.dims.get(2).copied().unwrap_or(1)
+                    )))
+                }
+                Some(_) => {}
+                None => without_imatrix.push(t.name.clone()),
+            }
+        }
         tensors.push(Planned {
             name: t.name.clone(),
             dims: t.dims.clone(),
             from: t.ty,
             to,
+            weights,
         });
     }
     let file_type = opts.recipe.file_type();
@@ -213,27 +260,74 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
         .collect();
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     metadata.push(("general.file_type".into(), Value::U32(file_type)));
+    if let Some((im, path)) = &opts.imatrix {
+        // llama-quantize's keys, in its order; strings cut to 127 bytes.
+        let mut set = |k: &str, v: Value| match metadata.iter_mut().find(|(key, _)| key == k) {
+            Some(slot) => slot.1 = v,
+            None => metadata.push((k.to_string(), v)),
+        };
+        set(KEY_IMATRIX_FILE, Value::String(cut_127(path)));
+        if let Some(d) = im.datasets.first() {
+            set(KEY_IMATRIX_DATASET, Value::String(cut_127(d)));
+        }
+        set(KEY_IMATRIX_ENTRIES, Value::U32(im.entries.len() as u32));
+        if im.chunk_count > 0 {
+            set(KEY_IMATRIX_CHUNKS, Value::U32(im.chunk_count));
+        }
+    }
     Ok(QuantizePlan {
         metadata,
         tensors,
         file_type,
+        without_imatrix,
     })
+}
+
+pub const KEY_IMATRIX_FILE: &str = "quantize.imatrix.file";
+pub const KEY_IMATRIX_DATASET: &str = "quantize.imatrix.dataset";
+pub const KEY_IMATRIX_ENTRIES: &str = "quantize.imatrix.entries_count";
+pub const KEY_IMATRIX_CHUNKS: &str = "quantize.imatrix.chunks_count";
+
+/// The first 127 bytes of `s` (llama-quantize's fixed-size override field),
+/// never splitting a character.
+fn cut_127(s: &str) -> String {
+    let mut end = s.len().min(127);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
 }
 
 /// Rows quantized per parallel task, and tasks in flight per tensor.
 const CHUNK_ELEMS: usize = 1 << 16;
 const CHUNKS_IN_FLIGHT: usize = 64;
 
-/// The bytes of rows `rows` of `src` (rows of `n` values of `from`) in `to`.
-fn convert_rows(from: GgmlType, to: GgmlType, n: usize, src: &[u8]) -> Vec<u8> {
+/// The bytes of the rows in `src` (rows of `n` values of `from`, the first
+/// one row `first` of its tensor) in `to`; `weights` holds `n` importance
+/// weights per matrix of `per_matrix` rows.
+fn convert_rows(
+    from: GgmlType,
+    to: GgmlType,
+    n: usize,
+    src: &[u8],
+    first: usize,
+    per_matrix: usize,
+    weights: Option<&[f32]>,
+) -> Vec<u8> {
     let in_row = from.row_bytes(n as u64).expect("checked by the reader") as usize;
     let out_row = to.row_bytes(n as u64).expect("checked by the plan") as usize;
     let rows = src.len() / in_row;
     let mut out = vec![0u8; rows * out_row];
     let mut f = vec![0f32; n];
-    for (s, d) in src.chunks_exact(in_row).zip(out.chunks_exact_mut(out_row)) {
+    for (r, (s, d)) in src
+        .chunks_exact(in_row)
+        .zip(out.chunks_exact_mut(out_row))
+        .enumerate()
+    {
+        let m = (first + r) / per_matrix.max(1);
+        let w = weights.map(|w| &w[m * n..(m + 1) * n]);
         kernels::scalar::dequantize_row(from, s, &mut f);
-        kernels::scalar::quantize_chunk_row(to, &f, d, None);
+        kernels::scalar::quantize_chunk_row(to, &f, d, w);
     }
     out
 }
@@ -248,6 +342,7 @@ pub fn write(
     progress: &mut dyn FnMut(usize, u64),
 ) -> Result<u64, QuantizeError> {
     let mut w = GgufWriter::new();
+    w.pad_last = true;
     for (k, v) in &plan.metadata {
         w.set(k.clone(), v.clone());
     }
@@ -272,12 +367,28 @@ pub fn write(
         } else {
             let row_len = t.dims[0] as usize;
             let in_row = t.from.row_bytes(row_len as u64).unwrap_or(0) as usize;
-            let per = (CHUNK_ELEMS / row_len.max(1)).max(1) * in_row;
-            let chunks: Vec<&[u8]> = src.chunks(per.max(1)).collect();
+            let rows_per = (CHUNK_ELEMS / row_len.max(1)).max(1);
+            let per = rows_per * in_row;
+            let chunks: Vec<(usize, &[u8])> = src
+                .chunks(per.max(1))
+                .enumerate()
+                .map(|(i, c)| (i * rows_per, c))
+                .collect();
+            let per_matrix = t.dims.get(1).copied().unwrap_or(1) as usize;
             for group in chunks.chunks(CHUNKS_IN_FLIGHT) {
                 let parts: Vec<Vec<u8>> = group
                     .par_iter()
-                    .map(|c| convert_rows(t.from, t.to, row_len, c))
+                    .map(|&(first, c)| {
+                        convert_rows(
+                            t.from,
+                            t.to,
+                            row_len,
+                            c,
+                            first,
+                            per_matrix,
+                            t.weights.as_deref(),
+                        )
+                    })
                     .collect();
                 for p in parts {
                     out.write_all(&p)?;

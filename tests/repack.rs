@@ -40,6 +40,7 @@ fn bind(file: &GgufFile, n_layer: usize, packed: bool) -> Model<'_> {
     let derived = file.derived_tensors().expect("the file was loaded");
     let lookup = |name: &str| {
         file.tensor(name).map(|t| WeightRef {
+            name: t.name,
             ty: t.ty,
             dims: t.dims.to_vec(),
             data: t.data,

@@ -3,7 +3,9 @@
 # (where no llama.cpp build exists): for each case below, llama-quantize's
 # output for a `clover synth --arch qwen35moe --recipe f32` file, as a sha256
 # and a size. `clover quantize` with the same arguments must write the same
-# bytes.
+# bytes. The --imatrix cases use llama-imatrix's files from
+# scripts/oracle/make_imatrix_fixtures.sh (run from the repository root: the
+# path given is recorded in the output's metadata).
 #
 #   scripts/oracle/make_quantize_fixtures.sh
 #
@@ -27,6 +29,14 @@ cases=(
   "small 202|--pure|Q4_K_M"
   "small 202|--tensor-type ffn_down_exps=q8_0 --tensor-type attn_gate=q6_k|Q4_K_M"
   "small 202|--output-tensor-type q8_0 --token-embedding-type q8_0|Q4_K_M"
+  "tiny 101|--imatrix tests/fixtures/imatrix/tiny.gguf|Q4_K_M"
+  "tiny 101|--imatrix tests/fixtures/imatrix/tiny.gguf|IQ4_XS"
+  "small 202|--imatrix tests/fixtures/imatrix/small.gguf|Q8_0"
+  "small 202|--imatrix tests/fixtures/imatrix/small.gguf|Q4_0"
+  "small 202|--imatrix tests/fixtures/imatrix/small.gguf|Q4_K_M"
+  "small 202|--imatrix tests/fixtures/imatrix/small.gguf|Q6_K"
+  "small 202|--imatrix tests/fixtures/imatrix/small.gguf|IQ4_XS"
+  "small 202|--imatrix tests/fixtures/imatrix/small.gguf --tensor-type ffn_down_exps=q8_0 --tensor-type attn_gate=q6_k|Q4_K_M"
 )
 {
   echo '{"about": "sha256 and size of llama-quantize outputs (llama.cpp 0c1e570) for clover synth --arch qwen35moe --recipe f32 files; written by scripts/oracle/make_quantize_fixtures.sh", "cases": ['

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod chat;
 pub mod common;
 pub mod diffuse;
+pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
@@ -33,6 +34,8 @@ pub enum Command {
     Synth(synth::SynthArgs),
     /// Re-encode a GGUF file's weights in a llama-quantize mix (Q4_K_M, Q8_0, ...)
     Quantize(quantize::QuantizeArgs),
+    /// Collect an importance matrix over a text for quantize --imatrix (llama-imatrix's format)
+    Imatrix(imatrix::ImatrixArgs),
     /// Generate text from one prompt, streamed to stdout, timings on stderr
     Run(run::RunArgs),
     /// Chat with the model in a terminal UI (line mode when stdout is not a terminal)
@@ -78,6 +81,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Imatrix(args) => imatrix::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),
         Command::Diffuse(args) => diffuse::run(args),

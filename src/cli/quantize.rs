@@ -10,6 +10,7 @@ use clap::Args;
 use kernels::GgmlType;
 
 use crate::gguf::GgufFile;
+use crate::imatrix::Imatrix;
 use crate::quantize::{self, QuantizeOptions, TYPE_NAMES};
 use crate::synth::Recipe;
 
@@ -43,6 +44,10 @@ pub struct QuantizeArgs {
     /// Quantize tensors that are already quantized
     #[arg(long = "allow-requantize")]
     pub allow_requantize: bool,
+    /// An importance matrix (GGUF, from clover imatrix or llama-imatrix) to
+    /// weight each tensor's quantization by
+    #[arg(long = "imatrix", value_name = "FILE")]
+    pub imatrix: Option<PathBuf>,
     /// Threads (default: all cores)
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
@@ -92,6 +97,13 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
             .map(|t| ggml_type("--token-embedding-type", t))
             .transpose()?,
         allow_requantize: args.allow_requantize,
+        imatrix: match &args.imatrix {
+            Some(p) => Some((
+                Imatrix::load(p).map_err(anyhow::Error::msg)?,
+                p.to_string_lossy().into_owned(),
+            )),
+            None => None,
+        },
     };
     if args.threads == Some(0) {
         bail!("-t must be at least 1");
@@ -101,6 +113,21 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     }
     let file = GgufFile::open(&args.input).with_context(|| format!("{}", args.input.display()))?;
     let plan = quantize::plan(&file, &opts).with_context(|| format!("{}", args.input.display()))?;
+    if let Some((im, p)) = &opts.imatrix {
+        eprintln!(
+            "quantize: imatrix {p}: {} entries over {} chunks of {}{}",
+            im.entries.len(),
+            im.chunk_count,
+            im.chunk_size,
+            match plan.without_imatrix.len() {
+                0 => String::new(),
+                n => format!(
+                    "; no entry for {n} quantized tensors (quantized without): {}",
+                    plan.without_imatrix.join(", ")
+                ),
+            }
+        );
+    }
     let total: u64 = plan
         .tensors
         .iter()

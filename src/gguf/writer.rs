@@ -54,6 +54,9 @@ impl TensorPlan {
 #[derive(Clone, Debug)]
 pub struct GgufWriter {
     pub alignment: u64,
+    /// Pad the last tensor's data to the alignment too, as ggml's
+    /// `gguf_write_to_file` and llama-quantize do (gguf-py does not).
+    pub pad_last: bool,
     metadata: Vec<(String, Value)>,
     tensors: Vec<TensorPlan>,
 }
@@ -72,6 +75,7 @@ impl GgufWriter {
     pub fn new() -> Self {
         GgufWriter {
             alignment: DEFAULT_ALIGNMENT,
+            pad_last: false,
             metadata: Vec::new(),
             tensors: Vec::new(),
         }
@@ -165,7 +169,7 @@ impl GgufWriter {
                     t.name, sizes[i]
                 )));
             }
-            if i + 1 < self.tensors.len() {
+            if i + 1 < self.tensors.len() || self.pad_last {
                 pad_to(&mut w, self.alignment)?;
             }
         }

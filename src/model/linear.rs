@@ -25,6 +25,8 @@ pub struct Matrix<'a> {
     /// One routed expert of a stack (ggml's `MUL_MAT_ID`; see
     /// `kernels::QMatrix::expert`).
     expert: bool,
+    /// The tensor's name in the file ("" when made outside a file).
+    pub name: &'a str,
 }
 
 impl<'a> Matrix<'a> {
@@ -41,7 +43,13 @@ impl<'a> Matrix<'a> {
             data,
             packed: None,
             expert: false,
+            name: "",
         }
+    }
+
+    /// The same matrix under the file's tensor name.
+    pub fn named(self, name: &'a str) -> Matrix<'a> {
+        Matrix { name, ..self }
     }
 
     /// The same matrix marked as one routed expert of a stack.
@@ -298,6 +306,10 @@ pub fn project(
     out: &mut [f32],
     tile: &mut Vec<f32>,
 ) {
+    if super::capture::on() {
+        let rows = out.len() / w.n_out.max(1);
+        super::capture::dense(w.name, &x[..(rows * w.n_in).min(x.len())], w.n_in);
+    }
     let acts = cache.get(kt, w.ty.vec_dot_type(), x, w.n_in);
     matmul(kt, w, acts, out, tile, mode);
 }

@@ -34,6 +34,7 @@ impl<'a> Model<'a> {
         let packed = file.derived(repack_for_kernels);
         let lookup = |name: &str| {
             file.tensor(name).map(|t| WeightRef {
+                name: t.name,
                 ty: t.ty,
                 dims: t.dims.to_vec(),
                 data: t.data,

@@ -15,6 +15,7 @@
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
+use super::capture;
 use super::config::ModelConfig;
 use super::dump;
 use super::linear::{matmul, Activations, MatScratch, Matrix};
@@ -166,6 +167,22 @@ pub fn forward(
         let sel: Vec<f32> = sc.sel[..t * k].iter().map(|&x| x as f32).collect();
         dump::here("ffn_moe_topk", &sel);
     }
+    if capture::on() {
+        // ggml's order: slot by slot, token by token.
+        let (sel, u) = (&sc.sel, u);
+        let rows = || {
+            (0..k).flat_map(move |slot| {
+                (0..t).map(move |ti| (sel[ti * k + slot], &u[ti * e..(ti + 1) * e]))
+            })
+        };
+        match w.gate_up {
+            GateUp::Fused(gu) => capture::routed(gu.name, ne, e, rows()),
+            GateUp::Split { gate, up } => {
+                capture::routed(gate.name, ne, e, rows());
+                capture::routed(up.name, ne, e, rows());
+            }
+        }
+    }
     // 2. Group (token, slot) pairs by expert.
     sc.offsets.fill(0);
     for &x in &sc.sel[..t * k] {
@@ -212,6 +229,7 @@ pub fn forward(
             &mut sc.h[r * ffs..(r + 1) * ffs],
         );
     }
+    capture::dense(w.shexp_down.name, &sc.h[..t * ffs], ffs);
     sc.h_act
         .quantize(kt, w.shexp_down.ty.vec_dot_type(), &sc.h[..t * ffs], ffs);
     // The shared expert's down projection in decoding's numerics even in a
@@ -354,6 +372,7 @@ fn experts_grouped(
                 }
             }
             let down = w.down.expert(x);
+            capture::routed(down.name, ne, ff, b.h.chunks_exact(ff).map(|r| (x, r)));
             b.h_act.quantize(kt, down.ty.vec_dot_type(), &b.h, ff);
             product(&down, &b.h_act, dn, &mut b.tile);
         });
@@ -428,6 +447,15 @@ fn experts_flat(
             }
         }
     }
+    capture::routed(
+        w.down.name,
+        w.down.n_expert,
+        ff,
+        sc.expert_of
+            .iter()
+            .zip(sc.h[..n * ff].chunks_exact(ff))
+            .map(|(&x, r)| (x, r)),
+    );
     sc.h_act
         .quantize(kt, w.down.ty.vec_dot_type(), &sc.h[..n * ff], ff);
     rows_product(

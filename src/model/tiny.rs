@@ -335,7 +335,8 @@ impl TinyModel {
     }
 
     pub fn lookup(&self, name: &str) -> Option<WeightRef<'_>> {
-        self.tensors.get(name).map(|t| WeightRef {
+        self.tensors.get_key_value(name).map(|(name, t)| WeightRef {
+            name: name.as_str(),
             packed: None,
             ty: t.ty,
             dims: t.dims.clone(),

@@ -16,6 +16,8 @@ use super::linear::Matrix;
 /// One tensor as the binder sees it: type, ggml dims, raw bytes.
 #[derive(Clone, Debug)]
 pub struct WeightRef<'a> {
+    /// The tensor's name in the file (what an importance matrix is keyed by).
+    pub name: &'a str,
     pub ty: GgmlType,
     pub dims: Vec<u64>,
     pub data: &'a [u8],
@@ -47,6 +49,8 @@ pub struct Experts<'a> {
     pub n_in: usize,
     pub n_out: usize,
     pub n_expert: usize,
+    /// The stack's tensor name.
+    pub name: &'a str,
     data: &'a [u8],
     packed: Option<&'a [u8]>,
 }
@@ -73,7 +77,7 @@ impl<'a> Experts<'a> {
             &self.data[e * size..(e + 1) * size],
         );
         let one = kernels::repack::packed_bytes(self.ty, self.n_in, self.n_out);
-        let m = m.as_expert();
+        let m = m.as_expert().named(self.name);
         match self.packed {
             Some(p) => m.with_packed(&p[e * one..(e + 1) * one]),
             None => m,
@@ -244,7 +248,7 @@ impl<'a> Binder<'_, 'a> {
 
     fn matrix(&self, name: &str, n_in: usize, n_out: usize) -> Result<Matrix<'a>, WeightError> {
         let w = self.get(name, &[n_in as u64, n_out as u64])?;
-        let m = Matrix::new_unchecked(w.ty, n_in, n_out, w.data);
+        let m = Matrix::new_unchecked(w.ty, n_in, n_out, w.data).named(w.name);
         Ok(match w.packed {
             Some(p) => m.with_packed(p),
             None => m,
@@ -254,7 +258,7 @@ impl<'a> Binder<'_, 'a> {
     /// A `{n}` vector bound as a 1-row matrix.
     fn row_matrix(&self, name: &str, n_in: usize) -> Result<Matrix<'a>, WeightError> {
         let w = self.get(name, &[n_in as u64])?;
-        Ok(Matrix::new_unchecked(w.ty, n_in, 1, w.data))
+        Ok(Matrix::new_unchecked(w.ty, n_in, 1, w.data).named(w.name))
     }
 
     fn experts(
@@ -270,6 +274,7 @@ impl<'a> Binder<'_, 'a> {
             n_in,
             n_out,
             n_expert,
+            name: w.name,
             data: w.data,
             packed: w.packed,
         })

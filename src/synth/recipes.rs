@@ -117,6 +117,20 @@ impl Recipe {
         n_expert: usize,
         n_gqa: usize,
     ) -> GgmlType {
+        self.type_for_with(t, n_layer, n_expert, n_gqa, false)
+    }
+
+    /// [`Recipe::type_for`], where `has_imatrix` says whether the quantizer
+    /// holds an importance matrix (two of llama-quantize's rules for the
+    /// first eighth of the layers' `ffn_down` depend on it).
+    pub fn type_for_with(
+        self,
+        t: &TensorSpec,
+        n_layer: usize,
+        n_expert: usize,
+        n_gqa: usize,
+        has_imatrix: bool,
+    ) -> GgmlType {
         if !t.role.is_quantizable() {
             return GgmlType::F32;
         }
@@ -130,6 +144,10 @@ impl Recipe {
             Recipe::Q4_0 => match t.role {
                 Role::Output => output_type(t, GgmlType::Q4_0),
                 Role::AttnV | Role::Qkv | Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
+                // "Guard against craziness" in early ffn_down, with an imatrix only.
+                Role::DownExps | Role::DownShexp if has_imatrix && layer < n_layer / 8 => {
+                    GgmlType::Q4_1
+                }
                 _ => GgmlType::Q4_0,
             },
             Recipe::Q4KM => match t.role {
@@ -148,7 +166,9 @@ impl Recipe {
                 Role::AttnV | Role::Qkv if n_gqa >= 4 => GgmlType::Q5_K,
                 Role::AttnK if n_expert == 8 => GgmlType::Q8_0,
                 Role::AttnOutput if n_expert == 8 => GgmlType::Q5_K,
-                Role::DownExps | Role::DownShexp if layer < n_layer / 8 => GgmlType::Q5_K,
+                Role::DownExps | Role::DownShexp if layer < n_layer / 8 && !has_imatrix => {
+                    GgmlType::Q5_K
+                }
                 _ => GgmlType::IQ4_XS,
             },
             Recipe::Q4KMHq => match t.role.is_routed_expert() {

@@ -1,0 +1,194 @@
+//! `clover imatrix`: an importance matrix for `clover quantize --imatrix`
+//! (and llama-quantize's), collected over a text the way llama-imatrix does.
+//!
+//! The text is tokenized once and cut into chunks of `-c` tokens; each chunk
+//! runs from an empty state in one prompt pass (the first token replaced by
+//! BOS when the vocabulary adds one), while [`crate::model::capture`] sums
+//! the squared activations entering every `blk.*` matrix and expert. The
+//! second half of each chunk is scored as `clover perplexity` scores it, so
+//! the run also prints the text's perplexity. The file is rewritten every
+//! `--output-frequency` chunks and at the end, each time through a temporary
+//! file renamed into place: an interrupted run (Ctrl-C removes the temporary
+//! file) leaves the last complete save, never a partial one.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use clap::Args;
+
+use crate::imatrix::Imatrix;
+use crate::model::{capture, LogitsFor, StateOptions};
+
+#[derive(Args, Debug)]
+pub struct ImatrixArgs {
+    /// The model file (default: the built-in default model)
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// The text to collect over
+    #[arg(short = 'f', long = "file")]
+    pub file: PathBuf,
+    /// Where to write the imatrix (GGUF, llama.cpp's format)
+    #[arg(short = 'o', long = "output-file", default_value = "imatrix.gguf")]
+    pub output: PathBuf,
+    /// Chunk size in tokens
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    pub ctx_size: usize,
+    /// Process at most this many chunks (-1: all)
+    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
+    pub chunks: i64,
+    /// Rewrite the output file every N chunks
+    #[arg(long = "output-frequency", default_value_t = 10)]
+    pub output_frequency: usize,
+    /// Skip the perplexity (only the last position's logits are computed)
+    #[arg(long = "no-ppl")]
+    pub no_ppl: bool,
+    /// Threads (default: all cores)
+    #[arg(short = 't', long = "threads")]
+    pub threads: Option<usize>,
+    /// Read the model into memory instead of mapping it
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
+}
+
+/// The most bytes the text file may hold.
+const MAX_TEXT_FILE: u64 = 1 << 30;
+
+/// The importance matrix of what was captured so far.
+fn collected(args: &ImatrixArgs, chunks: usize) -> Imatrix {
+    Imatrix {
+        entries: capture::snapshot(),
+        datasets: vec![args.file.to_string_lossy().into_owned()],
+        chunk_count: chunks as u32,
+        chunk_size: args.ctx_size as u32,
+    }
+}
+
+fn save(args: &ImatrixArgs, im: &Imatrix) -> anyhow::Result<()> {
+    for (name, e) in &im.entries {
+        if e.sums.iter().any(|v| !v.is_finite()) {
+            bail!("non-finite activations collected for {name}: the model overflows on this text");
+        }
+    }
+    im.save(&args.output)
+        .with_context(|| format!("writing {}", args.output.display()))?;
+    Ok(())
+}
+
+pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
+    if args.ctx_size < capture::MIN_DENSE_ROWS {
+        bail!(
+            "--ctx-size {} is too small: dense matrices are only collected from batches of at least {} tokens",
+            args.ctx_size,
+            capture::MIN_DENSE_ROWS
+        );
+    }
+    if args.threads == Some(0) {
+        bail!("--threads must be at least 1");
+    }
+    if args.output_frequency == 0 {
+        bail!("--output-frequency must be at least 1");
+    }
+    let text = super::common::read_text_file(&args.file, MAX_TEXT_FILE, "text file")?;
+    let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
+    let mut tokens = m.tokenizer.encode(&text, false)?;
+    let c = args.ctx_size;
+    // llama-imatrix's rule: at least two chunks of text.
+    if tokens.len() < 2 * c {
+        bail!(
+            "{} has {} tokens; a chunk size of {c} needs at least {}",
+            args.file.display(),
+            tokens.len(),
+            2 * c
+        );
+    }
+    let mut n_chunks = tokens.len() / c;
+    if args.chunks >= 0 {
+        n_chunks = n_chunks.min(args.chunks as usize);
+    }
+    if n_chunks == 0 {
+        bail!("--chunks 0: nothing to collect");
+    }
+    let bos = m.tokenizer.add_bos().then(|| m.tokenizer.bos()).flatten();
+    if let Some(b) = bos {
+        for w in 0..n_chunks {
+            tokens[w * c] = b;
+        }
+    }
+    eprintln!("imatrix: {} tokens, {n_chunks} chunks of {c}", tokens.len());
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.unwrap_or(0))
+        .build()
+        .context("thread pool")?;
+    let model = &m.model;
+    let n_vocab = model.n_vocab();
+    let state_opts = StateOptions {
+        max_batch: c.min(512),
+        ..StateOptions::new(c)
+    };
+    crate::engine::session::check_memory(&m.model, &state_opts)?;
+    let mut state = model.new_state(state_opts)?;
+    let mut sums = super::perplexity::NllSums::default();
+    let mut out = std::io::stdout().lock();
+    let t0 = Instant::now();
+    capture::start();
+    let result = (|| -> anyhow::Result<()> {
+        for w in 0..n_chunks {
+            let win = &tokens[w * c..(w + 1) * c];
+            state.reset();
+            let want = if args.no_ppl {
+                LogitsFor::Last
+            } else {
+                LogitsFor::All
+            };
+            let logits = pool.install(|| model.forward(&mut state, win, 0, want))?;
+            if w == 0 {
+                let per = t0.elapsed().as_secs_f64();
+                eprintln!(
+                    "imatrix: {per:.2} seconds per chunk, ETA {:.1} min",
+                    per * n_chunks as f64 / 60.0
+                );
+            }
+            if !args.no_ppl {
+                super::perplexity::score_window(logits, n_vocab, win, &mut sums);
+                write!(out, "[{}]{:.4},", w + 1, sums.ppl())?;
+                out.flush()?;
+            }
+            if (w + 1) % args.output_frequency == 0 && w + 1 < n_chunks {
+                save(&args, &collected(&args, w + 1))?;
+            }
+        }
+        Ok(())
+    })();
+    let im = collected(&args, n_chunks);
+    capture::finish();
+    result?;
+    save(&args, &im)?;
+    if !args.no_ppl {
+        writeln!(out)?;
+        writeln!(
+            out,
+            "Final estimate: PPL = {:.4} +/- {:.5}",
+            sums.ppl(),
+            sums.ppl_error()
+        )?;
+    }
+    let partial = im
+        .entries
+        .values()
+        .filter(|e| e.counts.contains(&0))
+        .count();
+    eprintln!(
+        "imatrix: {} entries over {n_chunks} chunks in {:.2} s written to {}{}",
+        im.entries.len(),
+        t0.elapsed().as_secs_f64(),
+        args.output.display(),
+        if partial > 0 {
+            format!(" ({partial} expert stacks have experts the text never reached)")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
