@@ -138,6 +138,23 @@ impl ChatMessage {
     }
 }
 
+/// A JSON value as a template value (objects keep their key order).
+fn json_value(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::from(()),
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Value::from(i),
+            (None, Some(f)) => Value::from(f),
+            _ => Value::from(n.to_string()),
+        },
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(a) => a.iter().map(json_value).collect(),
+        J::Object(o) => Value::from_pairs(o.iter().map(|(k, v)| (k.as_str(), json_value(v)))),
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum ChatError {
     #[error("chat template does not compile: {0}")]
@@ -257,28 +274,65 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         enable_thinking: Option<bool>,
     ) -> Result<(String, u64), ChatError> {
-        let tmpl = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| ChatError::Render(describe(&e)))?;
         let input_bytes: usize = messages
             .iter()
             .map(|m| {
                 m.role.len() + m.content.len() + m.reasoning_content.as_ref().map_or(0, String::len)
             })
             .sum();
+        let messages = Value::from(
+            messages
+                .iter()
+                .map(ChatMessage::to_value)
+                .collect::<Vec<_>>(),
+        );
+        self.render_value(
+            messages,
+            None,
+            add_generation_prompt,
+            enable_thinking,
+            input_bytes,
+        )
+    }
+
+    /// Renders messages given as JSON, as an OpenAI client sends them (tool
+    /// calls, tool results), with the request's `tools` when it has some.
+    pub fn render_json(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
+        let input_bytes = messages.to_string().len() + tools.map_or(0, |t| t.to_string().len());
+        self.render_value(
+            json_value(messages),
+            tools.map(json_value),
+            add_generation_prompt,
+            None,
+            input_bytes,
+        )
+        .map(|(text, _)| text)
+    }
+
+    fn render_value(
+        &self,
+        messages: Value,
+        tools: Option<Value>,
+        add_generation_prompt: bool,
+        enable_thinking: Option<bool>,
+        input_bytes: usize,
+    ) -> Result<(String, u64), ChatError> {
+        let tmpl = self
+            .env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| ChatError::Render(describe(&e)))?;
         let mut ctx = vec![
-            (
-                "messages",
-                Value::from(
-                    messages
-                        .iter()
-                        .map(ChatMessage::to_value)
-                        .collect::<Vec<_>>(),
-                ),
-            ),
+            ("messages", messages),
             ("add_generation_prompt", Value::from(add_generation_prompt)),
         ];
+        if let Some(t) = tools {
+            ctx.push(("tools", t));
+        }
         if let Some(t) = enable_thinking {
             ctx.push(("enable_thinking", Value::from(t)));
         }

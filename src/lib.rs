@@ -11,6 +11,7 @@ pub mod model;
 pub mod output;
 pub mod quantize;
 pub mod sample;
+pub mod server;
 pub mod signals;
 pub mod spec;
 pub mod synth;

@@ -74,6 +74,17 @@ pub fn install() {
     }
 }
 
+/// Leaves `SIGINT` and `SIGTERM` to a command that handles them itself
+/// (`clover serve` drains its requests and exits 0): their default action is
+/// restored, for the command's own handler to replace.
+pub fn default_terminate() {
+    // SAFETY: restoring the default disposition of two signals.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
+}
+
 /// A temporary file to remove if a signal ends the process; undone by
 /// [`forget_temp`] with the returned slot.
 pub fn register_temp(path: &Path) -> Option<usize> {

@@ -17,15 +17,16 @@ use crate::sample::SamplerParams;
 use crate::spec::SpecConfig;
 
 /// llama.cpp's multi-letter short flags and the long flags they mean.
-const LLAMA_SHORT: [(&str, &str); 5] = [
+const LLAMA_SHORT: [(&str, &str); 6] = [
     ("-ub", "--ubatch-size"),
+    ("-np", "--parallel"),
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-tb", "--threads-batch"),
     ("-fa", "--flash-attn"),
 ];
 
-/// Rewrites `-ub N`, `-ctk T`, `-ctv T`, `-tb N`, `-fa V` (and `-ctk=T`) to
+/// Rewrites `-ub N`, `-np N`, `-ctk T`, `-ctv T`, `-tb N`, `-fa V` (and `-ctk=T`) to
 /// their long forms; everything after a bare `--` is left alone.
 pub fn rewrite_llama_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     rewrite_llama_flags_noting(args).0

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
 pub mod run;
+pub mod serve;
 pub mod synth;
 
 #[derive(Parser, Debug)]
@@ -42,6 +43,8 @@ pub enum Command {
     Chat(chat::ChatArgs),
     /// Generate by block diffusion (clover_moe files): denoise each block, then commit it
     Diffuse(diffuse::DiffuseArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (chat, completions, streaming)
+    Serve(serve::ServeArgs),
     /// Measure prompt processing and generation speed, llama-bench style
     Bench(bench::BenchArgs),
     /// Perplexity of a text file, llama-perplexity style (second half of each window)
@@ -81,6 +84,7 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),
         Command::Quantize(args) => quantize::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Imatrix(args) => imatrix::run(args),
         Command::Chat(args) => chat::run(args),
         Command::Run(args) => run::run(args),

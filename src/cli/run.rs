@@ -121,6 +121,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         n_predict,
         starts_thinking,
         checkpoint_after_prompt: false,
+        ignore_eos: false,
     };
     let stdout = io::stdout();
     let mut out = stdout.lock();

@@ -317,6 +317,7 @@ impl ChatSession {
             n_predict: self.n_predict,
             starts_thinking,
             checkpoint_after_prompt: true,
+            ignore_eos: false,
         };
         let round = RefCell::new(Round::default());
         let mut kinds: VecDeque<TokenKind> = VecDeque::new();

@@ -123,6 +123,9 @@ pub struct GenOptions {
     pub starts_thinking: bool,
     /// Checkpoint the recurrent state after the prompt (see `Session::prefill`).
     pub checkpoint_after_prompt: bool,
+    /// End-of-generation tokens do not end generation (they are emitted as
+    /// the control tokens they are): llama-server's `ignore_eos`.
+    pub ignore_eos: bool,
 }
 
 /// What the loop reports while it runs.
@@ -333,12 +336,13 @@ struct SessionDriver<'a, 'e> {
     decoder: StreamDecoder<'a>,
     text: String,
     thinking: bool,
+    ignore_eos: bool,
     timings: &'e mut Timings,
 }
 
 impl Driver for SessionDriver<'_, '_> {
     fn is_eog(&self, t: u32) -> bool {
-        self.model.tokenizer.is_eog(t)
+        !self.ignore_eos && self.model.tokenizer.is_eog(t)
     }
 
     fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError> {
@@ -425,6 +429,7 @@ pub fn generate(
         decoder: model.tokenizer.stream_decoder(),
         text: String::new(),
         thinking: opts.starts_thinking,
+        ignore_eos: opts.ignore_eos,
         timings: &mut timings,
     };
     let driven = drive(&mut d, prompt, first, opts.n_predict, stopped)?;

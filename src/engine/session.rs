@@ -164,15 +164,39 @@ pub struct Session {
     shared: Vec<u32>,
     /// The recurrent state at the end of `shared`, once an evaluation passed it.
     shared_state: Option<Checkpoint>,
-    pool: rayon::ThreadPool,
+    pool: Arc<rayon::ThreadPool>,
     /// The pool of prompt batches when `-tb` differs from `-t`.
-    pool_batch: Option<rayon::ThreadPool>,
+    pool_batch: Option<Arc<rayon::ThreadPool>>,
     threads: usize,
     n_batch: usize,
 }
 
 impl Session {
     pub fn new(model: Arc<LoadedModel>, opts: SessionOptions) -> Result<Session, EngineError> {
+        Session::new_in(model, opts, None)
+    }
+
+    /// A pool of `-t` / `-tb` threads, as [`Session::new`] makes one.
+    pub fn new_pool(
+        n: Option<usize>,
+        name: &'static str,
+    ) -> Result<Arc<rayon::ThreadPool>, EngineError> {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n.unwrap_or(0))
+            .thread_name(move |i| format!("{name}-{i}"))
+            .build()
+            .map(Arc::new)
+            .map_err(|e| EngineError::Threads(e.to_string()))
+    }
+
+    /// [`Session::new`], on `pool` when given (several sessions sharing one
+    /// pool take turns on its threads instead of oversubscribing the cores:
+    /// the server's slots).
+    pub fn new_in(
+        model: Arc<LoadedModel>,
+        opts: SessionOptions,
+        pool: Option<Arc<rayon::ThreadPool>>,
+    ) -> Result<Session, EngineError> {
         opts.validate()?;
         let head_dim = model.model.config.head_dim;
         for (flag, ty) in [("-ctk", opts.type_k), ("-ctv", opts.type_v)] {
@@ -195,17 +219,14 @@ impl Session {
         // abort in the allocator.
         check_memory(&model.model, &state_opts)?;
         let state = model.model.new_state(state_opts)?;
-        let new_pool = |n: usize, name: &'static str| {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .thread_name(move |i| format!("{name}-{i}"))
-                .build()
-                .map_err(|e| EngineError::Threads(e.to_string()))
+        let shared = pool.is_some();
+        let pool = match pool {
+            Some(p) => p,
+            None => Session::new_pool(opts.threads, "clover-worker")?,
         };
-        let pool = new_pool(opts.threads.unwrap_or(0), "clover-worker")?;
         let threads = pool.current_num_threads();
         let pool_batch = match opts.threads_batch {
-            Some(n) if n != threads => Some(new_pool(n, "clover-batch")?),
+            Some(n) if n != threads && !shared => Some(Session::new_pool(Some(n), "clover-batch")?),
             _ => None,
         };
         Ok(Session {

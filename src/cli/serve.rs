@@ -1,0 +1,123 @@
+//! `clover serve`: the OpenAI-compatible server (`crate::server`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Args;
+
+use super::common::{open_model, ContextArgs, SpecArgs, SpecType};
+use crate::server::{serve, ServeConfig, SlotPlan};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The model file (default: the built-in default model)
+    #[arg(short = 'm', long = "model")]
+    pub model: Option<PathBuf>,
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port to listen on (0: any free port, printed at start)
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Slots (-np): requests generated at once, each with its own state and
+    /// a share of -c
+    #[arg(long = "parallel", default_value_t = 4)]
+    pub parallel: usize,
+    /// Requests that may wait for a slot; beyond it: 503 with Retry-After
+    #[arg(long = "queue", default_value_t = 64)]
+    pub queue: usize,
+    /// Require `Authorization: Bearer KEY` on /v1 requests
+    #[arg(long = "api-key", value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// The model's name in /v1/models and responses (default: the file's stem)
+    #[arg(long = "alias")]
+    pub alias: Option<String>,
+    /// Largest request body, in bytes
+    #[arg(long = "max-body", default_value_t = 8 << 20)]
+    pub max_body: usize,
+    /// Seconds in-flight requests get after SIGTERM before they are cut
+    #[arg(long = "shutdown-timeout", default_value_t = 10.0)]
+    pub shutdown_timeout: f64,
+    /// none: plain decoding; draft-self: slots speculate (adaptive draft length)
+    #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
+    pub spec_type: SpecType,
+    #[command(flatten)]
+    pub spec: SpecArgs,
+    #[command(flatten)]
+    pub context: ContextArgs,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    if args.parallel == 0 {
+        bail!("-np must be at least 1");
+    }
+    if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
+        bail!("--shutdown-timeout must be a number of seconds, at least 0");
+    }
+    // -c is the total, split between the slots, as llama-server splits it.
+    let total = args
+        .context
+        .ctx_size
+        .unwrap_or(super::common::DEFAULT_CTX * args.parallel);
+    let n_ctx_slot = total / args.parallel;
+    if n_ctx_slot < 16 {
+        bail!(
+            "-c {total} leaves {n_ctx_slot} positions per slot for -np {}: too few",
+            args.parallel
+        );
+    }
+    let mut session = args.context.session_options()?;
+    session.n_ctx = n_ctx_slot;
+    session.validate()?;
+    let spec = match args.spec_type {
+        SpecType::DraftSelf => Some(args.spec.config(None)?),
+        SpecType::None => None,
+    };
+    let model_name = args.alias.clone().unwrap_or_else(|| match &args.model {
+        Some(p) => p
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "model".into()),
+        None => "clover-tiny-kjv".into(),
+    });
+    let (path, no_mmap) = (args.model.clone(), args.context.no_mmap);
+    let has_spec = spec.is_some();
+    let load = Box::new(move || {
+        let m = open_model(path.as_deref(), no_mmap)?;
+        if has_spec && !m.model.has_diffusion() {
+            bail!(
+                "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
+            );
+        }
+        crate::engine::session::check_memory(
+            &m.model,
+            &crate::model::StateOptions {
+                max_batch: session.n_ubatch.min(session.n_batch).min(n_ctx_slot),
+                type_k: session.type_k,
+                type_v: session.type_v,
+                ..crate::model::StateOptions::new(n_ctx_slot * args.parallel)
+            },
+        )?;
+        Ok(Arc::new(m))
+    });
+    serve(
+        ServeConfig {
+            host: args.host,
+            port: args.port,
+            api_key: args.api_key,
+            model_name,
+            n_ctx_slot,
+            max_body: args.max_body,
+            shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+        },
+        SlotPlan {
+            load,
+            session,
+            n_slots: args.parallel,
+            max_queue: args.queue,
+            spec,
+        },
+    )
+}

@@ -1,0 +1,369 @@
+//! The OpenAI request fields clover reads, checked, and the error object.
+
+use serde_json::{json, Map, Value};
+
+use crate::sample::SamplerParams;
+
+/// An error response: OpenAI's `{"error": {...}}` with an HTTP status.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub message: String,
+    pub param: Option<String>,
+}
+
+impl ApiError {
+    pub fn bad(message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 400,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    pub fn field(param: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 400,
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
+    }
+
+    pub fn status(status: u16, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    /// OpenAI's error type for the status.
+    pub fn kind(&self) -> &'static str {
+        match self.status {
+            400 | 404 | 413 => "invalid_request_error",
+            401 => "authentication_error",
+            503 => "unavailable_error",
+            _ => "server_error",
+        }
+    }
+
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind(),
+            "param": self.param,
+            "code": self.status,
+        }})
+    }
+}
+
+/// What every generation request sets besides its prompt.
+#[derive(Clone, Debug)]
+pub struct Common {
+    pub sampler: SamplerParams,
+    pub n_predict: Option<usize>,
+    pub stop: Vec<String>,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// llama-server's `ignore_eos`.
+    pub ignore_eos: bool,
+}
+
+fn number(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => Ok(n.as_f64()),
+        Some(_) => Err(ApiError::field(k, format!("'{k}' must be a number"))),
+    }
+}
+
+fn integer(o: &Map<String, Value>, k: &str) -> Result<Option<i64>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Ok(Some(i)),
+            (None, Some(u)) => Ok(Some(u as i64)),
+            _ => Err(ApiError::field(k, format!("'{k}' must be an integer"))),
+        },
+        Some(_) => Err(ApiError::field(k, format!("'{k}' must be an integer"))),
+    }
+}
+
+fn boolean(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
+    match o.get(k) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(ApiError::field(k, format!("'{k}' must be a boolean"))),
+    }
+}
+
+/// The request body as a JSON object.
+pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(ApiError::bad("the request body must be a JSON object")),
+        Err(e) => Err(ApiError::bad(format!(
+            "the request body is not valid JSON: {e}"
+        ))),
+    }
+}
+
+/// The sampling and stopping fields.
+pub fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
+    if let Some(n) = integer(o, "n")? {
+        if n != 1 {
+            return Err(ApiError::field("n", "only n = 1 is supported"));
+        }
+    }
+    if let Some(m) = o.get("model") {
+        if !m.is_string() && !m.is_null() {
+            return Err(ApiError::field("model", "'model' must be a string"));
+        }
+    }
+    let mut s = SamplerParams::default();
+    if let Some(t) = number(o, "temperature")? {
+        s.temp = t as f32;
+    }
+    if let Some(v) = number(o, "top_p")? {
+        s.top_p = v as f32;
+    }
+    if let Some(v) = integer(o, "top_k")? {
+        s.top_k = v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+    }
+    if let Some(v) = number(o, "min_p")? {
+        s.min_p = v as f32;
+    }
+    if let Some(v) = number(o, "presence_penalty")? {
+        s.presence_penalty = v as f32;
+    }
+    if let Some(v) = number(o, "frequency_penalty")? {
+        s.frequency_penalty = v as f32;
+    }
+    if let Some(v) = number(o, "repeat_penalty")? {
+        s.repeat_penalty = v as f32;
+    }
+    if let Some(v) = integer(o, "repeat_last_n")? {
+        s.repeat_last_n = v.clamp(-1, i32::MAX as i64) as i32;
+    }
+    if let Some(v) = integer(o, "seed")? {
+        s.seed = Some(v as u64);
+    }
+    let mut n_predict = None;
+    for k in ["max_tokens", "max_completion_tokens", "n_predict"] {
+        if let Some(v) = integer(o, k)? {
+            if v >= 0 {
+                n_predict = Some(v as usize);
+            } else if k != "n_predict" || v != -1 {
+                return Err(ApiError::field(k, format!("'{k}' must not be negative")));
+            }
+        }
+    }
+    let stop = match o.get("stop") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                ApiError::field("stop", "'stop' must be a string or a list of strings")
+            })?,
+        Some(_) => {
+            return Err(ApiError::field(
+                "stop",
+                "'stop' must be a string or a list of strings",
+            ))
+        }
+    };
+    let stream = boolean(o, "stream")?.unwrap_or(false);
+    let include_usage = match o.get("stream_options") {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(so)) => boolean(so, "include_usage")?.unwrap_or(false),
+        Some(_) => {
+            return Err(ApiError::field(
+                "stream_options",
+                "'stream_options' must be an object",
+            ))
+        }
+    };
+    let ignore_eos = boolean(o, "ignore_eos")?.unwrap_or(false);
+    Ok(Common {
+        sampler: s,
+        n_predict,
+        stop,
+        stream,
+        include_usage,
+        ignore_eos,
+    })
+}
+
+/// The chat messages, checked, in the shape chat templates read: text content
+/// as a string, a tool call's `arguments` as an object.
+pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+    let Some(Value::Array(msgs)) = o.get("messages") else {
+        return Err(ApiError::field(
+            "messages",
+            "'messages' must be a list of messages",
+        ));
+    };
+    if msgs.is_empty() {
+        return Err(ApiError::field("messages", "'messages' is empty"));
+    }
+    let mut out = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        let Value::Object(m) = m else {
+            return Err(ApiError::field(
+                "messages",
+                format!("message {i} is not an object"),
+            ));
+        };
+        let mut m = m.clone();
+        if !m.get("role").is_some_and(Value::is_string) {
+            return Err(ApiError::field(
+                "messages",
+                format!("message {i} has no 'role' string"),
+            ));
+        }
+        let content = match m.get("content") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Array(parts)) => {
+                let mut text = String::new();
+                for p in parts {
+                    match (
+                        p.get("type").and_then(Value::as_str),
+                        p.get("text").and_then(Value::as_str),
+                    ) {
+                        (Some("text"), Some(t)) => text.push_str(t),
+                        _ => {
+                            return Err(ApiError::field(
+                                "messages",
+                                format!("message {i}: only text content parts are supported"),
+                            ))
+                        }
+                    }
+                }
+                text
+            }
+            Some(_) => {
+                return Err(ApiError::field(
+                    "messages",
+                    format!("message {i}: 'content' must be a string or a list of parts"),
+                ))
+            }
+        };
+        m.insert("content".into(), Value::String(content));
+        if let Some(Value::Array(calls)) = m.get_mut("tool_calls") {
+            for c in calls {
+                if let Some(f) = c.get_mut("function") {
+                    if let Some(Value::String(a)) = f.get("arguments") {
+                        if let Ok(v) = serde_json::from_str::<Value>(a) {
+                            f["arguments"] = v;
+                        }
+                    }
+                }
+            }
+        }
+        out.push(Value::Object(m));
+    }
+    Ok(Value::Array(out))
+}
+
+/// `tools`, when given: a list.
+pub fn tools(o: &Map<String, Value>) -> Result<Option<Value>, ApiError> {
+    match o.get("tools") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(a)) if a.is_empty() => Ok(None),
+        Some(t @ Value::Array(_)) => Ok(Some(t.clone())),
+        Some(_) => Err(ApiError::field("tools", "'tools' must be a list")),
+    }
+}
+
+/// A completion's `prompt`: a string, or a list holding one.
+pub fn prompt(o: &Map<String, Value>) -> Result<String, ApiError> {
+    match o.get("prompt") {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
+            Ok(a[0].as_str().unwrap_or_default().to_string())
+        }
+        Some(Value::Array(_)) => Err(ApiError::field(
+            "prompt",
+            "only one prompt string per request is supported",
+        )),
+        _ => Err(ApiError::field("prompt", "'prompt' must be a string")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn fields_of_the_wrong_type_are_400_naming_the_field() {
+        for (body, param) in [
+            (json!({"temperature": "hot"}), "temperature"),
+            (json!({"max_tokens": 1.5}), "max_tokens"),
+            (json!({"max_tokens": -3}), "max_tokens"),
+            (json!({"stop": 3}), "stop"),
+            (json!({"stop": ["a", 1]}), "stop"),
+            (json!({"stream": "yes"}), "stream"),
+            (json!({"n": 2}), "n"),
+            (json!({"seed": "x"}), "seed"),
+        ] {
+            let e = common(&obj(body.clone())).unwrap_err();
+            assert_eq!((e.status, e.param.as_deref()), (400, Some(param)), "{body}");
+        }
+        let e = object(b"{not json").unwrap_err();
+        assert_eq!(e.status, 400);
+        assert_eq!(e.body()["error"]["type"], "invalid_request_error");
+    }
+
+    #[test]
+    fn fields_map_onto_the_sampler_and_limits() {
+        let c = common(&obj(json!({
+            "temperature": 0, "top_k": 5, "top_p": 0.5, "min_p": 0.1, "seed": 7,
+            "max_completion_tokens": 9, "stop": "x", "presence_penalty": 0.5,
+            "frequency_penalty": 0.25, "repeat_penalty": 1.1, "stream": true,
+            "stream_options": {"include_usage": true}, "n": 1, "unknown": {"x": 1}
+        })))
+        .unwrap();
+        assert_eq!(c.sampler.temp, 0.0);
+        assert_eq!((c.sampler.top_k, c.sampler.seed), (5, Some(7)));
+        assert_eq!((c.sampler.top_p, c.sampler.min_p), (0.5, 0.1));
+        assert_eq!(c.sampler.repeat_penalty, 1.1);
+        assert_eq!(
+            (c.sampler.presence_penalty, c.sampler.frequency_penalty),
+            (0.5, 0.25)
+        );
+        assert_eq!(c.n_predict, Some(9));
+        assert_eq!(c.stop, vec!["x".to_string()]);
+        assert!(c.stream && c.include_usage);
+    }
+
+    #[test]
+    fn messages_take_text_parts_and_tool_call_arguments_become_objects() {
+        let m = messages(&obj(json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "42"}
+        ]})))
+        .unwrap();
+        assert_eq!(m[0]["content"], "ab");
+        assert_eq!(m[1]["content"], "");
+        assert_eq!(m[1]["tool_calls"][0]["function"]["arguments"]["x"], 1);
+        assert_eq!(m[2]["content"], "42");
+        for bad in [
+            json!({"messages": []}),
+            json!({"messages": "hi"}),
+            json!({"messages": [{"content": "no role"}]}),
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+        ] {
+            assert_eq!(messages(&obj(bad)).unwrap_err().status, 400);
+        }
+    }
+}

@@ -1,0 +1,363 @@
+//! The server's slots: `-np` sequences, each a [`Session`] (its own KV cache,
+//! conv windows and GDN states, and the tokens it holds for prompt-prefix
+//! reuse) driven by the one generation loop on a thread of its own. Every
+//! slot's forward passes run on one shared thread pool, so concurrent
+//! requests take turns on the cores instead of oversubscribing them.
+//!
+//! A request is a [`Job`]. [`Scheduler::submit`] hands it to the idle slot
+//! whose tokens share the longest prefix with its prompt (a chat's next turn
+//! lands where its previous turn left its state), else queues it (up to a
+//! bound: beyond it the request is refused). Tokens travel to the HTTP side
+//! through a bounded channel; a dropped receiver (the client went away) ends
+//! the generation at its next token, and so does the shutdown flag.
+
+use std::collections::VecDeque;
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use tokio::sync::mpsc;
+
+use crate::engine::{
+    generate, GenEvent, GenOptions, LoadedModel, PlainStep, Session, SessionOptions, SpecStep,
+    Step, StopReason,
+};
+use crate::sample::{Sampler, SamplerParams};
+use crate::spec::{DiffusionDrafter, SpecConfig};
+
+use super::metrics::Metrics;
+use super::text::StopMatcher;
+
+/// One request for a slot.
+#[derive(Debug)]
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub sampler: SamplerParams,
+    pub n_predict: Option<usize>,
+    pub stop: Vec<String>,
+    pub starts_thinking: bool,
+    /// Generate to the limit even past end-of-generation tokens.
+    pub ignore_eos: bool,
+    pub tx: mpsc::Sender<Msg>,
+}
+
+/// What a slot sends back.
+#[derive(Debug)]
+pub enum Msg {
+    /// Text (stop strings already applied); `thinking`: inside `<think>`.
+    Text {
+        text: String,
+        thinking: bool,
+    },
+    Done(Done),
+    Error(String),
+}
+
+/// How a generation ended, and what it cost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Done {
+    pub prompt_n: usize,
+    pub prompt_ms: f64,
+    /// Prompt tokens reused from the slot's previous request.
+    pub cached_n: usize,
+    pub predicted_n: usize,
+    pub predicted_ms: f64,
+    pub draft_n: usize,
+    pub draft_accepted: usize,
+    /// `true`: a limit (max_tokens or the context) ended it, not EOG or a stop.
+    pub length: bool,
+    pub slot: usize,
+}
+
+#[derive(Default)]
+struct SlotInfo {
+    busy: bool,
+    job: Option<Job>,
+    tokens: Vec<u32>,
+}
+
+struct Inner {
+    queue: VecDeque<Job>,
+    slots: Vec<SlotInfo>,
+    closed: bool,
+}
+
+/// Hands jobs to slots.
+pub struct Scheduler {
+    inner: Mutex<Inner>,
+    cv: Condvar,
+    max_queue: usize,
+    /// Set at shutdown after the grace period: every generation stops.
+    pub cancel_all: AtomicBool,
+}
+
+/// Why a job was not taken.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refused {
+    QueueFull,
+    ShuttingDown,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Scheduler {
+    pub fn new(n_slots: usize, max_queue: usize) -> Scheduler {
+        Scheduler {
+            inner: Mutex::new(Inner {
+                queue: VecDeque::new(),
+                slots: (0..n_slots).map(|_| SlotInfo::default()).collect(),
+                closed: false,
+            }),
+            cv: Condvar::new(),
+            max_queue,
+            cancel_all: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Gives `job` to the best idle slot, or queues it.
+    pub fn submit(&self, job: Job) -> Result<(), Refused> {
+        let mut g = self.lock();
+        if g.closed {
+            return Err(Refused::ShuttingDown);
+        }
+        let best = g
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| !s.busy && s.job.is_none())
+            .max_by_key(|(i, s)| (common_prefix(&s.tokens, &job.prompt), std::cmp::Reverse(*i)))
+            .map(|(i, _)| i);
+        match best {
+            Some(i) => g.slots[i].job = Some(job),
+            None if g.queue.len() < self.max_queue => g.queue.push_back(job),
+            None => return Err(Refused::QueueFull),
+        }
+        drop(g);
+        self.cv.notify_all();
+        Ok(())
+    }
+
+    /// The next job for slot `i` (blocks); `None` once closed and drained.
+    fn next(&self, i: usize) -> Option<Job> {
+        let mut g = self.lock();
+        loop {
+            if let Some(j) = g.slots[i].job.take() {
+                g.slots[i].busy = true;
+                return Some(j);
+            }
+            if let Some(j) = g.queue.pop_front() {
+                g.slots[i].busy = true;
+                return Some(j);
+            }
+            if g.closed {
+                return None;
+            }
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn release(&self, i: usize, tokens: Vec<u32>) {
+        let mut g = self.lock();
+        g.slots[i].busy = false;
+        g.slots[i].tokens = tokens;
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// Refuses new jobs; queued ones are told the server is stopping.
+    pub fn close(&self) {
+        let mut g = self.lock();
+        g.closed = true;
+        for j in g.queue.drain(..) {
+            let _ =
+                j.tx.try_send(Msg::Error("the server is shutting down".into()));
+        }
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// (queued requests, busy slots, slots).
+    pub fn load(&self) -> (usize, usize, usize) {
+        let g = self.lock();
+        let busy = g.slots.iter().filter(|s| s.busy || s.job.is_some()).count();
+        (g.queue.len(), busy, g.slots.len())
+    }
+}
+
+/// Starts `n` slot threads on `model`, all on one pool.
+pub fn start(
+    model: Arc<LoadedModel>,
+    opts: SessionOptions,
+    n: usize,
+    spec: Option<SpecConfig>,
+    sched: Arc<Scheduler>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+    let pool = Session::new_pool(opts.threads, "clover-worker")?;
+    let mut handles = Vec::new();
+    for i in 0..n {
+        let mut session = Session::new_in(Arc::clone(&model), opts, Some(Arc::clone(&pool)))?;
+        let (sched, metrics) = (Arc::clone(&sched), Arc::clone(&metrics));
+        let mut spec_step = spec.clone().map(|cfg| SpecStep::new(cfg, DiffusionDrafter));
+        let h = std::thread::Builder::new()
+            .name(format!("clover-slot-{i}"))
+            .spawn(move || {
+                while let Some(job) = sched.next(i) {
+                    let step: &mut dyn Step = match spec_step.as_mut() {
+                        Some(s) => s,
+                        None => &mut PlainStep,
+                    };
+                    run_job(i, &mut session, step, job, &sched.cancel_all, &metrics);
+                    sched.release(i, session.tokens().to_vec());
+                }
+            })?;
+        handles.push(h);
+    }
+    Ok(handles)
+}
+
+/// Runs one job on slot `i` to its end.
+fn run_job(
+    i: usize,
+    session: &mut Session,
+    step: &mut dyn Step,
+    job: Job,
+    cancel: &AtomicBool,
+    metrics: &Metrics,
+) {
+    let mut sampler = Sampler::new(job.sampler);
+    let opts = GenOptions {
+        n_predict: job.n_predict,
+        starts_thinking: job.starts_thinking,
+        // A later request sharing this prompt (the same conversation's
+        // regeneration, a longer one) can rewind the GDN state to here.
+        checkpoint_after_prompt: true,
+        ignore_eos: job.ignore_eos,
+    };
+    let mut stops = StopMatcher::new(job.stop.clone());
+    let (mut drafted, mut accepted) = (0, 0);
+    let tx = job.tx.clone();
+    let send = |m: Msg| tx.blocking_send(m).is_ok();
+    let mut sink = |ev: GenEvent<'_>| {
+        if cancel.load(Ordering::Relaxed) {
+            return ControlFlow::Break(());
+        }
+        let (text, thinking) = match ev {
+            GenEvent::Token {
+                text,
+                thinking,
+                tag,
+                ..
+            } => {
+                if tag {
+                    return ControlFlow::Continue(());
+                }
+                (text, thinking)
+            }
+            GenEvent::Tail { text, thinking } => (text, thinking),
+            GenEvent::Stepped { step, .. } => {
+                drafted += step.drafted;
+                accepted += step.accepted;
+                return ControlFlow::Continue(());
+            }
+            GenEvent::Prefilled(_) => return ControlFlow::Continue(()),
+        };
+        let text = if thinking {
+            text.to_string()
+        } else {
+            stops.push(text)
+        };
+        if !text.is_empty() && !send(Msg::Text { text, thinking }) {
+            return ControlFlow::Break(());
+        }
+        if stops.stopped {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    let prompt = job.prompt;
+    let result = generate(session, &prompt, &mut sampler, step, &opts, &mut sink);
+    let msg = match result {
+        Ok(gen) => {
+            if !stops.stopped {
+                let rest = stops.finish();
+                if !rest.is_empty() {
+                    send(Msg::Text {
+                        text: rest,
+                        thinking: false,
+                    });
+                }
+            }
+            let t = gen.timings;
+            let done = Done {
+                prompt_n: prompt.len(),
+                prompt_ms: t.prompt_ms,
+                cached_n: gen.prefill.reused,
+                predicted_n: gen.tokens.len(),
+                predicted_ms: t.eval_ms + t.sample_ms,
+                draft_n: drafted,
+                draft_accepted: accepted,
+                length: matches!(gen.stop, StopReason::Limit | StopReason::ContextFull),
+                slot: i,
+            };
+            metrics.finished(&done);
+            Msg::Done(done)
+        }
+        Err(e) => Msg::Error(e.to_string()),
+    };
+    let _ = job.tx.blocking_send(msg);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(prompt: &[u32]) -> (Job, mpsc::Receiver<Msg>) {
+        let (tx, rx) = mpsc::channel(4);
+        (
+            Job {
+                prompt: prompt.to_vec(),
+                sampler: SamplerParams::greedy(),
+                n_predict: Some(1),
+                stop: Vec::new(),
+                starts_thinking: false,
+                ignore_eos: false,
+                tx,
+            },
+            rx,
+        )
+    }
+
+    #[test]
+    fn jobs_go_to_the_idle_slot_with_the_longest_shared_prefix_then_queue() {
+        let s = Scheduler::new(2, 1);
+        s.release(1, vec![5, 6, 7]);
+        let (a, _ra) = job(&[5, 6, 9]);
+        s.submit(a).unwrap();
+        assert_eq!(s.next(1).unwrap().prompt, vec![5, 6, 9]);
+        let (b, _rb) = job(&[1]);
+        s.submit(b).unwrap();
+        assert_eq!(s.next(0).unwrap().prompt, vec![1]);
+        assert_eq!(s.load(), (0, 2, 2));
+        // Both busy: one job queues, the next is refused.
+        let (c, _rc) = job(&[2]);
+        s.submit(c).unwrap();
+        let (d, _rd) = job(&[3]);
+        assert_eq!(s.submit(d).unwrap_err(), Refused::QueueFull);
+        s.release(0, vec![1]);
+        assert_eq!(s.next(0).unwrap().prompt, vec![2]);
+        // Closing: nothing more is taken, and idle slots get None.
+        s.release(0, vec![2]);
+        s.close();
+        let (e, _re) = job(&[4]);
+        assert_eq!(s.submit(e).unwrap_err(), Refused::ShuttingDown);
+        assert!(s.next(0).is_none());
+    }
+}

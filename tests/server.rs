@@ -1,0 +1,343 @@
+//! `clover serve` over real HTTP: started on an ephemeral port with a tiny
+//! synthetic model, driven with plain `curl` (errors, limits, keys, a client
+//! that leaves mid-stream, SIGTERM) and with the official `openai` Python
+//! client (tests/server_openai.py: chat and completions, streamed and not,
+//! stop strings, the tools round trip, eight concurrent streams whose greedy
+//! text equals the text made alone).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn clover() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_clover"))
+}
+
+fn tiny_model(dir: &Path) -> PathBuf {
+    let p = dir.join("tiny.gguf");
+    let out = clover()
+        .args([
+            "synth",
+            "--arch",
+            "qwen35moe",
+            "--preset",
+            "tiny",
+            "--recipe",
+            "q8_0",
+        ])
+        .args(["--seed", "101", "-o", p.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p
+}
+
+/// A running server; killed on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(model: &Path, extra: &[&str]) -> Server {
+    let mut child = clover()
+        .args([
+            "serve",
+            "-m",
+            model.to_str().unwrap(),
+            "--port",
+            "0",
+            "-t",
+            "2",
+        ])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = BufReader::new(stderr).lines();
+    let mut base = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            base = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || for _ in lines {});
+    let base = base.expect("the server printed its address");
+    let s = Server { child, base };
+    let t0 = Instant::now();
+    while curl(&s, &["/health"]).0 != 200 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "not ready in 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    s
+}
+
+/// `curl` on `path` (first argument) with more arguments: (status, body).
+fn curl(s: &Server, args: &[&str]) -> (u16, String) {
+    let url = format!("{}{}", s.base, args[0]);
+    let out = Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}", &url])
+        .args(&args[1..])
+        .output()
+        .expect("curl runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn post(s: &Server, path: &str, body: &str, more: &[&str]) -> (u16, String) {
+    let mut args = vec![path, "-H", "Content-Type: application/json", "-d", body];
+    args.extend(more);
+    curl(s, &args)
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+fn metric(s: &Server, name: &str) -> f64 {
+    let (_, text) = curl(s, &["/metrics"]);
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+}
+
+#[test]
+fn curl_sees_the_api_its_errors_and_its_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&tiny_model(dir.path()), &["-np", "2", "--max-body", "4096"]);
+    let (code, body) = curl(&s, &["/v1/models"]);
+    assert_eq!(code, 200);
+    assert_eq!(json(&body)["data"][0]["id"], "tiny");
+
+    let chat = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":0}"#;
+    let (code, body) = post(&s, "/v1/chat/completions", chat, &[]);
+    assert_eq!(code, 200, "{body}");
+    let v = json(&body);
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["usage"]["completion_tokens"], v["timings"]["predicted_n"]);
+    let text = v["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Streamed: data lines, the same text, [DONE] last.
+    let stream = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":0,"stream":true}"#;
+    let (code, body) = post(&s, "/v1/chat/completions", stream, &["-N"]);
+    assert_eq!(code, 200);
+    let events: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{body}");
+    let streamed: String = events[..events.len() - 1]
+        .iter()
+        .filter_map(|e| {
+            json(e)["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    assert_eq!(streamed, text);
+
+    // Errors: OpenAI's object, the right status.
+    let too_long = format!(
+        r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,
+        "word ".repeat(900)
+    );
+    for (path, body, want) in [
+        ("/v1/chat/completions", "{not json", 400),
+        (
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"hi"}],"n":2}"#,
+            400,
+        ),
+        (
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}"#,
+            400,
+        ),
+        ("/v1/chat/completions", r#"{"messages":"hi"}"#, 400),
+        ("/v1/completions", r#"{"prompt":7}"#, 400),
+        ("/v1/chat/completions", too_long.as_str(), 413),
+        ("/v1/nothing", "{}", 404),
+    ] {
+        let (code, resp) = post(&s, path, body, &[]);
+        assert_eq!(code, want, "{path} {body:.60}: {resp}");
+        let e = &json(&resp)["error"];
+        assert!(e["message"].is_string() && e["type"].is_string(), "{resp}");
+    }
+    // A prompt longer than a slot's context.
+    drop(s);
+    let s = start(&tiny_model(dir.path()), &["-np", "1", "-c", "32"]);
+    let long = format!(
+        r#"{{"prompt":"{}","max_tokens":1}}"#,
+        "and it was so ".repeat(20)
+    );
+    let (code, resp) = post(&s, "/v1/completions", &long, &[]);
+    assert_eq!(code, 400, "{resp}");
+    assert!(resp.contains("context"), "{resp}");
+}
+
+#[test]
+fn an_api_key_is_required_when_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&tiny_model(dir.path()), &["--api-key", "sesame"]);
+    let body = r#"{"prompt":"x","max_tokens":1}"#;
+    assert_eq!(post(&s, "/v1/completions", body, &[]).0, 401);
+    assert_eq!(
+        post(
+            &s,
+            "/v1/completions",
+            body,
+            &["-H", "Authorization: Bearer wrong"]
+        )
+        .0,
+        401
+    );
+    assert_eq!(
+        post(
+            &s,
+            "/v1/completions",
+            body,
+            &["-H", "Authorization: Bearer sesame"]
+        )
+        .0,
+        200
+    );
+    // Health and metrics stay open (load balancers probe them).
+    assert_eq!(curl(&s, &["/health"]).0, 200);
+    assert_eq!(curl(&s, &["/metrics"]).0, 200);
+}
+
+#[test]
+fn a_client_that_leaves_mid_stream_frees_its_slot_and_sigterm_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = start(
+        &tiny_model(dir.path()),
+        &["-np", "1", "-c", "8192", "--shutdown-timeout", "0"],
+    );
+    // A generation that runs to its limit (ignore_eos), timed whole first.
+    let whole =
+        r#"{"prompt":"In the beginning","max_tokens":3000,"temperature":0,"ignore_eos":true}"#;
+    let t0 = Instant::now();
+    let (code, resp) = post(&s, "/v1/completions", whole, &[]);
+    let full = t0.elapsed();
+    assert_eq!(code, 200, "{resp}");
+    assert_eq!(json(&resp)["usage"]["completion_tokens"], 3000);
+    // The same, streamed and abandoned after a tenth of its time.
+    let body = whole.replace(
+        r#""ignore_eos":true}"#,
+        r#""ignore_eos":true,"stream":true}"#,
+    );
+    let before = metric(&s, "clover_tokens_predicted_total");
+    let leave = format!("{:.3}", (full.as_secs_f64() / 10.0).max(0.05));
+    let t0 = Instant::now();
+    let _ = post(&s, "/v1/completions", &body, &["-N", "--max-time", &leave]);
+    let left = t0.elapsed();
+    let mut freed = None;
+    while t0.elapsed() < full * 2 {
+        if metric(&s, "clover_slots_busy") == 0.0 {
+            freed = Some(t0.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let freed = freed.expect("the slot stayed busy after the client left");
+    let made = metric(&s, "clover_tokens_predicted_total") - before;
+    eprintln!(
+        "whole generation {:.2} s; client left at {:.2} s; slot free at {:.2} s after {made} tokens",
+        full.as_secs_f64(),
+        left.as_secs_f64(),
+        freed.as_secs_f64()
+    );
+    assert!(
+        made < 1500.0,
+        "{made} of 3000 tokens made for a client that left"
+    );
+    assert!(
+        freed < left + full / 4,
+        "the slot was freed {freed:?} after the request"
+    );
+    // The next request is served at once.
+    let (code, _) = post(
+        &s,
+        "/v1/completions",
+        r#"{"prompt":"x","max_tokens":2}"#,
+        &[],
+    );
+    assert_eq!(code, 200);
+
+    // SIGTERM with a request in flight: it is cut within the grace period
+    // (0 s here) and the server exits 0.
+    let base = s.base.clone();
+    let h = std::thread::spawn(move || {
+        Command::new("curl")
+            .args(["-s", "-N", &format!("{base}/v1/completions"), "-d", &body])
+            .output()
+            .unwrap()
+    });
+    std::thread::sleep(full / 10);
+    // SAFETY: sending a signal to our own child process.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "still running 20 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "exit status {status:?}");
+    let _ = h.join();
+}
+
+#[test]
+fn the_openai_python_client_works_against_it() {
+    let have = Command::new("python3")
+        .args(["-c", "import openai"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        assert!(
+            std::env::var_os("CLOVER_REQUIRE_ORACLES").is_none(),
+            "CLOVER_REQUIRE_ORACLES is set but python3 cannot import openai"
+        );
+        eprintln!("SKIPPED: python3 cannot import openai (pip install openai)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&tiny_model(dir.path()), &["-np", "4"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server_openai.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(format!("{}/v1", s.base))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
