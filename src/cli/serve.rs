@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Seconds in-flight requests get after SIGTERM before they are cut
     #[arg(long = "shutdown-timeout", default_value_t = 10.0)]
     pub shutdown_timeout: f64,
+    /// Each slot decodes in its own forward pass instead of one pass for all
+    /// (for A/B measurements)
+    #[arg(long = "no-batching")]
+    pub no_batching: bool,
     /// none: plain decoding; draft-self: slots speculate (adaptive draft length)
     #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
     pub spec_type: SpecType,
@@ -118,6 +122,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             n_slots: args.parallel,
             max_queue: args.queue,
             spec,
+            batching: !args.no_batching,
         },
     )
 }

@@ -123,6 +123,35 @@ pub fn forward(
     project_out(kt, mode, cfg, w, t, sc, lin, out);
 }
 
+/// Row `i` of a batched decoding step ([`super::batch`]): its projections,
+/// already in `batch`, are normed, roped and appended to the sequence's own
+/// cache `kv` at `pos`, attended with the sequence's scratch `one` exactly as
+/// a one-token [`forward`] attends, and the result is put back in row `i` of
+/// `batch.o`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn decode_row(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    kv: &mut KvCache,
+    layer: usize,
+    pos: usize,
+    batch: &mut AttentionScratch,
+    i: usize,
+    one: &mut AttentionScratch,
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let (q, kvw, o) = (nh * 2 * d, nkv * d, nh * d);
+    one.qg[..q].copy_from_slice(&batch.qg[i * q..(i + 1) * q]);
+    one.k[..kvw].copy_from_slice(&batch.k[i * kvw..(i + 1) * kvw]);
+    one.v[..kvw].copy_from_slice(&batch.v[i * kvw..(i + 1) * kvw]);
+    qk_norm_rope(cfg, w, pos, 1, one);
+    kv.write(kt, layer, pos, &one.k[..kvw], &one.v[..kvw]);
+    attend(kt, mode, cfg, kv, layer, pos, 1, 0..1, Span::Causal, one);
+    batch.o[i * o..(i + 1) * o].copy_from_slice(&one.o[..o]);
+}
+
 /// `qg = attn_q·u`, `k = attn_k·u`, `v = attn_v·u` for `t` rows (u converted
 /// once per dot type).
 #[allow(clippy::too_many_arguments)]

@@ -51,6 +51,31 @@ pub struct DeltaNetScratch {
 }
 
 impl DeltaNetScratch {
+    /// Copies projected row `i` of the batch scratch `batch` into row 0 here
+    /// (a batched step's sequence, about to run [`recur`] on one token).
+    pub(super) fn take_row(&mut self, cfg: &ModelConfig, batch: &DeltaNetScratch, i: usize) {
+        let (ch, hv) = (cfg.ssm_conv_channels(), cfg.ssm_n_v_heads);
+        self.mixed[..ch].copy_from_slice(&batch.mixed[i * ch..(i + 1) * ch]);
+        self.beta[..hv].copy_from_slice(&batch.beta[i * hv..(i + 1) * hv]);
+        self.gate[..hv].copy_from_slice(&batch.gate[i * hv..(i + 1) * hv]);
+    }
+
+    /// Copies the one-token read-outs of `one` into row `i` of this batch
+    /// scratch of `n` rows.
+    pub(super) fn put_heads(
+        &mut self,
+        cfg: &ModelConfig,
+        one: &DeltaNetScratch,
+        i: usize,
+        n: usize,
+    ) {
+        let (hv, d) = (cfg.ssm_n_v_heads, cfg.ssm_head_dim);
+        for h in 0..hv {
+            self.o_heads[(h * n + i) * d..(h * n + i + 1) * d]
+                .copy_from_slice(&one.o_heads[h * d..(h + 1) * d]);
+        }
+    }
+
     pub fn new(cfg: &ModelConfig, t: usize) -> DeltaNetScratch {
         let ch = cfg.ssm_conv_channels();
         let inner = cfg.ssm_inner();
@@ -234,11 +259,28 @@ pub fn forward(
     out: &mut [f32],
     stash: Option<&mut GdnStash>,
 ) {
+    project(kt, mode, cfg, w, u, t, sc, lin);
+    recur(kt, cfg, w, state, t, sc, stash);
+    finish(kt, mode, cfg, w, t, sc, lin, out);
+}
+
+/// Step 1: the input projections of `t` rows into `sc` (`mixed`, `z`, and
+/// the raw `beta` and `alpha` rows in `beta` / `gate`); u converted once per
+/// dot type.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn project(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    u: &[f32],
+    t: usize,
+    sc: &mut DeltaNetScratch,
+    lin: &mut MatScratch,
+) {
     let ch = cfg.ssm_conv_channels();
     let inner = cfg.ssm_inner();
-    let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
-
-    // 1. Projections (u converted once per dot type).
+    let hv = cfg.ssm_n_v_heads;
     lin.new_input();
     lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
@@ -250,7 +292,22 @@ pub fn forward(
         dump::here("beta", &sc.beta[..t * hv]);
         dump::here("alpha", &sc.gate[..t * hv]);
     }
+}
 
+/// Steps 2–5 over the `t` projected rows in `sc`: gates, the causal conv
+/// (advancing `state.conv`), q/k norms and the delta rule (advancing
+/// `state.ssm`), leaving the heads' outputs in `sc.o_heads` (`[n_v][t][d]`).
+pub(super) fn recur(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    state: &mut DeltaNetState,
+    t: usize,
+    sc: &mut DeltaNetScratch,
+    stash: Option<&mut GdnStash>,
+) {
+    let ch = cfg.ssm_conv_channels();
+    let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
     // 2. Gates.
     for b in &mut sc.beta[..t * hv] {
         *b = sigmoid(*b);
@@ -331,9 +388,23 @@ pub fn forward(
 
     dump::here("attn_output", &sc.o_heads[..hv * t * d]);
     dump::here("gate", &sc.gate[..t * hv]);
-    // 6. Gated RMSNorm, then the output projection.
+}
+
+/// Step 6: the gated RMSNorm of the heads' outputs and `sc.z`, then the
+/// output projection of `t` rows into `out`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn finish(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    t: usize,
+    sc: &mut DeltaNetScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+) {
     gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
-    dump::here("final_output", &sc.o[..t * inner]);
+    dump::here("final_output", &sc.o[..t * cfg.ssm_inner()]);
     project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
 }
 

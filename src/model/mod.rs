@@ -15,6 +15,7 @@
 //! and expert-selection counters; `st.kv.truncate(n)` rolls the KV cache back.
 
 pub mod attention;
+pub mod batch;
 pub mod capture;
 pub mod chunked;
 pub mod config;

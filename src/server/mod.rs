@@ -54,6 +54,7 @@ pub struct ServeConfig {
 struct Ready {
     model: Arc<LoadedModel>,
     sched: Arc<Scheduler>,
+    batcher: Arc<slots::Batcher>,
 }
 
 struct App {
@@ -523,7 +524,17 @@ async fn health(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics_text(State(app): State<Arc<App>>) -> Response {
     let (q, busy, n) = app.ready.get().map_or((0, 0, 0), |r| r.sched.load());
-    let body = app.metrics.render(q, busy, n);
+    let mut body = app.metrics.render(q, busy, n);
+    if let Some(r) = app.ready.get() {
+        let steps = r.batcher.steps.load(Ordering::Relaxed);
+        let rows = r.batcher.rows.load(Ordering::Relaxed);
+        body += "# HELP clover_batch_steps_total Batched decoding steps (one forward pass each)\n";
+        body += "# TYPE clover_batch_steps_total counter\n";
+        body += &format!("clover_batch_steps_total {steps}\n");
+        body += "# HELP clover_batch_rows_total Sequences decoded by batched steps\n";
+        body += "# TYPE clover_batch_rows_total counter\n";
+        body += &format!("clover_batch_rows_total {rows}\n");
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -538,6 +549,9 @@ pub struct SlotPlan {
     pub n_slots: usize,
     pub max_queue: usize,
     pub spec: Option<crate::spec::SpecConfig>,
+    /// Decode the slots' next tokens in one forward pass (off: each slot
+    /// runs its own, taking turns on the pool).
+    pub batching: bool,
 }
 
 /// Runs the server until SIGINT or SIGTERM: it then stops accepting, lets
@@ -571,15 +585,20 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
                 let result = (|| {
                     let model = (plan.load)()?;
                     let sched = Arc::new(Scheduler::new(plan.n_slots, plan.max_queue));
-                    slots::start(
+                    let batcher = slots::start(
                         Arc::clone(&model),
                         plan.session,
                         plan.n_slots,
                         plan.spec,
+                        plan.batching,
                         Arc::clone(&sched),
                         Arc::clone(&loader.metrics),
                     )?;
-                    let _ = loader.ready.set(Ready { model, sched });
+                    let _ = loader.ready.set(Ready {
+                        model,
+                        sched,
+                        batcher,
+                    });
                     eprintln!(
                         "clover serve: ready: {} slots of {} positions",
                         plan.n_slots, loader.cfg.n_ctx_slot

@@ -1,8 +1,15 @@
 //! The server's slots: `-np` sequences, each a [`Session`] (its own KV cache,
 //! conv windows and GDN states, and the tokens it holds for prompt-prefix
-//! reuse) driven by the one generation loop on a thread of its own. Every
-//! slot's forward passes run on one shared thread pool, so concurrent
-//! requests take turns on the cores instead of oversubscribing them.
+//! reuse) driven by the one generation loop on a thread of its own.
+//!
+//! Continuous batching: a decoding slot's step does not run its own forward
+//! pass. It hands its session and token to the [`Batcher`], which waits until
+//! every decoding slot has asked (or 5 ms after the first did: a slot blocked
+//! on a slow client does not hold the others), then decodes them all in one
+//! forward pass ([`crate::model::Model::decode_batch`]: the weights stream
+//! once for every slot) and answers each. A request joins at the next step
+//! and a finished one leaves. Prompts are evaluated by their slot as they
+//! come; everything runs on one shared thread pool.
 //!
 //! A request is a [`Job`]. [`Scheduler::submit`] hands it to the idle slot
 //! whose tokens share the longest prefix with its prompt (a chat's next turn
@@ -19,8 +26,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::mpsc;
 
 use crate::engine::{
-    generate, GenEvent, GenOptions, LoadedModel, PlainStep, Session, SessionOptions, SpecStep,
-    Step, StopReason,
+    generate, GenEvent, GenOptions, LoadedModel, Session, SessionOptions, SpecStep, Step,
+    StopReason,
 };
 use crate::sample::{Sampler, SamplerParams};
 use crate::spec::{DiffusionDrafter, SpecConfig};
@@ -190,28 +197,180 @@ impl Scheduler {
     }
 }
 
+/// How long the batcher waits for the decoding slots that have not asked yet.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// A slot's session, lent to the batcher while the slot waits for the
+/// answer.
+struct Lent(*mut Session);
+
+// SAFETY: the pointer is only dereferenced by the batcher thread while the
+// slot thread that owns the session is blocked waiting for the reply (see
+// `BatchStep::step`), so the session is never accessed from two threads.
+unsafe impl Send for Lent {}
+
+struct BatchReq {
+    session: Lent,
+    token: u32,
+    reply: std::sync::mpsc::SyncSender<Result<(), String>>,
+}
+
+/// Gathers the decoding slots' steps into batched forward passes.
+pub struct Batcher {
+    tx: std::sync::mpsc::Sender<BatchReq>,
+    /// Slots inside their decoding loop.
+    active: Arc<std::sync::atomic::AtomicUsize>,
+    /// Batched steps run, and the sequences they decoded (for /metrics).
+    pub steps: std::sync::atomic::AtomicU64,
+    pub rows: std::sync::atomic::AtomicU64,
+}
+
+impl Batcher {
+    fn start(
+        model: Arc<LoadedModel>,
+        pool: Arc<rayon::ThreadPool>,
+        n_slots: usize,
+    ) -> std::io::Result<Arc<Batcher>> {
+        let (tx, rx) = std::sync::mpsc::channel::<BatchReq>();
+        let b = Arc::new(Batcher {
+            tx,
+            active: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
+            steps: std::sync::atomic::AtomicU64::new(0),
+            rows: std::sync::atomic::AtomicU64::new(0),
+        });
+        let me = Arc::clone(&b);
+        std::thread::Builder::new()
+            .name("clover-batcher".into())
+            .spawn(move || {
+                let mut bs = crate::model::batch::BatchScratch::new(&model.model, n_slots);
+                while let Ok(first) = rx.recv() {
+                    let mut reqs = vec![first];
+                    let deadline = std::time::Instant::now() + GATHER;
+                    while reqs.len() < me.active.load(Ordering::Acquire).max(1) {
+                        let left = deadline.saturating_duration_since(std::time::Instant::now());
+                        match rx.recv_timeout(left) {
+                            Ok(r) => reqs.push(r),
+                            Err(_) => break,
+                        }
+                    }
+                    me.steps.fetch_add(1, Ordering::Relaxed);
+                    me.rows.fetch_add(reqs.len() as u64, Ordering::Relaxed);
+                    // SAFETY: each slot is blocked on its reply until we
+                    // answer below (see `Lent`); the sessions are distinct
+                    // because each slot has one request in flight at most.
+                    let mut sessions: Vec<&mut Session> =
+                        reqs.iter().map(|r| unsafe { &mut *r.session.0 }).collect();
+                    let tokens: Vec<u32> = reqs.iter().map(|r| r.token).collect();
+                    let result = pool.install(|| {
+                        let mut states: Vec<&mut crate::model::State> =
+                            sessions.iter_mut().map(|s| &mut s.state).collect();
+                        model.model.decode_batch(&mut bs, &mut states, &tokens)
+                    });
+                    drop(sessions);
+                    let result = result.map_err(|e| e.to_string());
+                    for r in reqs {
+                        let _ = r.reply.send(result.clone());
+                    }
+                }
+            })?;
+        Ok(b)
+    }
+}
+
+/// A slot's decoding step through the [`Batcher`].
+struct BatchStep {
+    batcher: Arc<Batcher>,
+    registered: bool,
+}
+
+impl Drop for BatchStep {
+    fn drop(&mut self) {
+        if self.registered {
+            self.batcher.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Step for BatchStep {
+    fn step(
+        &mut self,
+        session: &mut Session,
+        sampler: &mut Sampler,
+        history: &[u32],
+        _remaining: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<crate::engine::StepStats, crate::engine::EngineError> {
+        let Some(&last) = history.last() else {
+            return Err(crate::engine::EngineError::EmptyPrompt);
+        };
+        if !self.registered {
+            self.registered = true;
+            self.batcher.active.fetch_add(1, Ordering::AcqRel);
+        }
+        let t0 = std::time::Instant::now();
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        let req = BatchReq {
+            session: Lent(session as *mut Session),
+            token: last,
+            reply,
+        };
+        let fail = |e: String| crate::engine::EngineError::Options(format!("batched step: {e}"));
+        self.batcher
+            .tx
+            .send(req)
+            .map_err(|_| fail("the batcher stopped".into()))?;
+        // The session is the batcher's until it answers.
+        answer
+            .recv()
+            .map_err(|_| fail("the batcher stopped".into()))?
+            .map_err(fail)?;
+        session.note_committed(&[last])?;
+        let t1 = std::time::Instant::now();
+        let v = session.model().model.n_vocab();
+        out.push(sampler.sample(session.state.logits(v), history));
+        Ok(crate::engine::StepStats {
+            eval_ms: (t1 - t0).as_secs_f64() * 1e3,
+            eval_runs: 1,
+            sample_ms: t1.elapsed().as_secs_f64() * 1e3,
+            sample_runs: 1,
+            ..Default::default()
+        })
+    }
+}
+
 /// Starts `n` slot threads on `model`, all on one pool.
 pub fn start(
     model: Arc<LoadedModel>,
     opts: SessionOptions,
     n: usize,
     spec: Option<SpecConfig>,
+    batching: bool,
     sched: Arc<Scheduler>,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+) -> anyhow::Result<Arc<Batcher>> {
     let pool = Session::new_pool(opts.threads, "clover-worker")?;
+    let batcher = Batcher::start(Arc::clone(&model), Arc::clone(&pool), n)?;
     let mut handles = Vec::new();
     for i in 0..n {
         let mut session = Session::new_in(Arc::clone(&model), opts, Some(Arc::clone(&pool)))?;
         let (sched, metrics) = (Arc::clone(&sched), Arc::clone(&metrics));
+        let batcher = Arc::clone(&batcher);
         let mut spec_step = spec.clone().map(|cfg| SpecStep::new(cfg, DiffusionDrafter));
         let h = std::thread::Builder::new()
             .name(format!("clover-slot-{i}"))
             .spawn(move || {
                 while let Some(job) = sched.next(i) {
-                    let step: &mut dyn Step = match spec_step.as_mut() {
-                        Some(s) => s,
-                        None => &mut PlainStep,
+                    // Speculating slots verify on their own; plain ones
+                    // decode through the batcher.
+                    let mut batched = BatchStep {
+                        batcher: Arc::clone(&batcher),
+                        registered: false,
+                    };
+                    let mut plain = crate::engine::PlainStep;
+                    let step: &mut dyn Step = match (spec_step.as_mut(), batching) {
+                        (Some(s), _) => s,
+                        (None, true) => &mut batched,
+                        (None, false) => &mut plain,
                     };
                     run_job(i, &mut session, step, job, &sched.cancel_all, &metrics);
                     sched.release(i, session.tokens().to_vec());
@@ -219,7 +378,8 @@ pub fn start(
             })?;
         handles.push(h);
     }
-    Ok(handles)
+    drop(handles);
+    Ok(batcher)
 }
 
 /// Runs one job on slot `i` to its end.
