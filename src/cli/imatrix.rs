@@ -19,7 +19,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::imatrix::Imatrix;
-use crate::model::{capture, LogitsFor, StateOptions};
+use crate::model::{capture, LogitsFor};
 
 #[derive(Args, Debug)]
 pub struct ImatrixArgs {
@@ -117,18 +117,9 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
         }
     }
     eprintln!("imatrix: {} tokens, {n_chunks} chunks of {c}", tokens.len());
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads.unwrap_or(0))
-        .build()
-        .context("thread pool")?;
+    let (pool, mut state) = super::perplexity::window_runner(&m.model, c, args.threads)?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
-    let state_opts = StateOptions {
-        max_batch: c.min(512),
-        ..StateOptions::new(c)
-    };
-    crate::engine::session::check_memory(&m.model, &state_opts)?;
-    let mut state = model.new_state(state_opts)?;
     let mut sums = super::perplexity::NllSums::default();
     let mut out = std::io::stdout().lock();
     let t0 = Instant::now();

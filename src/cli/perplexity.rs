@@ -99,6 +99,26 @@ pub fn score_window(logits: &[f32], n_vocab: usize, tokens: &[u32], sums: &mut N
     }
 }
 
+/// The thread pool and the state that windows of `c` tokens run in (a
+/// prompt batch of at most 512, as llama.cpp's tools use).
+pub fn window_runner(
+    model: &crate::model::Model<'_>,
+    c: usize,
+    threads: Option<usize>,
+) -> anyhow::Result<(rayon::ThreadPool, crate::model::State)> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .build()
+        .context("thread pool")?;
+    let state_opts = StateOptions {
+        max_batch: c.min(512),
+        ..StateOptions::new(c)
+    };
+    crate::engine::session::check_memory(model, &state_opts)?;
+    let state = model.new_state(state_opts)?;
+    Ok((pool, state))
+}
+
 /// The most bytes the text file may hold.
 const MAX_TEXT_FILE: u64 = 1 << 30;
 
@@ -132,18 +152,9 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         "perplexity: {} tokens, {n_windows} windows of {c}, scoring the second half of each",
         tokens.len()
     );
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads.unwrap_or(0))
-        .build()
-        .context("thread pool")?;
+    let (pool, mut state) = window_runner(&m.model, c, args.threads)?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
-    let state_opts = StateOptions {
-        max_batch: c.min(512),
-        ..StateOptions::new(c)
-    };
-    crate::engine::session::check_memory(&m.model, &state_opts)?;
-    let mut state = model.new_state(state_opts)?;
     let mut sums = NllSums::default();
     let t0 = Instant::now();
     let mut out = std::io::stdout().lock();
@@ -234,16 +245,7 @@ fn run_kld(args: &PerplexityArgs) -> anyhow::Result<()> {
     if args.chunks >= 0 {
         n_chunk = n_chunk.min(args.chunks as usize);
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads.unwrap_or(0))
-        .build()
-        .context("thread pool")?;
-    let state_opts = StateOptions {
-        max_batch: c.min(512),
-        ..StateOptions::new(c)
-    };
-    crate::engine::session::check_memory(model, &state_opts)?;
-    let mut state = model.new_state(state_opts)?;
+    let (pool, mut state) = window_runner(model, c, args.threads)?;
     let nv = kld::slots(n_vocab);
     let scored = c - 1 - c / 2;
     let mut base = vec![0u16; scored * nv];
