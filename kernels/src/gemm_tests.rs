@@ -236,31 +236,35 @@ fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
             let m = QMatrix::new(ty, n, w_rows, wb.bytes()).unwrap();
             let (xb, _) = acts(&kt, ty, n, act_rows, &mut rng);
             let x = QActs::new(ty.vec_dot_type(), n, act_rows, xb.bytes()).unwrap();
-            let stride = act_rows + 2;
-            let mut out = vec![f32::NAN; w_rows * stride];
-            g(
-                n,
-                m.rows(0, w_rows),
-                w_rows,
-                x.rows(0, act_rows),
-                act_rows,
-                &mut out,
-                stride,
-            );
+            // Token-major: out[t·stride + i].
+            let stride = w_rows + 2;
+            let mut out = vec![f32::NAN; act_rows * stride];
+            // SAFETY: `out` holds act_rows × stride floats, all ours.
+            unsafe {
+                g(
+                    n,
+                    m.rows(0, w_rows),
+                    w_rows,
+                    x.rows(0, act_rows),
+                    act_rows,
+                    out.as_mut_ptr(),
+                    stride,
+                )
+            };
             // The magnitude scale of each dot: Σ|w|·|a| through the same dot
             // on sign-stripped copies is not available for packed types, so
             // bound by the largest |dot| over the batch (the sums are short).
             let mut worst = 0f32;
             let mut scale = 0f32;
-            for i in 0..w_rows {
-                for t in 0..act_rows {
+            for t in 0..act_rows {
+                for i in 0..w_rows {
                     let want = dot(n, m.row(i), x.row(t));
-                    let got = out[i * stride + t];
+                    let got = out[t * stride + i];
                     worst = worst.max((got - want).abs());
                     scale = scale.max(want.abs());
                 }
                 assert!(
-                    out[i * stride + act_rows].is_nan(),
+                    out[t * stride + w_rows].is_nan(),
                     "{isa} {ty} wrote past its columns"
                 );
             }
@@ -269,6 +273,35 @@ fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
                 worst <= 1e-5 * scale,
                 "{isa} {ty}: prompt kernel off by {worst} (largest |dot| {scale})"
             );
+            // Each output depends on its own row and token only: a smaller
+            // product right after (reusing the kernel's buffers, with what
+            // the first left in them) gives the same bits for its pairs.
+            for (r0, nr, t0, nt) in [(2, 3, 20, 5), (0, 11, 0, 1), (8, 1, 17, 17)] {
+                let mut small = vec![f32::NAN; nr * nt];
+                // SAFETY: `small` holds nt × nr floats, all ours.
+                unsafe {
+                    g(
+                        n,
+                        m.rows(r0, nr),
+                        nr,
+                        x.rows(t0, nt),
+                        nt,
+                        small.as_mut_ptr(),
+                        nr,
+                    )
+                };
+                for i in 0..nr {
+                    for t in 0..nt {
+                        assert_eq!(
+                            small[t * nr + i].to_bits(),
+                            out[(t0 + t) * stride + r0 + i].to_bits(),
+                            "{isa} {ty}: row {} token {} depends on its batch",
+                            r0 + i,
+                            t0 + t
+                        );
+                    }
+                }
+            }
         }
     }
     #[cfg(target_arch = "x86_64")]

@@ -9,7 +9,9 @@ use crate::plan::Mode;
 use crate::{scalar, GgmlType};
 
 pub use crate::cpu::{Isa, IsaError};
-pub use crate::sig::{DeltaReplayFn, DeltaRowsFn, GemmFn, QuantizeFn, ReplayStep, VecDotFn};
+pub use crate::sig::{
+    DeltaReplayFn, DeltaRowsFn, GemmFn, PromptFn, QuantizeFn, ReplayStep, VecDotFn,
+};
 
 /// The kernels of one tier, per weight type.
 pub struct KernelTable {
@@ -23,7 +25,7 @@ pub struct KernelTable {
     tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_rows: [Option<GemmFn>; GgmlType::ALL.len()],
-    prompt_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
+    prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
     packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     delta_replay: Option<DeltaReplayFn>,
@@ -195,7 +197,7 @@ fn tier_gemm_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
-fn tier_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+fn tier_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<PromptFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => crate::x86::avx512::prompt::gemm_fn(ty),
@@ -375,7 +377,7 @@ impl KernelTable {
     /// has one (only in [`Mode::Prompt`]): faster, in its own f32 order (not
     /// `vec_dot`'s bits), so never for a verify pass.
     #[inline]
-    pub fn prompt_gemm(&self, ty: GgmlType, mode: Mode) -> Option<GemmFn> {
+    pub fn prompt_gemm(&self, ty: GgmlType, mode: Mode) -> Option<PromptFn> {
         if mode != Mode::Prompt {
             return None;
         }

@@ -358,9 +358,10 @@ fn task_rows(k: &Kernel, n_out: usize) -> usize {
 fn matvec_rows(k: &Kernel, w: &QMatrix, first: usize, x: &[u8], ys: &mut [f32]) {
     let n = w.n_in;
     match *k {
-        Kernel::Packed(g) | Kernel::Rows(g) | Kernel::Prompt(g) => {
+        Kernel::Packed(g) | Kernel::Rows(g) => {
             g(n, kernel_rows(k, w, first, ys.len()), ys.len(), x, 1, ys, 1)
         }
+        Kernel::Prompt(_) => unreachable!("prompt kernels are planned for batches only"),
         Kernel::Dots { dot, .. } => {
             for (i, y) in ys.iter_mut().enumerate() {
                 *y = dot(n, w.row(first + i), x);
@@ -490,11 +491,12 @@ pub fn matmul(
         matmul_tile_len(rows),
         tile.len()
     );
+    if let Kernel::Prompt(g) = k {
+        prompt_matmul(g, w, x, out);
+        return;
+    }
     let n = w.n_in;
-    let act_tile = match k {
-        Kernel::Prompt(_) => PROMPT_ACT_TILE,
-        _ => ACT_TILE,
-    };
+    let act_tile = ACT_TILE;
     let mut o0 = 0;
     while o0 < w.n_out {
         let nb = ROW_BLOCK.min(w.n_out - o0);
@@ -510,7 +512,8 @@ pub fn matmul(
             for t0 in (0..rows).step_by(act_tile) {
                 let t1 = (t0 + act_tile).min(rows);
                 match k {
-                    Kernel::Packed(g) | Kernel::Rows(g) | Kernel::Prompt(g) => {
+                    Kernel::Prompt(_) => unreachable!("prompt products return above"),
+                    Kernel::Packed(g) | Kernel::Rows(g) => {
                         let wr = kernel_rows(&k, w, first, n_rows);
                         let xr = x.rows(t0, t1 - t0);
                         g(n, wr, n_rows, xr, t1 - t0, &mut ys[t0..], rows);
@@ -561,6 +564,55 @@ pub fn matmul(
                 .for_each(|(c, d)| transpose(c, d));
         }
         o0 += nb;
+    }
+}
+
+/// The output pointer of [`prompt_matmul`], shared by its tasks.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+
+// SAFETY: the tasks of `prompt_matmul` write disjoint elements through it.
+unsafe impl Send for OutPtr {}
+// SAFETY: as above.
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// [`matmul`] with a prompt kernel, which writes `out[t][o]` itself: tasks
+/// over blocks of [`PROMPT_ACT_TILE`] tokens × chunks of weight rows.
+fn prompt_matmul(g: crate::sig::PromptFn, w: &QMatrix, x: &QActs, out: &mut [f32]) {
+    let (rows, n_out, n) = (x.rows, w.n_out, w.n_in);
+    assert!(out.len() >= rows * n_out, "matmul: output too short");
+    let per = rows_per_task(n_out).next_multiple_of(16).min(n_out);
+    let row_chunks = n_out.div_ceil(per);
+    let tasks = row_chunks * rows.div_ceil(PROMPT_ACT_TILE);
+    let base = OutPtr(out.as_mut_ptr());
+    let run = |c: usize| {
+        let (first, t0) = ((c % row_chunks) * per, (c / row_chunks) * PROMPT_ACT_TILE);
+        let (nr, nt) = (per.min(n_out - first), PROMPT_ACT_TILE.min(rows - t0));
+        // SAFETY: `out` holds `rows × n_out` floats (asserted); this task
+        // writes only tokens t0..t0+nt × outputs first..first+nr, which no
+        // other task touches, and `out` is borrowed mutably for the call.
+        unsafe {
+            g(
+                n,
+                w.rows(first, nr),
+                nr,
+                x.rows(t0, nt),
+                nt,
+                base.get().add(t0 * n_out + first),
+                n_out,
+            )
+        };
+    };
+    if tasks == 1 {
+        run(0);
+    } else {
+        (0..tasks).into_par_iter().for_each(run);
     }
 }
 

@@ -19,7 +19,7 @@
 
 use std::sync::OnceLock;
 
-use crate::sig::{GemmFn, VecDotFn};
+use crate::sig::{GemmFn, PromptFn, VecDotFn};
 
 /// The numerics of one product (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -79,8 +79,8 @@ pub enum Kernel {
     /// ([`crate::repack`]); any number of activation rows, the same bits for
     /// each.
     Packed(GemmFn),
-    /// The tier's prompt kernel (tokens as lanes).
-    Prompt(GemmFn),
+    /// The tier's prompt kernel (weight rows as lanes), writing token-major.
+    Prompt(PromptFn),
     /// A multi-row kernel whose every output equals the per-output dot.
     Rows(GemmFn),
     /// One dot per output: `dot` for activation rows `< split`, `tail` after

@@ -39,6 +39,22 @@ pub type GemmFn = fn(
     out: &mut [f32],
     out_stride: usize,
 );
+/// A prompt-batch product writing token-major output:
+/// `out[t·out_stride + i] = W_i · x_t` for weight rows `i < w_rows` and
+/// activation rows `t < act_rows` (the rest as [`GemmFn`]).
+///
+/// # Safety
+/// `out` must be valid for writes at every such index, and no other thread
+/// may read or write those elements during the call.
+pub type PromptFn = unsafe fn(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: *mut f32,
+    out_stride: usize,
+);
 /// Quantises an f32 activation row into an activation type (Q8_0, Q8_1, Q8_K,
 /// F16, BF16, F32); `dst` is exactly `row_bytes(src.len())` long.
 pub type QuantizeFn = fn(src: &[f32], dst: &mut [u8]);

@@ -222,6 +222,7 @@ impl<'a, 'm> GenRunner<'a, 'm> {
                 },
                 traffic: None,
                 first_forward_ns: self.first_forward_ns,
+                profile: None,
             },
             stats: self.stats,
             tokens: self.tokens,

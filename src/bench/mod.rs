@@ -64,17 +64,22 @@ pub struct Measured {
     pub traffic: Option<Traffic>,
     /// Nanoseconds of the first forward call of this test (the warm-up).
     pub first_forward_ns: u64,
+    /// With `profile`: time and bytes by op kind over the timed repetitions.
+    pub profile: Option<crate::model::profile::Profile>,
 }
 
-/// Runs one test `reps` times (call inside the pool of `spec.n_threads`).
+/// Runs one test `reps` times (call inside the pool of `spec.n_threads`);
+/// with `profile`, the timed parts run under the op profiler
+/// ([`crate::model::profile`]).
 pub fn run_test(
     model: &Model,
     spec: TestSpec,
     reps: usize,
-    type_k: GgmlType,
-    type_v: GgmlType,
+    (type_k, type_v): (GgmlType, GgmlType),
     seed: u64,
+    profile: bool,
 ) -> Result<Measured, BenchError> {
+    use crate::model::profile as prof;
     let n_vocab = model.n_vocab();
     let mut state = model.new_state(StateOptions {
         n_ctx: (spec.n_depth + spec.n_prompt + spec.n_gen).max(1),
@@ -96,6 +101,7 @@ pub fn run_test(
     let first_forward_ns = t0.elapsed().as_nanos() as u64;
 
     let mut samples = Vec::with_capacity(reps);
+    let mut profiled = None;
     for _ in 0..reps {
         state.reset();
         if spec.n_depth > 0 {
@@ -103,9 +109,17 @@ pub fn run_test(
             model.forward(&mut state, &ctx, 0, LogitsFor::Last)?;
         }
         state.stats.clear();
+        if profile {
+            prof::start();
+        }
         let t = Instant::now();
-        run_timed(model, &mut state, spec, &mut rng)?;
+        let r = run_timed(model, &mut state, spec, &mut rng);
         samples.push(t.elapsed().as_nanos() as u64);
+        if profile {
+            let p = prof::finish();
+            profiled.get_or_insert_with(prof::Profile::default).add(&p);
+        }
+        r?;
     }
     let traffic = (spec.n_gen > 0 && spec.n_prompt == 0)
         .then(|| traffic::decode_traffic(model, &state, spec.n_depth, spec.n_gen));
@@ -116,6 +130,7 @@ pub fn run_test(
         },
         traffic,
         first_forward_ns,
+        profile: profiled,
     })
 }
 

@@ -117,6 +117,12 @@ pub struct BenchArgs {
     /// repetitions, per -t, at the first -d depth (at least 1; clover_moe files)
     #[arg(long = "pass-costs", value_delimiter = ',')]
     pub pass_costs: Vec<usize>,
+    /// Also print, for each pp and tg test, where the time goes by op kind
+    /// (norms, GDN projections, conv, recurrence, attention, router, routed
+    /// and shared experts, output head): time per token, share, bytes
+    /// streamed and their rate, beside a read-bandwidth probe
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// A plain greedy tg result: (threads, n_gen, depth), t/s, the tokens.
@@ -328,8 +334,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             .build()
             .context("thread pool")?;
         let m = if spec.decode == Decode::Random {
-            pool.install(|| run_test(&model, spec, args.reps, type_k, type_v, args.seed))
-                .with_context(|| spec.name())?
+            pool.install(|| {
+                run_test(
+                    &model,
+                    spec,
+                    args.reps,
+                    (type_k, type_v),
+                    args.seed,
+                    args.profile,
+                )
+            })
+            .with_context(|| spec.name())?
         } else {
             if pending.is_empty() {
                 let group: Vec<TestSpec> = tests[i..]
@@ -435,6 +450,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         if let Some(tr) = &m.traffic {
             print_traffic(&spec, tr, m.result.avg_ts());
         }
+        if let Some(p) = &m.profile {
+            // The probe right after the test, on its thread count.
+            let probe = membw::measure(PROFILE_PROBE_MIB, spec.n_threads, 3)
+                .map(|b| b.best / 1e9)
+                .ok();
+            let tokens = (spec.n_prompt + spec.n_gen) * args.reps;
+            eprint!(
+                "{}",
+                p.table(
+                    &format!("{} profile ({} threads)", spec.name(), spec.n_threads),
+                    tokens,
+                    probe
+                )
+            );
+        }
         match args.output {
             OutputFormat::Md => print!("{}", report::markdown_row(&info, &m.result)),
             OutputFormat::Json => records.push(report::json_record(&info, &run, &m.result)),
@@ -446,6 +476,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// MiB of the read probe printed beside a profile.
+const PROFILE_PROBE_MIB: usize = 512;
 
 fn print_traffic(spec: &TestSpec, t: &Traffic, ts: f64) {
     let mib = |b: f64| b / (1u64 << 20) as f64;

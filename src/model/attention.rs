@@ -36,6 +36,7 @@ use super::linear::MatScratch;
 use super::ops::{
     dot_f32, mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
 };
+use super::profile::{self, Op};
 use super::weights::AttentionWeights;
 
 /// Scratch of an attention layer for up to `max_batch` tokens.
@@ -54,6 +55,9 @@ pub struct AttentionScratch {
     vacc: Vec<f32>,
     q_act: Vec<u64>,
     q_act_words: usize,
+    /// A batch's cached V rows in f32 (`[pos][n_head_kv][d]`), converted
+    /// once for all its queries and heads; grown on the first batch.
+    v_f32: Vec<f32>,
     rope: RopeCache,
     n_ctx: usize,
 }
@@ -72,6 +76,7 @@ impl AttentionScratch {
             vacc: vec![0.0; nh * d * V_LANES],
             q_act: vec![0; nh * q_act_words],
             q_act_words,
+            v_f32: Vec::new(),
             rope: RopeCache::new(cfg.n_rot, cfg.rope_base, cfg.rope_sections),
             n_ctx,
         }
@@ -103,6 +108,13 @@ pub fn forward(
     dump::here("Kcur", &sc.k[..t * nkv * d]);
     dump::here("Vcur", &sc.v[..t * nkv * d]);
     // 2. Per-head norms and rope; append K/V.
+    let p = profile::enter(Op::Attention);
+    if profile::on() {
+        // Row ti attends over positions 0..=pos0+ti.
+        let hb = |ty: GgmlType| ty.row_bytes(d as u64).unwrap_or(0) as usize;
+        let row = nkv * (hb(kv.ty_k) + hb(kv.ty_v));
+        profile::bytes(row * (0..t).map(|ti| pos0 + ti + 1).sum::<usize>());
+    }
     qk_norm_rope(cfg, w, pos0, t, sc);
     for ti in 0..t {
         let rows = ti * nkv * d..(ti + 1) * nkv * d;
@@ -119,6 +131,7 @@ pub fn forward(
     // 3. Causal attention, query heads in parallel, token by token.
     attend(kt, mode, cfg, kv, layer, pos0, t, 0..t, Span::Causal, sc);
     dump::here("attn_gated", &sc.o[..t * nh * d]);
+    drop(p);
     // 4. Output projection.
     project_out(kt, mode, cfg, w, t, sc, lin, out);
 }
@@ -166,6 +179,7 @@ pub(super) fn project_qkv(
     lin: &mut MatScratch,
 ) {
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let _p = profile::enter(Op::AttnProj);
     lin.new_input();
     lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
     lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
@@ -185,6 +199,7 @@ pub(super) fn project_out(
     out: &mut [f32],
 ) {
     let nhd = cfg.n_head * cfg.head_dim;
+    let _p = profile::enter(Op::AttnProj);
     lin.new_input();
     lin.project(kt, mode, &w.o, &sc.o[..t * nhd], &mut out[..t * cfg.n_embd]);
 }
@@ -262,6 +277,28 @@ pub(super) fn attend(
     let (bk, bv) = (&sc.k, &sc.v);
     let block_k = |j: usize, g: usize| &bk[(j * nkv + g) * d..(j * nkv + g + 1) * d];
     let block_v = |j: usize, g: usize| &bv[(j * nkv + g) * d..(j * nkv + g + 1) * d];
+    // Several queries read the same cached V rows: convert them once (the
+    // same values the per-row conversion gives, so the same bits).
+    let shared_v = t > 1 && ty_v != GgmlType::F32;
+    let n_cached = match span {
+        Span::Causal => pos0 + t,
+        Span::Block => pos0,
+    };
+    if shared_v {
+        let need = n_cached * nkv * d;
+        if sc.v_f32.len() < need {
+            sc.v_f32.resize(need, 0.0);
+        }
+        sc.v_f32[..need]
+            .par_chunks_mut(nkv * d)
+            .enumerate()
+            .for_each(|(s, heads)| {
+                for (g, row) in heads.chunks_exact_mut(d).enumerate() {
+                    scalar::dequantize_row(ty_v, kv.v_head(layer, s, g), row);
+                }
+            });
+    }
+    let v_f32 = &sc.v_f32;
     for ti in rows {
         let (n_cache, n_block) = match span {
             Span::Causal => (pos0 + ti + 1, 0),
@@ -293,6 +330,11 @@ pub(super) fn attend(
                 v_weighted_sum(scores, o, vacc, batch_order, |s, row| {
                     if s >= n_cache {
                         row.copy_from_slice(block_v(s - n_cache, g));
+                        return;
+                    }
+                    if shared_v {
+                        let at = (s * nkv + g) * d;
+                        row.copy_from_slice(&v_f32[at..at + d]);
                         return;
                     }
                     let vh = kv.v_head(layer, s, g);

@@ -23,6 +23,7 @@ use super::config::ModelConfig;
 use super::dump;
 use super::linear::MatScratch;
 use super::ops::{dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus};
+use super::profile::{self, Op};
 use super::recurrent::{DeltaNetState, GdnStash};
 use super::weights::DeltaNetWeights;
 
@@ -134,21 +135,10 @@ pub(super) fn left_taps_row(
     }
 }
 
-super::ops::fma_dispatch!(
-    /// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
-    /// (`j = K−1` multiplies the current token), then silu; advances `window`.
-    pub fn conv_silu(
-        w: &[f32],
-        k: usize,
-        window: &mut [f32],
-        mixed: &[f32],
-        ch: usize,
-        out: &mut [f32]
-    ) => conv_silu_body
-);
-
-#[inline(always)]
-fn conv_silu_body(
+/// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
+/// (`j = K−1` multiplies the current token), then silu; advances `window`.
+/// Several tokens are split across the pool (each row as alone).
+pub fn conv_silu(
     w: &[f32],
     k: usize,
     window: &mut [f32],
@@ -157,12 +147,47 @@ fn conv_silu_body(
     out: &mut [f32],
 ) {
     let t_n = mixed.len() / ch;
-    for t in 0..t_n {
-        let o = &mut out[t * ch..(t + 1) * ch];
-        left_taps_row(w, k, window, mixed, ch, t, o);
-        silu_row(o);
+    let out = &mut out[..t_n * ch];
+    if t_n > 1 {
+        let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
+        let window: &[f32] = window;
+        out.par_chunks_mut(per * ch)
+            .enumerate()
+            .for_each(|(c, o)| conv_silu_rows(w, k, window, mixed, ch, c * per, o));
+    } else {
+        conv_silu_rows(w, k, window, mixed, ch, 0, out);
     }
     push_window(window, mixed, ch);
+}
+
+super::ops::fma_dispatch!(
+    /// Rows `t0..` of [`conv_silu`] (as many as `out` holds), `window`
+    /// not advanced.
+    fn conv_silu_rows(
+        w: &[f32],
+        k: usize,
+        window: &[f32],
+        mixed: &[f32],
+        ch: usize,
+        t0: usize,
+        out: &mut [f32]
+    ) => conv_silu_rows_body
+);
+
+#[inline(always)]
+fn conv_silu_rows_body(
+    w: &[f32],
+    k: usize,
+    window: &[f32],
+    mixed: &[f32],
+    ch: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    for (i, o) in out.chunks_exact_mut(ch).enumerate() {
+        left_taps_row(w, k, window, mixed, ch, t0 + i, o);
+        silu_row(o);
+    }
 }
 
 /// `window ← the last K−1 rows of concat(window, mixed)` (rows of `ch`).
@@ -281,6 +306,7 @@ pub(super) fn project(
     let ch = cfg.ssm_conv_channels();
     let inner = cfg.ssm_inner();
     let hv = cfg.ssm_n_v_heads;
+    let _p = profile::enter(Op::GdnProj);
     lin.new_input();
     lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
@@ -309,20 +335,25 @@ pub(super) fn recur(
     let ch = cfg.ssm_conv_channels();
     let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
     // 2. Gates.
+    let _p = profile::enter(Op::Recurrence);
+    profile::bytes((state.conv.len() + state.ssm.len()) * size_of::<f32>());
     for b in &mut sc.beta[..t * hv] {
         *b = sigmoid(*b);
     }
     decay_gates(w, &mut sc.gate[..t * hv]);
 
     // 3. Causal conv + silu.
-    conv_silu(
-        &w.conv,
-        cfg.ssm_conv_kernel,
-        &mut state.conv,
-        &sc.mixed[..t * ch],
-        ch,
-        &mut sc.conv[..t * ch],
-    );
+    {
+        let _p = profile::enter(Op::Conv);
+        conv_silu(
+            &w.conv,
+            cfg.ssm_conv_kernel,
+            &mut state.conv,
+            &sc.mixed[..t * ch],
+            ch,
+            &mut sc.conv[..t * ch],
+        );
+    }
 
     dump::here("conv_output_silu", &sc.conv[..t * ch]);
     // 4. L2-normalise q and k heads.
@@ -403,7 +434,10 @@ pub(super) fn finish(
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
-    gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
+    {
+        let _p = profile::enter(Op::Norm);
+        gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
+    }
     dump::here("final_output", &sc.o[..t * cfg.ssm_inner()]);
     project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
 }
@@ -421,6 +455,7 @@ pub(super) fn project_out(
     out: &mut [f32],
 ) {
     lin.new_input();
+    let _p = profile::enter(Op::GdnProj);
     lin.project(
         kt,
         mode,
@@ -444,10 +479,16 @@ pub(super) fn decay_gates(w: &DeltaNetWeights, g: &mut [f32]) {
 /// (q heads, then k heads, then v; v is left as is).
 pub(super) fn l2norm_qk(cfg: &ModelConfig, conv: &mut [f32]) {
     let (hk, d) = (cfg.ssm_n_k_heads, cfg.ssm_head_dim);
-    for row in conv.chunks_exact_mut(cfg.ssm_conv_channels()) {
+    let norm = |row: &mut [f32]| {
         for head in row[..2 * hk * d].chunks_exact_mut(d) {
             l2norm_inplace(head, cfg.rms_eps);
         }
+    };
+    let ch = cfg.ssm_conv_channels();
+    if conv.len() > ch {
+        conv.par_chunks_exact_mut(ch).for_each(norm);
+    } else {
+        conv.chunks_exact_mut(ch).for_each(norm);
     }
 }
 
@@ -466,18 +507,27 @@ pub(super) fn gated_norm(
 ) {
     let (hv, d) = (cfg.ssm_n_v_heads, cfg.ssm_head_dim);
     let inner = cfg.ssm_inner();
-    for zr in z[..t * inner].chunks_exact_mut(d) {
-        silu_row(zr);
-    }
-    for ti in 0..t {
+    // Row ti of z and o (each row as alone, so rows may run in parallel).
+    let row = |ti: usize, zr: &mut [f32], or: &mut [f32]| {
+        for zh in zr.chunks_exact_mut(d) {
+            silu_row(zh);
+        }
         for h in 0..hv {
             let o_h = &o_heads[(h * t + ti) * d..(h * t + ti + 1) * d];
-            let dst = &mut o[ti * inner + h * d..ti * inner + (h + 1) * d];
+            let dst = &mut or[h * d..(h + 1) * d];
             rmsnorm(o_h, &w.norm, cfg.rms_eps, dst);
-            let z = &z[ti * inner + h * d..ti * inner + (h + 1) * d];
-            for (x, &zi) in dst.iter_mut().zip(z) {
+            for (x, &zi) in dst.iter_mut().zip(&zr[h * d..(h + 1) * d]) {
                 *x *= zi;
             }
         }
+    };
+    let (z, o) = (&mut z[..t * inner], &mut o[..t * inner]);
+    if t > 1 {
+        z.par_chunks_exact_mut(inner)
+            .zip(o.par_chunks_exact_mut(inner))
+            .enumerate()
+            .for_each(|(ti, (zr, or))| row(ti, zr, or));
+    } else {
+        row(0, z, o);
     }
 }

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use kernels::plan::BatchOrder;
 use kernels::{KernelTable, Mode};
+use rayon::prelude::*;
 
 use super::attention;
 use super::config::ModelConfig;
@@ -21,6 +22,7 @@ use super::deltanet;
 use super::dump;
 use super::moe;
 use super::ops::rmsnorm;
+use super::profile::{self, Op};
 use super::recurrent::VerifyStash;
 use super::state::{LayerSlot, State, StateOptions};
 use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
@@ -282,12 +284,15 @@ impl<'a> Model<'a> {
         let lw = &self.weights.layers[il];
         let t0 = state.stats.timing.then(Instant::now);
         let s = &mut state.scratch;
-        norm_rows(
-            &s.x[..t * e],
-            &lw.attn_norm,
-            cfg.rms_eps,
-            &mut s.xn[..t * e],
-        );
+        {
+            let _p = profile::enter(Op::Norm);
+            norm_rows(
+                &s.x[..t * e],
+                &lw.attn_norm,
+                cfg.rms_eps,
+                &mut s.xn[..t * e],
+            );
+        }
         dump::put("attn_norm", il as isize, &s.xn[..t * e]);
         match (&lw.mixer, state.slots[il]) {
             (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
@@ -352,7 +357,10 @@ impl<'a> Model<'a> {
         let fw = &self.weights.layers[il].ffn;
         let t0 = state.stats.timing.then(Instant::now);
         let s = &mut state.scratch;
-        norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
+        {
+            let _p = profile::enter(Op::Norm);
+            norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
+        }
         dump::put("attn_post_norm", il as isize, &s.xn[..t * e]);
         moe::forward(
             kt,
@@ -382,6 +390,7 @@ impl<'a> Model<'a> {
             return;
         }
         let t0 = state.stats.timing.then(Instant::now);
+        let _p = profile::enter(Op::Head);
         let (e, v) = (self.config.n_embd, self.n_vocab());
         if s.head_in.len() < r * e {
             s.head_in.resize(r * e, 0.0);
@@ -443,12 +452,23 @@ pub(super) fn set_head_rows(
     }
 }
 
+/// `rmsnorm` of every row of `x` (rows of `w.len()`); a batch's rows in
+/// parallel (each as alone).
 pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let e = w.len();
-    for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
-        rmsnorm(xr, w, eps, or);
+    if x.len() >= NORM_PAR_ROWS * e {
+        x.par_chunks_exact(e)
+            .zip(out.par_chunks_exact_mut(e))
+            .for_each(|(xr, or)| rmsnorm(xr, w, eps, or));
+    } else {
+        for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
+            rmsnorm(xr, w, eps, or);
+        }
     }
 }
+
+/// Fewest rows [`norm_rows`] splits across the pool.
+const NORM_PAR_ROWS: usize = 8;
 
 pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
     for (a, b) in x.iter_mut().zip(y) {

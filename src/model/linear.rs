@@ -293,6 +293,10 @@ pub fn matmul(
     mode: Mode,
 ) {
     grow_tile(tile, x.rows);
+    if !w.expert {
+        // A routed expert's bytes are counted once per pass by the MoE.
+        super::profile::bytes(w.bytes());
+    }
     km::matmul(kt, &w.q(), &x.q(), out, tile, mode);
 }
 

@@ -28,6 +28,7 @@ pub mod linear;
 pub mod load;
 pub mod moe;
 pub mod ops;
+pub mod profile;
 pub mod recurrent;
 pub mod state;
 pub mod tiny;

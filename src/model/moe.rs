@@ -20,6 +20,7 @@ use super::config::ModelConfig;
 use super::dump;
 use super::linear::{matmul, Activations, MatScratch, Matrix};
 use super::ops::{sigmoid, softmax_inplace, swiglu_row};
+use super::profile::{self, Op};
 use super::weights::{Experts, FfnWeights, GateUp};
 
 /// Smallest normalising sum, 2^-14 = 6.1035e-5 (ggml clamps to the smallest
@@ -150,6 +151,7 @@ pub fn forward(
     let u = &u[..t * e];
 
     // 1. Route.
+    let router = profile::enter(Op::Router);
     lin.new_input();
     lin.project(kt, mode, &w.router, u, &mut sc.router[..t * ne]);
     dump::here("ffn_moe_logits", &sc.router[..t * ne]);
@@ -183,7 +185,9 @@ pub fn forward(
             }
         }
     }
+    drop(router);
     // 2. Group (token, slot) pairs by expert.
+    let experts = profile::enter(Op::Experts);
     sc.offsets.fill(0);
     for &x in &sc.sel[..t * k] {
         sc.offsets[x + 1] += 1;
@@ -211,13 +215,22 @@ pub fn forward(
         ExpertPath::Grouped => false,
         ExpertPath::Flat => true,
     };
+    if profile::on() {
+        let gu = match w.gate_up {
+            GateUp::Fused(gu) => gu.expert(0).bytes(),
+            GateUp::Split { gate, up } => gate.expert(0).bytes() + up.expert(0).bytes(),
+        };
+        profile::bytes(distinct * (gu + w.down.expert(0).bytes()));
+    }
     if flat {
         experts_flat(kt, mode, cfg, w, u, t, sc, lin);
     } else {
         experts_grouped(kt, mode, cfg, w, u, sc, lin);
     }
+    drop(experts);
 
     // 4. Shared expert and its gate.
+    let shared = profile::enter(Op::SharedExpert);
     let ffs = cfg.n_ff_shexp;
     lin.project(kt, mode, &w.shexp_gate, u, &mut sc.sh_g[..t * ffs]);
     lin.project(kt, mode, &w.shexp_up, u, &mut sc.sh_u[..t * ffs]);
@@ -232,15 +245,13 @@ pub fn forward(
     capture::dense(w.shexp_down.name, &sc.h[..t * ffs], ffs);
     sc.h_act
         .quantize(kt, w.shexp_down.ty.vec_dot_type(), &sc.h[..t * ffs], ffs);
-    // The shared expert's down projection in decoding's numerics even in a
-    // prompt batch (as before the plan: no prompt kernel here).
     matmul(
         kt,
         &w.shexp_down,
         &sc.h_act,
         &mut sc.sh_out[..t * e],
         &mut lin.tile,
-        mode.without_prompt(),
+        mode,
     );
 
     if dump::on() {
@@ -252,8 +263,10 @@ pub fn forward(
         dump::here("ffn_shexp", &sc.sh_out[..t * e]);
         dump::here("shared_expert_gate", &sc.sh_gate[..t]);
     }
+    drop(shared);
     // 5. Weighted sum in slot order, plus the gated shared expert (the
     //    expert outputs are `dn`'s rows, in routed order).
+    let _p = profile::enter(Op::Experts);
     let (weights, row_of, dn, sh_gate, sh_out) =
         (&sc.weights, &sc.row_of, &sc.dn, &sc.sh_gate, &sc.sh_out);
     let sum = |ti: usize, o: &mut [f32]| {

@@ -4,17 +4,19 @@
 //! beside the multi-row kernels of [`super::gemm`] (which keep the one-row
 //! dot's bits) rather than replacing them.
 //!
-//! **Q6_K** (`gemm_q6_k_prompt`): tokens are the lanes. Per call, the
-//! activation rows are transposed in groups of 16 tokens (per block, 64
-//! groups of four elements, each 16 tokens × 4 bytes) and eight weight rows
-//! at a time are unpacked once into their levels (+32, 0..=63) and their
-//! sub-block scales `d·sᵢ` (f32). Then one `vpdpbusd` takes four levels of
-//! one row (a broadcast dword) against four elements of 16 tokens: 64
+//! **Q6_K** (`gemm_q6_k_prompt`): weight rows are the lanes. Sixteen
+//! weight rows at a time are unpacked once into their levels (+32, 0..=63)
+//! and sub-block scales `d·sᵢ` (f32), then transposed so that one vector
+//! holds four levels of each of the 16 rows. One `vpdpbusd` takes that
+//! vector against four elements of one token (a broadcast dword): 64
 //! products per instruction where the decode-order kernels need three
-//! instructions for 64. Per 16-element sub-block the i32 sums start at
+//! instructions for 64. Tokens come in register blocks of up to eight, so a
+//! batch of any size wastes no lanes (a routed expert in a prefill sees a
+//! dozen or two tokens). Per 16-element sub-block the i32 sums start at
 //! `−32·bsum` (removing the +32 from every level exactly), are converted and
 //! scaled by `d·sᵢ`, and per block by each token's `d`. The integer sums are
-//! exact; only the f32 summation order differs from `vec_dot`.
+//! exact; only the f32 summation order differs from `vec_dot`. The output
+//! is written token-major (`crate::sig::PromptFn`), as the model wants it.
 //!
 //! **Q3_K** (`gemm_q3_k_prompt`): the same with levels + 4 (0..=7) and bias 4.
 //! **Q4_K** (`gemm_q4_k_prompt`): the same with the nibbles (0..=15, no
@@ -40,14 +42,13 @@ use crate::scalar::q6_k::BlockQ6K;
 use crate::scalar::q8_0::BlockQ8_0;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::f16_to_f32;
-use crate::x86::avx512::gemm::check_shapes;
-use crate::x86::avx512::kquants::q6_k_levels;
 use crate::x86::avx512::kquants::{halves_i16, BIASED_GRID};
+use crate::x86::avx512::kquants::{q6_k_levels, q6_k_levels_gfni, Q6Affine};
 use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
 use crate::GgmlType;
 
 /// This tier's prompt-batch product for weight type `ty`, if it has one.
-pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::GemmFn> {
+pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
     if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
         return None;
     }
@@ -62,79 +63,160 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::GemmFn> {
     }
 }
 
-/// Tokens per lane group.
-const TOK: usize = 16;
-/// Weight rows per register group.
-const ROWS: usize = 8;
+/// Weight rows per group: the lanes of every vector.
+const ROWS: usize = 16;
+/// Tokens per register block of a tile.
+const TB: usize = 8;
 
-/// One group of up to 16 activation rows, transposed for `vpdpbusd`
-/// (padding tokens are zeros).
-struct ActGroup {
-    /// `[block][groups][16]` dwords: elements 4g..4g+4 of each token.
-    qs: Vec<u32>,
-    /// `[block][16]` each token's `d`.
+/// Per token of a call: its blocks' `d` (`[token][block]`) and the integer
+/// start of each sub-sum (`[token][block][subs]`: `−bias·Σa` per sub-block,
+/// or the sub-block's `Σa` itself where the format has mins).
+#[derive(Default)]
+struct Acts {
     d: Vec<f32>,
-    /// `[block][sub-blocks][16]`: `−bias·Σa` per sub-block and token.
     bias: Vec<i32>,
 }
 
-impl ActGroup {
-    /// Q8_K rows against K-quant levels offset by `BIAS`: per 256-block,
-    /// 64 groups of four elements; `−BIAS·bsum` per 16-element sub-block.
-    fn k_quant<const BIAS: i32>(y: &[&[BlockQ8K]], nb: usize) -> ActGroup {
-        let mut g = ActGroup {
-            qs: vec![0; nb * 64 * TOK],
-            d: vec![0.0; nb * TOK],
-            bias: vec![0; nb * 16 * TOK],
-        };
+impl Acts {
+    /// Q8_K rows against K-quant levels offset by `BIAS` (16 sub-blocks of
+    /// 16 per block); `BIAS = −1` stores each sub-block's `Σa` (mins).
+    fn k_quant<const BIAS: i32>(&mut self, y: &[&[BlockQ8K]], nb: usize) {
+        grow(&mut self.d, y.len() * nb);
+        grow(&mut self.bias, y.len() * nb * 16);
         for (t, row) in y.iter().enumerate() {
             for (b, yb) in row[..nb].iter().enumerate() {
-                let q: &[u32] = bytemuck::cast_slice(&yb.qs);
-                for (k, &w) in q.iter().enumerate() {
-                    g.qs[(b * 64 + k) * TOK + t] = w;
-                }
-                g.d[b * TOK + t] = yb.d;
+                self.d[t * nb + b] = yb.d;
                 for (s, &bs) in yb.bsums.iter().enumerate() {
-                    g.bias[(b * 16 + s) * TOK + t] = -BIAS * bs as i32;
+                    self.bias[(t * nb + b) * 16 + s] = -BIAS * bs as i32;
                 }
             }
         }
-        g
     }
 
-    /// Q8_0 rows against levels + 128: per 32-block, 8 groups of four
-    /// elements; `−128·Σa` per block.
-    fn q8_0(y: &[&[BlockQ8_0]], nb: usize) -> ActGroup {
-        let mut g = ActGroup {
-            qs: vec![0; nb * 8 * TOK],
-            d: vec![0.0; nb * TOK],
-            bias: vec![0; nb * TOK],
-        };
+    /// Q8_0 rows against levels + 128: `−128·Σa` per 32-element block.
+    fn q8_0(&mut self, y: &[&[BlockQ8_0]], nb: usize) {
+        grow(&mut self.d, y.len() * nb);
+        grow(&mut self.bias, y.len() * nb);
         for (t, row) in y.iter().enumerate() {
             for (b, yb) in row[..nb].iter().enumerate() {
-                for k in 0..8 {
-                    let q = |i: usize| yb.qs[4 * k + i] as u8;
-                    g.qs[(b * 8 + k) * TOK + t] = u32::from_le_bytes([q(0), q(1), q(2), q(3)]);
-                }
-                g.d[b * TOK + t] = yb.d.to_f32();
-                g.bias[b * TOK + t] = -128 * yb.qs.iter().map(|&q| q as i32).sum::<i32>();
+                self.d[t * nb + b] = yb.d.to_f32();
+                self.bias[t * nb + b] = -128 * yb.qs.iter().map(|&q| q as i32).sum::<i32>();
             }
         }
-        g
     }
 }
 
-/// Eight weight rows unpacked: levels `[row][n]` as dwords of four, and
-/// `[row][n / per_scale]` scales (`Format::per_scale`).
+/// Grows `v` to at least `n` elements (new ones are zero; old ones stay).
+fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
+    if v.len() < n {
+        v.resize(n, T::default());
+    }
+}
+
+/// `dst[k·16 + t] = src[t][k]` for a 16 × 16 block of dwords.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[target_feature(enable = "avx512f")]
+#[allow(clippy::needless_range_loop)] // `m` indexes two levels of `v` alike
+unsafe fn transpose16(src: &[&[u32]; ROWS], dst: &mut [u32]) {
+    assert!(dst.len() >= 256 && src.iter().all(|r| r.len() >= 16));
+    // SAFETY: 16 readable dwords per source row and 256 writable ones in
+    // `dst` (asserted); AVX-512F is enabled.
+    unsafe {
+        let r: [__m512i; 16] = std::array::from_fn(|t| _mm512_loadu_si512(src[t].as_ptr().cast()));
+        // 1. Dword pairs: a[2i] lane L = tokens 2i, 2i+1 at k = 4L, 4L+1;
+        //    a[2i+1] the same at k = 4L+2, 4L+3.
+        let mut a = [_mm512_setzero_si512(); 16];
+        for i in 0..8 {
+            a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+            a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+        }
+        // 2. Qword pairs: v[i][m] lane L = tokens 4i..4i+4 at k = 4L + m.
+        let mut v = [[_mm512_setzero_si512(); 4]; 4];
+        for (i, vi) in v.iter_mut().enumerate() {
+            for j in 0..2 {
+                let (x, y) = (a[4 * i + j], a[4 * i + 2 + j]);
+                vi[2 * j] = _mm512_unpacklo_epi64(x, y);
+                vi[2 * j + 1] = _mm512_unpackhi_epi64(x, y);
+            }
+        }
+        // 3. Per m, a 4 x 4 transpose of 128-bit lanes: row k = 4L + m
+        //    takes lane L of v[0..4][m].
+        let d = dst.as_mut_ptr();
+        for m in 0..4 {
+            let p = _mm512_shuffle_i32x4::<0b01_00_01_00>(v[0][m], v[1][m]);
+            let q = _mm512_shuffle_i32x4::<0b11_10_11_10>(v[0][m], v[1][m]);
+            let r = _mm512_shuffle_i32x4::<0b01_00_01_00>(v[2][m], v[3][m]);
+            let s = _mm512_shuffle_i32x4::<0b11_10_11_10>(v[2][m], v[3][m]);
+            let rows = [
+                _mm512_shuffle_i32x4::<0b10_00_10_00>(p, r),
+                _mm512_shuffle_i32x4::<0b11_01_11_01>(p, r),
+                _mm512_shuffle_i32x4::<0b10_00_10_00>(q, s),
+                _mm512_shuffle_i32x4::<0b11_01_11_01>(q, s),
+            ];
+            for (l, row) in rows.iter().enumerate() {
+                _mm512_storeu_si512(d.add((4 * l + m) * ROWS).cast(), *row);
+            }
+        }
+    }
+}
+
+/// `dst[k·16 + r] = src[r·len + k]` for 16 rows of `len` dwords.
+fn transpose_rows(src: &[u32], len: usize, dst: &mut [u32]) {
+    let full = len - len % 16;
+    for k0 in (0..full).step_by(16) {
+        let rows: [&[u32]; ROWS] = std::array::from_fn(|r| &src[r * len + k0..r * len + k0 + 16]);
+        // SAFETY: the prompt kernels run only with AVX-512F (checked by
+        // `prompt_gemm`).
+        unsafe { transpose16(&rows, &mut dst[k0 * ROWS..]) };
+    }
+    for k in full..len {
+        for r in 0..ROWS {
+            dst[k * ROWS + r] = src[r * len + k];
+        }
+    }
+}
+
+#[cfg(test)]
+#[test]
+fn transpose_rows_transposes() {
+    if !crate::Isa::Avx512.available() {
+        return;
+    }
+    for len in [16, 40, 7] {
+        let src: Vec<u32> = (0..16 * len).map(|i| i as u32 * 3 + 1).collect();
+        let mut dst = vec![0u32; 16 * len];
+        transpose_rows(&src, len, &mut dst);
+        for r in 0..16 {
+            for k in 0..len {
+                assert_eq!(dst[k * 16 + r], src[r * len + k], "len {len} r {r} k {k}");
+            }
+        }
+    }
+}
+
+/// Sixteen weight rows unpacked: levels `[row][n / 4]` as dwords of four,
+/// `[row][n / per_scale]` scales (`Format::per_scale`), and the same
+/// transposed for the tiles (`[dword][row]`, `[scale][row]`). Rows past a
+/// short group's last hold stale values whose lanes are never read.
+#[derive(Default)]
 struct RowGroup {
     levels: Vec<u32>,
     scales: Vec<f32>,
-    /// Q4_K: `[row][n / 16]` the mins' scales `dmin·mᵢ` (empty otherwise).
+    /// Q4_K / Q5_K: `[row][n / 16]` the mins' scales `dmin·mᵢ`.
     mins: Vec<f32>,
+    t_levels: Vec<u32>,
+    t_scales: Vec<u32>,
+    t_mins: Vec<u32>,
 }
 
-/// The eight rows' results of one tile, `[row][token]`.
-type Res = [[f32; TOK]; ROWS];
+/// One tile's results: `[token][row]`.
+type Res = [[f32; ROWS]; TB];
+
+/// A tile: the transposed rows of a [`RowGroup`] against up to [`TB`]
+/// tokens (their blocks, and their [`Acts`] from token `t0`), `nb` blocks.
+type TileFn<A> = unsafe fn(&RowGroup, &[&[A]], &Acts, usize, usize, &mut Res);
 
 /// How one weight format runs through [`prompt_gemm`].
 struct Format<W, A> {
@@ -142,31 +224,30 @@ struct Format<W, A> {
     qk: usize,
     /// Elements per weight-row scale.
     per_scale: usize,
-    /// Up to 16 activation rows of `nb` blocks, transposed.
-    group: fn(&[&[A]], usize) -> ActGroup,
+    /// The per-token values of a call's activation rows.
+    acts: fn(&mut Acts, &[&[A]], usize),
     /// Unpacks a weight row into slot `r` of the group (`n` elements).
-    unpack: unsafe fn(&[W], &mut RowGroup, usize, usize),
-    /// The unpacked rows against one activation group (`nb`, `n`).
-    tile: unsafe fn(&RowGroup, &ActGroup, usize, usize, &mut Res),
+    unpack: UnpackFn<W>,
+    tile: TileFn<A>,
     /// Whether the rows have mins ([`RowGroup::mins`]).
     mins: bool,
 }
 
 impl<W> Format<W, BlockQ8K> {
     /// A 256-element block against Q8_K with a scale per 16 elements: the
-    /// levels offset by `BIAS` and `group = ActGroup::k_quant::<BIAS>`, or
+    /// levels offset by `BIAS` (`acts = Acts::k_quant::<BIAS>`), or
     /// (`mins`) unbiased with the mins' term.
-    fn k256(
-        group: fn(&[&[BlockQ8K]], usize) -> ActGroup,
-        unpack: unsafe fn(&[W], &mut RowGroup, usize, usize),
-        mins: bool,
-    ) -> Self {
+    fn k256(acts: fn(&mut Acts, &[&[BlockQ8K]], usize), unpack: UnpackFn<W>, mins: bool) -> Self {
         Format {
             qk: 256,
             per_scale: 16,
-            group,
+            acts,
             unpack,
-            tile: if mins { tile::<true> } else { tile::<false> },
+            tile: if mins {
+                tile_k::<true>
+            } else {
+                tile_k::<false>
+            },
             mins,
         }
     }
@@ -177,161 +258,246 @@ impl<W> Format<W, BlockQ8K> {
 macro_rules! prompt_entry {
     ($(#[$doc:meta])* $name:ident, $w:ty, $a:ty, $f:expr) => {
         $(#[$doc])*
-        fn $name(
+        ///
+        /// # Safety
+        /// As [`crate::sig::PromptFn`].
+        unsafe fn $name(
             n: usize,
             w: &[u8],
             w_rows: usize,
             act: &[u8],
             act_rows: usize,
-            out: &mut [f32],
+            out: *mut f32,
             out_stride: usize,
         ) {
-            prompt_gemm::<$w, $a>(&$f, n, w, act, out, (w_rows, act_rows, out_stride));
+            // SAFETY: the caller's contract is `prompt_gemm`'s.
+            unsafe { prompt_gemm::<$w, $a>(&$f, n, w, act, out, (w_rows, act_rows, out_stride)) }
         }
     };
 }
 
 prompt_entry!(
-    /// `out[i·out_stride + t] = W_i · x_t` for Q6_K weights and Q8_K
+    /// `out[t·out_stride + i] = W_i · x_t` for Q6_K weights and Q8_K
     /// activations, in this module's order (see the module doc).
     gemm_q6_k_prompt,
     BlockQ6K,
     BlockQ8K,
-    Format::k256(ActGroup::k_quant::<32>, unpack_q6_k, false)
+    Format::k256(Acts::k_quant::<32>, q6_k_unpack(), false)
 );
 prompt_entry!(
     /// The same for Q3_K weights (levels + 4, 0..=7; bias 4).
     gemm_q3_k_prompt,
     BlockQ3K,
     BlockQ8K,
-    Format::k256(ActGroup::k_quant::<4>, unpack_q3_k, false)
+    Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false)
 );
 prompt_entry!(
-    /// The same for Q4_K weights: the nibbles (no bias; the "bias" slot of
-    /// the activation group holds each token's `bsum` per 16 elements),
-    /// then the mins' term per 16 elements.
+    /// The same for Q4_K weights: the nibbles (no bias; each token's `Σa`
+    /// per 16 elements instead), then the mins' term per 16 elements.
     gemm_q4_k_prompt,
     BlockQ4K,
     BlockQ8K,
-    Format::k256(ActGroup::k_quant::<-1>, unpack_q4_k, true)
+    Format::k256(Acts::k_quant::<-1>, unpack_q4_k, true)
 );
 prompt_entry!(
     /// The same for Q5_K weights (levels 0..=31, mins as Q4_K's).
     gemm_q5_k_prompt,
     BlockQ5K,
     BlockQ8K,
-    Format::k256(ActGroup::k_quant::<-1>, unpack_q5_k, true)
+    Format::k256(Acts::k_quant::<-1>, unpack_q5_k, true)
 );
 prompt_entry!(
     /// The same for IQ4_XS weights (grid values + 128; bias 128).
     gemm_iq4_xs_prompt,
     BlockIq4Xs,
     BlockQ8K,
-    Format::k256(ActGroup::k_quant::<128>, unpack_iq4_xs, false)
+    Format::k256(Acts::k_quant::<128>, unpack_iq4_xs, false)
 );
 prompt_entry!(
-    /// `out[i·out_stride + t] = W_i · x_t` for Q8_0 weights and activations:
-    /// levels + 128 against 16 tokens per `vpdpbusd`, the +128 taken off per
-    /// block through each token's sum, then `d_w·d_a` per block.
+    /// `out[t·out_stride + i] = W_i · x_t` for Q8_0 weights and activations:
+    /// levels + 128 against Q8_0 activations, the +128 taken off per block
+    /// through each token's sum, then `d_w·d_a` per block.
     gemm_q8_0_prompt,
     BlockQ8_0,
     BlockQ8_0,
     Format {
         qk: 32,
         per_scale: 32,
-        group: ActGroup::q8_0,
+        acts: Acts::q8_0,
         unpack: unpack_q8_0,
         tile: tile_q8_0,
         mins: false,
     }
 );
 
-/// The driver: activation groups of 16 tokens, weight rows eight at a
-/// time, each unpacked once and then run against every group.
-fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
+/// The driver: the activation rows' per-token values once, then weight
+/// rows sixteen at a time, each group unpacked and transposed once and run
+/// against every block of [`TB`] tokens; `out[t·out_stride + i]`.
+///
+/// # Safety
+/// As [`crate::sig::PromptFn`].
+unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
     f: &Format<W, A>,
     n: usize,
     w: &[u8],
     act: &[u8],
-    out: &mut [f32],
+    out: *mut f32,
     (w_rows, act_rows, out_stride): (usize, usize, usize),
 ) {
     assert!(n.is_multiple_of(f.qk), "gemm: {n} is not whole blocks");
     let nb = n / f.qk;
     let (wr, ar) = (nb * size_of::<W>(), nb * size_of::<A>());
-    if !check_shapes(
-        n,
-        (w.len(), wr, w_rows),
-        (act.len(), ar, act_rows),
-        out.len(),
-        out_stride,
-    ) {
+    assert!(
+        w.len() >= w_rows * wr && act.len() >= act_rows * ar && w_rows <= out_stride,
+        "gemm: {w_rows} x {act_rows} rows of {n} do not fit the bytes"
+    );
+    if w_rows == 0 || act_rows == 0 {
         return;
     }
     assert!(
         crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni"),
         "the prompt kernels need AVX512-VNNI"
     );
-    let a_row = |t: usize| -> &[A] { as_blocks(&act[t * ar..(t + 1) * ar]) };
-    let groups: Vec<ActGroup> = (0..act_rows)
-        .step_by(TOK)
-        .map(|t0| {
-            let rows: Vec<&[A]> = (t0..(t0 + TOK).min(act_rows)).map(a_row).collect();
-            (f.group)(&rows, nb)
-        })
+    let rows: Vec<&[A]> = (0..act_rows)
+        .map(|t| as_blocks(&act[t * ar..(t + 1) * ar]))
         .collect();
-    let mut rg = RowGroup {
-        levels: vec![0; ROWS * n / 4],
-        scales: vec![0.0; ROWS * n / f.per_scale],
-        mins: if f.mins {
-            vec![0.0; ROWS * n / 16]
-        } else {
-            Vec::new()
-        },
-    };
-    let mut res = [[0f32; TOK]; ROWS];
-    for i0 in (0..w_rows).step_by(ROWS) {
-        let nr = ROWS.min(w_rows - i0);
-        rg.levels.fill(0);
-        rg.scales.fill(0.0);
-        rg.mins.fill(0.0);
-        for r in 0..nr {
-            let x: &[W] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
-            // SAFETY: the features were checked above.
-            unsafe { (f.unpack)(x, &mut rg, r, n) };
+    SCRATCH.with_borrow_mut(|sc| {
+        let Scratch { acts, rg } = sc;
+        (f.acts)(acts, &rows, nb);
+        let (q4, ns) = (n / 4, n / f.per_scale);
+        grow(&mut rg.levels, ROWS * q4);
+        grow(&mut rg.scales, ROWS * ns);
+        grow(&mut rg.t_levels, ROWS * q4);
+        grow(&mut rg.t_scales, ROWS * ns);
+        if f.mins {
+            grow(&mut rg.mins, ROWS * n / 16);
+            grow(&mut rg.t_mins, ROWS * n / 16);
         }
-        for (gi, g) in groups.iter().enumerate() {
-            // SAFETY: the features were checked above; the group and the
-            // unpacked rows hold `nb` blocks each.
-            unsafe { (f.tile)(&rg, g, nb, n, &mut res) };
-            let t0 = gi * TOK;
-            let nt = TOK.min(act_rows - t0);
-            for (r, lanes) in res[..nr].iter().enumerate() {
-                out[(i0 + r) * out_stride + t0..][..nt].copy_from_slice(&lanes[..nt]);
+        let mut res = [[0f32; ROWS]; TB];
+        for i0 in (0..w_rows).step_by(ROWS) {
+            let nr = ROWS.min(w_rows - i0);
+            // The next group's rows, on their way to L2 while this one runs.
+            let next = &w[((i0 + ROWS) * wr).min(w.len())..((i0 + 2 * ROWS) * wr).min(w.len())];
+            for line in next.chunks(64) {
+                // SAFETY: a prefetch of a readable address.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+            }
+            for r in 0..nr {
+                let x: &[W] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
+                // SAFETY: the features were checked above.
+                unsafe { (f.unpack)(x, rg, r, n) };
+            }
+            transpose_rows(&rg.levels, q4, &mut rg.t_levels);
+            transpose_rows(bytemuck::cast_slice(&rg.scales), ns, &mut rg.t_scales);
+            if f.mins {
+                transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
+            }
+            for t0 in (0..act_rows).step_by(TB) {
+                let nt = TB.min(act_rows - t0);
+                // SAFETY: the features were checked above; the groups hold
+                // `nb` blocks of every row and token.
+                unsafe { (f.tile)(rg, &rows[t0..t0 + nt], acts, t0, nb, &mut res) };
+                for (t, lanes) in res[..nt].iter().enumerate() {
+                    // SAFETY: the caller lets us write `nr` outputs from
+                    // `i0` of token `t0 + t` (`i0 + nr <= w_rows`).
+                    unsafe {
+                        let dst = out.add((t0 + t) * out_stride + i0);
+                        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, nr);
+                    }
+                }
             }
         }
+    });
+}
+
+/// Per-thread buffers of [`prompt_gemm`], reused from call to call.
+#[derive(Default)]
+struct Scratch {
+    acts: Acts,
+    rg: RowGroup,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// How a format unpacks a weight row into a [`RowGroup`] slot.
+type UnpackFn<W> = unsafe fn(&[W], &mut RowGroup, usize, usize);
+
+fn gfni() -> bool {
+    is_x86_feature_detected!("gfni")
+}
+
+/// The Q3_K unpacker: with GFNI where the CPU has it (the same levels).
+fn q3_k_unpack() -> UnpackFn<BlockQ3K> {
+    match gfni() {
+        true => unpack_q3_k_gfni,
+        false => unpack_q3_k,
+    }
+}
+
+/// The Q6_K unpacker: with GFNI where the CPU has it (the same levels).
+fn q6_k_unpack() -> UnpackFn<BlockQ6K> {
+    match gfni() {
+        true => unpack_q6_k_gfni,
+        false => unpack_q6_k,
+    }
+}
+
+/// Stores `d · s` for 16 i8 scales `s` (one per 16 elements) at `dst`.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn store_scales(dst: &mut [f32], d: f32, s: __m128i) {
+    assert!(dst.len() >= 16);
+    // SAFETY: 16 writable floats (asserted); AVX-512F is enabled by the caller.
+    unsafe {
+        let v = _mm512_mul_ps(
+            _mm512_set1_ps(d),
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(s)),
+        );
+        _mm512_storeu_ps(dst.as_mut_ptr(), v);
     }
 }
 
 /// Unpacks Q3_K row `x` into slot `r` of `rg`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q3_k(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
-    let k3 = Q3Unpack::new();
-    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
-    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
-    for (b, xb) in x.iter().enumerate() {
-        // SAFETY: this function enables every feature the helpers need.
-        let q = unsafe { q3_k_levels::<false>(xb, &k3) };
-        for (j, qj) in q.iter().enumerate() {
-            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
-            // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
-            unsafe { _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj) };
-        }
-        let d = f16_to_f32(xb.d);
-        // SAFETY: SSE2 is enabled here.
-        let s16: [i8; 16] = unsafe { std::mem::transmute(lowbit::q3_k_scales(&xb.scales)) };
-        for (s, &si) in s16.iter().enumerate() {
-            sc[b * 16 + s] = d * si as f32;
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { unpack_q3_k_body::<false>(x, rg, r, n) }
+}
+
+/// [`unpack_q3_k`] with GFNI (the same levels).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+fn unpack_q3_k_gfni(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { unpack_q3_k_body::<true>(x, rg, r, n) }
+}
+
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL, AVX2 enabled, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn unpack_q3_k_body<const GFNI: bool>(
+    x: &[BlockQ3K],
+    rg: &mut RowGroup,
+    r: usize,
+    n: usize,
+) {
+    // SAFETY: the caller enables every feature the helpers need.
+    unsafe {
+        let k3 = Q3Unpack::new();
+        let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+        let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+        for (b, xb) in x.iter().enumerate() {
+            let q = q3_k_levels::<GFNI>(xb, &k3);
+            for (j, qj) in q.iter().enumerate() {
+                let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+                // `dst` is 16 writable dwords; `storeu` has no alignment requirement.
+                _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj);
+            }
+            let d = f16_to_f32(xb.d);
+            store_scales(&mut sc[b * 16..], d, lowbit::q3_k_scales(&xb.scales));
         }
     }
 }
@@ -447,83 +613,167 @@ fn unpack_iq4_xs(x: &[BlockIq4Xs], rg: &mut RowGroup, r: usize, n: usize) {
 /// Unpacks Q6_K row `x` into slot `r` of `rg`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q6_k(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
-    let m4 = _mm512_set1_epi8(0xF);
-    let m3 = _mm512_set1_epi8(3);
-    let (sh02, sh46) = (halves_i16(0, 2), halves_i16(4, 6));
-    let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
-    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
-    for (b, xb) in x.iter().enumerate() {
-        // SAFETY: this function enables every feature `q6_k_levels` needs.
-        let q = unsafe { q6_k_levels(xb, m4, m3, sh02, sh46) };
-        for (j, qj) in q.iter().enumerate() {
-            let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
-            // SAFETY: `dst` is 16 writable dwords; `storeu` has no alignment requirement.
-            unsafe { _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj) };
-        }
-        let d = f16_to_f32(xb.d);
-        for (s, &si) in xb.scales.iter().enumerate() {
-            sc[b * 16 + s] = d * si as f32;
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { unpack_q6_k_body::<false>(x, rg, r, n) }
+}
+
+/// [`unpack_q6_k`] with GFNI (the same levels).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+fn unpack_q6_k_gfni(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { unpack_q6_k_body::<true>(x, rg, r, n) }
+}
+
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL, AVX2 enabled, and GFNI when `GFNI`.
+#[inline(always)]
+unsafe fn unpack_q6_k_body<const GFNI: bool>(
+    x: &[BlockQ6K],
+    rg: &mut RowGroup,
+    r: usize,
+    n: usize,
+) {
+    // SAFETY: the caller enables every feature the helpers need.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0xF);
+        let m3 = _mm512_set1_epi8(3);
+        let (sh02, sh46) = (halves_i16(0, 2), halves_i16(4, 6));
+        let g6 = Q6Affine::new();
+        let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
+        let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+        for (b, xb) in x.iter().enumerate() {
+            let q = if GFNI {
+                q6_k_levels_gfni(xb, &g6)
+            } else {
+                q6_k_levels(xb, m4, m3, sh02, sh46)
+            };
+            for (j, qj) in q.iter().enumerate() {
+                let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+                // `dst` is 16 writable dwords; `storeu` has no alignment requirement.
+                _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj);
+            }
+            let d = f16_to_f32(xb.d);
+            let s = _mm_loadu_si128(xb.scales.as_ptr().cast());
+            store_scales(&mut sc[b * 16..], d, s);
         }
     }
 }
 
-/// The eight unpacked rows of `rg` against the 16 tokens of `g`: `res[r][t]`.
-/// `MINS` (Q4_K): the sums start at zero and `g.bias` holds each token's
-/// `bsum` per 16 elements, taken off in f32 times `rg.mins`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile<const MINS: bool>(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res: &mut Res) {
-    let (q4, q16) = (n / 4, n / 16);
-    assert!(
-        rg.levels.len() >= ROWS * q4
-            && rg.scales.len() >= ROWS * q16
-            && g.qs.len() >= nb * 64 * TOK
-            && g.bias.len() >= nb * 16 * TOK
-            && g.d.len() >= nb * TOK
-            && n >= nb * 256
-            && (!MINS || rg.mins.len() >= ROWS * q16),
-        "tile: shapes"
-    );
-    let (lv, sc) = (rg.levels.as_ptr(), rg.scales.as_ptr());
-    let (qs, bias, dp) = (g.qs.as_ptr(), g.bias.as_ptr(), g.d.as_ptr());
-    // SAFETY: every offset below is within the lengths asserted above
-    // (row r < ROWS, block b < nb, sub-block s < 16, group k < 4); the
-    // features are enabled on this function.
+/// Dword `k` of an activation block's quants, broadcast to every lane.
+///
+/// # Safety
+/// `qs` must hold at least `4k + 4` bytes; AVX-512F enabled by the caller.
+#[inline(always)]
+unsafe fn bcast_dword(qs: &[i8], k: usize) -> __m512i {
+    debug_assert!(qs.len() >= 4 * k + 4);
+    // SAFETY: in bounds by the caller's contract; unaligned read.
     unsafe {
-        let mut acc_f = [_mm512_setzero_ps(); ROWS];
+        _mm512_set1_epi32(std::ptr::read_unaligned(
+            qs.as_ptr().add(4 * k).cast::<i32>(),
+        ))
+    }
+}
+
+/// The transposed rows of `rg` against the K-quant tokens `y` (their
+/// [`Acts`] from token `t0`): `res[t][r]`, for up to [`TB`] tokens.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn tile_k<const MINS: bool>(
+    rg: &RowGroup,
+    y: &[&[BlockQ8K]],
+    acts: &Acts,
+    t0: usize,
+    nb: usize,
+    res: &mut Res,
+) {
+    // SAFETY: the features are enabled on this function.
+    unsafe {
+        match y.len() {
+            1 => tile_k_n::<MINS, 1>(rg, y, acts, t0, nb, res),
+            2 => tile_k_n::<MINS, 2>(rg, y, acts, t0, nb, res),
+            3 => tile_k_n::<MINS, 3>(rg, y, acts, t0, nb, res),
+            4 => tile_k_n::<MINS, 4>(rg, y, acts, t0, nb, res),
+            5 => tile_k_n::<MINS, 5>(rg, y, acts, t0, nb, res),
+            6 => tile_k_n::<MINS, 6>(rg, y, acts, t0, nb, res),
+            7 => tile_k_n::<MINS, 7>(rg, y, acts, t0, nb, res),
+            8 => tile_k_n::<MINS, 8>(rg, y, acts, t0, nb, res),
+            n => unreachable!("a tile takes 1..={TB} tokens, not {n}"),
+        }
+    }
+}
+
+/// [`tile_k`] for `NT` tokens. Per row and token the order is: per block,
+/// `blk = Σ_s fma(cvt(isum_s), d·sᵢ, blk)` from zero over the 16
+/// sub-blocks (`MINS`: then `blk −= Σa_s·mᵢ`), then `acc = fma(blk, d_a,
+/// acc)`; the integer sums start at `−bias·Σa_s` (zero with `MINS`).
+///
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `b` indexes every token's blocks
+unsafe fn tile_k_n<const MINS: bool, const NT: usize>(
+    rg: &RowGroup,
+    y: &[&[BlockQ8K]],
+    acts: &Acts,
+    t0: usize,
+    nb: usize,
+    res: &mut Res,
+) {
+    assert!(
+        y.len() == NT
+            && y.iter().all(|r| r.len() >= nb)
+            && rg.t_levels.len() >= nb * 64 * ROWS
+            && rg.t_scales.len() >= nb * 16 * ROWS
+            && (!MINS || rg.t_mins.len() >= nb * 16 * ROWS)
+            && acts.d.len() >= (t0 + NT) * nb
+            && acts.bias.len() >= (t0 + NT) * nb * 16,
+        "tile_k: shapes"
+    );
+    let (lv, sc, mn) = (
+        rg.t_levels.as_ptr(),
+        rg.t_scales.as_ptr().cast::<f32>(),
+        rg.t_mins.as_ptr().cast::<f32>(),
+    );
+    let (ad, ab) = (acts.d.as_ptr(), acts.bias.as_ptr());
+    // SAFETY: every offset is within the lengths asserted above (block
+    // b < nb, sub-block s < 16, dword k < 4, token t < NT); the caller
+    // enables the features.
+    unsafe {
+        let mut acc_f = [_mm512_setzero_ps(); NT];
         for b in 0..nb {
-            let mut blk = [_mm512_setzero_ps(); ROWS];
+            let qs: [&[i8]; NT] = std::array::from_fn(|t| &y[t][b].qs[..]);
+            let mut blk = [_mm512_setzero_ps(); NT];
             for s in 0..16 {
-                let bias_s = _mm512_loadu_si512(bias.add((b * 16 + s) * TOK).cast());
-                let init = if MINS { _mm512_setzero_si512() } else { bias_s };
-                let mut acc = [init; ROWS];
-                let kk0 = b * 64 + 4 * s;
+                let start = |t: usize| *ab.add(((t0 + t) * nb + b) * 16 + s);
+                let mut acc: [__m512i; NT] = std::array::from_fn(|t| match MINS {
+                    true => _mm512_setzero_si512(),
+                    false => _mm512_set1_epi32(start(t)),
+                });
                 for k in 0..4 {
-                    let a = _mm512_loadu_si512(qs.add((kk0 + k) * TOK).cast());
-                    for (r, ac) in acc.iter_mut().enumerate() {
-                        let wq = _mm512_set1_epi32(*lv.add(r * q4 + kk0 + k) as i32);
-                        *ac = _mm512_dpbusd_epi32(*ac, wq, a);
+                    let kk = 4 * s + k;
+                    let wq = _mm512_loadu_si512(lv.add((b * 64 + kk) * ROWS).cast());
+                    for (ac, q) in acc.iter_mut().zip(&qs) {
+                        *ac = _mm512_dpbusd_epi32(*ac, wq, bcast_dword(q, kk));
                     }
                 }
-                for (r, bl) in blk.iter_mut().enumerate() {
-                    let scale = _mm512_set1_ps(*sc.add(r * q16 + b * 16 + s));
-                    *bl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), scale, *bl);
+                let scale = _mm512_loadu_ps(sc.add((b * 16 + s) * ROWS));
+                for (bl, ac) in blk.iter_mut().zip(&acc) {
+                    *bl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*ac), scale, *bl);
                 }
                 if MINS {
-                    let bsum = _mm512_cvtepi32_ps(bias_s);
-                    let mn = rg.mins.as_ptr();
-                    for (r, bl) in blk.iter_mut().enumerate() {
-                        let m = _mm512_set1_ps(*mn.add(r * q16 + b * 16 + s));
+                    let m = _mm512_loadu_ps(mn.add((b * 16 + s) * ROWS));
+                    for (t, bl) in blk.iter_mut().enumerate() {
+                        let bsum = _mm512_set1_ps(start(t) as f32);
                         *bl = _mm512_fnmadd_ps(bsum, m, *bl);
                     }
                 }
             }
-            let d = _mm512_loadu_ps(dp.add(b * TOK));
-            for (r, af) in acc_f.iter_mut().enumerate() {
-                *af = _mm512_fmadd_ps(blk[r], d, *af);
+            for (t, af) in acc_f.iter_mut().enumerate() {
+                let d = _mm512_set1_ps(*ad.add((t0 + t) * nb + b));
+                *af = _mm512_fmadd_ps(blk[t], d, *af);
             }
         }
-        for (r, af) in acc_f.iter().enumerate() {
-            _mm512_storeu_ps(res[r].as_mut_ptr(), *af);
+        for (t, af) in acc_f.iter().enumerate() {
+            _mm512_storeu_ps(res[t].as_mut_ptr(), *af);
         }
     }
 }
@@ -531,52 +781,82 @@ fn tile<const MINS: bool>(rg: &RowGroup, g: &ActGroup, nb: usize, n: usize, res:
 /// Unpacks Q8_0 row `x` into slot `r` of `rg`: levels + 128 and `d`.
 fn unpack_q8_0(x: &[BlockQ8_0], rg: &mut RowGroup, r: usize, n: usize) {
     let nb = n / 32;
+    let lv: &mut [u8] = bytemuck::cast_slice_mut(&mut rg.levels[r * n / 4..(r + 1) * n / 4]);
     for (b, xb) in x.iter().enumerate() {
-        for k in 0..8 {
-            let u = |i: usize| (xb.qs[4 * k + i] as i32 + 128) as u8;
-            rg.levels[r * n / 4 + b * 8 + k] = u32::from_le_bytes([u(0), u(1), u(2), u(3)]);
+        for (l, &q) in lv[32 * b..32 * b + 32].iter_mut().zip(&xb.qs) {
+            *l = (q as u8) ^ 0x80;
         }
         rg.scales[r * nb + b] = xb.d.to_f32();
     }
 }
 
-/// The eight unpacked Q8_0 rows of `rg` against the 16 tokens of `g`.
+/// The transposed Q8_0 rows of `rg` against the tokens `y`: `res[t][r]`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile_q8_0(rg: &RowGroup, g: &ActGroup, nb: usize, _n: usize, res: &mut Res) {
-    let q4 = nb * 8;
+fn tile_q8_0(rg: &RowGroup, y: &[&[BlockQ8_0]], acts: &Acts, t0: usize, nb: usize, res: &mut Res) {
+    // SAFETY: the features are enabled on this function.
+    unsafe {
+        match y.len() {
+            1 => tile_q8_0_n::<1>(rg, y, acts, t0, nb, res),
+            2 => tile_q8_0_n::<2>(rg, y, acts, t0, nb, res),
+            3 => tile_q8_0_n::<3>(rg, y, acts, t0, nb, res),
+            4 => tile_q8_0_n::<4>(rg, y, acts, t0, nb, res),
+            5 => tile_q8_0_n::<5>(rg, y, acts, t0, nb, res),
+            6 => tile_q8_0_n::<6>(rg, y, acts, t0, nb, res),
+            7 => tile_q8_0_n::<7>(rg, y, acts, t0, nb, res),
+            8 => tile_q8_0_n::<8>(rg, y, acts, t0, nb, res),
+            n => unreachable!("a tile takes 1..={TB} tokens, not {n}"),
+        }
+    }
+}
+
+/// [`tile_q8_0`] for `NT` tokens. Per row and token and block: the integer
+/// sum from `−128·Σa`, then `acc = fma(cvt(isum), d_w·d_a, acc)`.
+///
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled.
+#[inline(always)]
+#[allow(clippy::needless_range_loop)] // `b` indexes every token's blocks
+unsafe fn tile_q8_0_n<const NT: usize>(
+    rg: &RowGroup,
+    y: &[&[BlockQ8_0]],
+    acts: &Acts,
+    t0: usize,
+    nb: usize,
+    res: &mut Res,
+) {
     assert!(
-        rg.levels.len() >= ROWS * q4
-            && rg.scales.len() >= ROWS * nb
-            && g.qs.len() >= nb * 8 * TOK
-            && g.bias.len() >= nb * TOK
-            && g.d.len() >= nb * TOK,
+        y.len() == NT
+            && y.iter().all(|r| r.len() >= nb)
+            && rg.t_levels.len() >= nb * 8 * ROWS
+            && rg.t_scales.len() >= nb * ROWS
+            && acts.d.len() >= (t0 + NT) * nb
+            && acts.bias.len() >= (t0 + NT) * nb,
         "tile_q8_0: shapes"
     );
-    let (lv, sc) = (rg.levels.as_ptr(), rg.scales.as_ptr());
-    let (qs, bias, dp) = (g.qs.as_ptr(), g.bias.as_ptr(), g.d.as_ptr());
-    // SAFETY: every offset below is within the lengths asserted above
-    // (row r < ROWS, block b < nb, group k < 8); the features are enabled
-    // on this function.
+    let (lv, sc) = (rg.t_levels.as_ptr(), rg.t_scales.as_ptr().cast::<f32>());
+    let (ad, ab) = (acts.d.as_ptr(), acts.bias.as_ptr());
+    // SAFETY: every offset is within the lengths asserted above (block
+    // b < nb, dword k < 8, token t < NT); the caller enables the features.
     unsafe {
-        let mut acc_f = [_mm512_setzero_ps(); ROWS];
+        let mut acc_f = [_mm512_setzero_ps(); NT];
         for b in 0..nb {
-            let init = _mm512_loadu_si512(bias.add(b * TOK).cast());
-            let mut acc = [init; ROWS];
+            let qs: [&[i8]; NT] = std::array::from_fn(|t| &y[t][b].qs[..]);
+            let mut acc: [__m512i; NT] =
+                std::array::from_fn(|t| _mm512_set1_epi32(*ab.add((t0 + t) * nb + b)));
             for k in 0..8 {
-                let a = _mm512_loadu_si512(qs.add((b * 8 + k) * TOK).cast());
-                for (r, ac) in acc.iter_mut().enumerate() {
-                    let wq = _mm512_set1_epi32(*lv.add(r * q4 + b * 8 + k) as i32);
-                    *ac = _mm512_dpbusd_epi32(*ac, wq, a);
+                let wq = _mm512_loadu_si512(lv.add((b * 8 + k) * ROWS).cast());
+                for (ac, q) in acc.iter_mut().zip(&qs) {
+                    *ac = _mm512_dpbusd_epi32(*ac, wq, bcast_dword(q, k));
                 }
             }
-            let da = _mm512_loadu_ps(dp.add(b * TOK));
-            for (r, af) in acc_f.iter_mut().enumerate() {
-                let d = _mm512_mul_ps(_mm512_set1_ps(*sc.add(r * nb + b)), da);
-                *af = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), d, *af);
+            let dw = _mm512_loadu_ps(sc.add(b * ROWS));
+            for (t, af) in acc_f.iter_mut().enumerate() {
+                let d = _mm512_mul_ps(dw, _mm512_set1_ps(*ad.add((t0 + t) * nb + b)));
+                *af = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), d, *af);
             }
         }
-        for (r, af) in acc_f.iter().enumerate() {
-            _mm512_storeu_ps(res[r].as_mut_ptr(), *af);
+        for (t, af) in acc_f.iter().enumerate() {
+            _mm512_storeu_ps(res[t].as_mut_ptr(), *af);
         }
     }
 }
