@@ -376,12 +376,6 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
         let mut res = [[0f32; ROWS]; TB];
         for i0 in (0..w_rows).step_by(ROWS) {
             let nr = ROWS.min(w_rows - i0);
-            // The next group's rows, on their way to L2 while this one runs.
-            let next = &w[((i0 + ROWS) * wr).min(w.len())..((i0 + 2 * ROWS) * wr).min(w.len())];
-            for line in next.chunks(64) {
-                // SAFETY: a prefetch of a readable address.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
-            }
             for r in 0..nr {
                 let x: &[W] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
                 // SAFETY: the features were checked above.
