@@ -27,7 +27,7 @@ fixtures=false
 bin="$LLAMA_DIR/build/bin"
 if $fixtures; then
   bin="$LLAMA_DIR/build-avx512/bin"
-  if [ -e "$bin/libllama.so" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-imatrix" ]; then
+  if [ -e "$bin/libllama.so" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-imatrix" ] && [ -x "$bin/llama-bench" ]; then
     echo "$bin"; exit 0
   fi
 fi
@@ -47,7 +47,7 @@ if $fixtures; then
   cmake -S "$src" -B build-avx512 -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
     -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >&2
-  cmake --build build-avx512 -j"$(nproc)" --target llama llama-perplexity llama-imatrix >&2
+  cmake --build build-avx512 -j"$(nproc)" --target llama llama-perplexity llama-imatrix llama-bench >&2
   echo "$bin"; exit 0
 fi
 cmake -S "$src" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \

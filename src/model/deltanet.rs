@@ -22,7 +22,9 @@ use super::chunked::{self, ChunkScratch, HeadInputs};
 use super::config::ModelConfig;
 use super::dump;
 use super::linear::MatScratch;
-use super::ops::{dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus};
+use super::ops::{
+    dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus, PAR_MIN_ELEMS,
+};
 use super::profile::{self, Op};
 use super::recurrent::{DeltaNetState, GdnStash};
 use super::weights::DeltaNetWeights;
@@ -148,7 +150,7 @@ pub fn conv_silu(
 ) {
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
-    if t_n > 1 {
+    if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
         let window: &[f32] = window;
         out.par_chunks_mut(per * ch)
@@ -485,7 +487,7 @@ pub(super) fn l2norm_qk(cfg: &ModelConfig, conv: &mut [f32]) {
         }
     };
     let ch = cfg.ssm_conv_channels();
-    if conv.len() > ch {
+    if conv.len() > ch && conv.len() >= PAR_MIN_ELEMS {
         conv.par_chunks_exact_mut(ch).for_each(norm);
     } else {
         conv.chunks_exact_mut(ch).for_each(norm);
@@ -522,12 +524,18 @@ pub(super) fn gated_norm(
         }
     };
     let (z, o) = (&mut z[..t * inner], &mut o[..t * inner]);
-    if t > 1 {
+    if t > 1 && z.len() >= PAR_MIN_ELEMS {
         z.par_chunks_exact_mut(inner)
             .zip(o.par_chunks_exact_mut(inner))
             .enumerate()
             .for_each(|(ti, (zr, or))| row(ti, zr, or));
     } else {
-        row(0, z, o);
+        for (ti, (zr, or)) in z
+            .chunks_exact_mut(inner)
+            .zip(o.chunks_exact_mut(inner))
+            .enumerate()
+        {
+            row(ti, zr, or);
+        }
     }
 }

@@ -456,7 +456,7 @@ pub(super) fn set_head_rows(
 /// parallel (each as alone).
 pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let e = w.len();
-    if x.len() >= NORM_PAR_ROWS * e {
+    if x.len() >= NORM_PAR_ROWS * e && x.len() >= super::ops::PAR_MIN_ELEMS {
         x.par_chunks_exact(e)
             .zip(out.par_chunks_exact_mut(e))
             .for_each(|(xr, or)| rmsnorm(xr, w, eps, or));

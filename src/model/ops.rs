@@ -100,6 +100,11 @@ pub(crate) fn has_fma() -> bool {
     kernels::cpu::has_fma()
 }
 
+/// Fewest elements a row-wise op over a batch splits across the pool: below
+/// it, scheduling costs more than the second thread saves (a small model's
+/// verify rows, a 2-row batch of the full shape).
+pub(crate) const PAR_MIN_ELEMS: usize = 1 << 15;
+
 /// Defines `$name($args)` that runs `$body` (an `#[inline(always)]` fn)
 /// compiled with FMA when the host has it, plain otherwise.
 macro_rules! fma_dispatch {
