@@ -455,19 +455,46 @@ unsafe fn store_scales(dst: &mut [f32], d: f32, s: __m128i) {
     }
 }
 
-/// Unpacks Q3_K row `x` into slot `r` of `rg`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn unpack_q3_k(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
-    // SAFETY: this function enables every feature the body needs.
-    unsafe { unpack_q3_k_body::<false>(x, rg, r, n) }
+/// An unpacker `$plain` and its GFNI twin `$gfni` (the same levels) over
+/// the body `$body::<GFNI>` for blocks `$w`.
+macro_rules! unpack_pair {
+    ($(#[$doc:meta])* $plain:ident, $gfni:ident, $body:ident, $w:ty) => {
+        $(#[$doc])*
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+        fn $plain(x: &[$w], rg: &mut RowGroup, r: usize, n: usize) {
+            // SAFETY: this function enables every feature the body needs.
+            unsafe { $body::<false>(x, rg, r, n) }
+        }
+
+        #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+        fn $gfni(x: &[$w], rg: &mut RowGroup, r: usize, n: usize) {
+            // SAFETY: this function enables every feature the body needs.
+            unsafe { $body::<true>(x, rg, r, n) }
+        }
+    };
 }
 
-/// [`unpack_q3_k`] with GFNI (the same levels).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
-fn unpack_q3_k_gfni(x: &[BlockQ3K], rg: &mut RowGroup, r: usize, n: usize) {
-    // SAFETY: this function enables every feature the body needs.
-    unsafe { unpack_q3_k_body::<true>(x, rg, r, n) }
+/// Block `b`'s four pieces of 16 dwords of levels into a row's slot `lv`.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn store_levels(lv: &mut [u32], b: usize, q: &[__m512i; 4]) {
+    for (j, qj) in q.iter().enumerate() {
+        let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
+        // SAFETY: `dst` is 16 writable dwords (`storeu`: no alignment
+        // requirement); the caller enables AVX-512F.
+        unsafe { _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj) };
+    }
 }
+
+unpack_pair!(
+    /// Unpacks Q3_K row `x` into slot `r` of `rg`.
+    unpack_q3_k,
+    unpack_q3_k_gfni,
+    unpack_q3_k_body,
+    BlockQ3K
+);
 
 /// # Safety
 /// The caller must have AVX-512 F/BW/VL, AVX2 enabled, and GFNI when `GFNI`.
@@ -485,11 +512,7 @@ unsafe fn unpack_q3_k_body<const GFNI: bool>(
         let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
         for (b, xb) in x.iter().enumerate() {
             let q = q3_k_levels::<GFNI>(xb, &k3);
-            for (j, qj) in q.iter().enumerate() {
-                let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
-                // `dst` is 16 writable dwords; `storeu` has no alignment requirement.
-                _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj);
-            }
+            store_levels(lv, b, &q);
             let d = f16_to_f32(xb.d);
             store_scales(&mut sc[b * 16..], d, lowbit::q3_k_scales(&xb.scales));
         }
@@ -604,19 +627,13 @@ fn unpack_iq4_xs(x: &[BlockIq4Xs], rg: &mut RowGroup, r: usize, n: usize) {
     }
 }
 
-/// Unpacks Q6_K row `x` into slot `r` of `rg`.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn unpack_q6_k(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
-    // SAFETY: this function enables every feature the body needs.
-    unsafe { unpack_q6_k_body::<false>(x, rg, r, n) }
-}
-
-/// [`unpack_q6_k`] with GFNI (the same levels).
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
-fn unpack_q6_k_gfni(x: &[BlockQ6K], rg: &mut RowGroup, r: usize, n: usize) {
-    // SAFETY: this function enables every feature the body needs.
-    unsafe { unpack_q6_k_body::<true>(x, rg, r, n) }
-}
+unpack_pair!(
+    /// Unpacks Q6_K row `x` into slot `r` of `rg`.
+    unpack_q6_k,
+    unpack_q6_k_gfni,
+    unpack_q6_k_body,
+    BlockQ6K
+);
 
 /// # Safety
 /// The caller must have AVX-512 F/BW/VL, AVX2 enabled, and GFNI when `GFNI`.
@@ -641,11 +658,7 @@ unsafe fn unpack_q6_k_body<const GFNI: bool>(
             } else {
                 q6_k_levels(xb, m4, m3, sh02, sh46)
             };
-            for (j, qj) in q.iter().enumerate() {
-                let dst = &mut lv[b * 64 + 16 * j..b * 64 + 16 * j + 16];
-                // `dst` is 16 writable dwords; `storeu` has no alignment requirement.
-                _mm512_storeu_si512(dst.as_mut_ptr().cast(), *qj);
-            }
+            store_levels(lv, b, &q);
             let d = f16_to_f32(xb.d);
             let s = _mm_loadu_si128(xb.scales.as_ptr().cast());
             store_scales(&mut sc[b * 16..], d, s);
