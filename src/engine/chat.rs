@@ -16,7 +16,7 @@
 //!
 //! Per turn: `ContextShift` (when turns were dropped), `Prefill` (the newly evaluated tokens), then per token `Text` (text
 //! between `<think>` and `</think>` flagged `thinking`, the tags themselves sent
-//! as empty text), after each forward pass `LayerTimes` and `Routing`, and `Done`
+//! as empty text), after each forward pass `LayerTimes`, `Routing` and `OpTimes`, and `Done`
 //! unless the user stopped the reply.
 //!
 //! Speculation (clover_moe files with the block-diffusion path): at each round
@@ -40,6 +40,7 @@ use std::collections::VecDeque;
 use std::ops::ControlFlow;
 
 use crate::chat::ChatMessage as TemplateMessage;
+use crate::model::profile::{self, Op};
 use crate::model::ForwardError;
 use crate::model::{LayerKind as ModelLayerKind, Stats};
 use crate::sample::{Sampler, SamplerParams};
@@ -321,14 +322,20 @@ impl ChatSession {
         };
         let round = RefCell::new(Round::default());
         let mut kinds: VecDeque<TokenKind> = VecDeque::new();
+        // Time by op kind, step by step (the prefill's is dropped).
+        let _profile = ProfileTurn::start();
         let model = std::sync::Arc::clone(self.session.model());
         let tok = &model.tokenizer;
         let mut sink = |ev: GenEvent<'_>| {
             match ev {
-                GenEvent::Prefilled(p) => emit(EngineEvent::Prefill {
-                    tokens: p.evaluated,
-                    ms: p.ms,
-                }),
+                GenEvent::Prefilled(p) => {
+                    profile::finish();
+                    profile::start();
+                    emit(EngineEvent::Prefill {
+                        tokens: p.evaluated,
+                        ms: p.ms,
+                    })
+                }
                 GenEvent::Token {
                     text,
                     thinking,
@@ -348,6 +355,14 @@ impl ChatSession {
                     let (times, routing) = layer_events(stats);
                     emit(times);
                     emit(routing);
+                    let ops = profile::finish();
+                    profile::start();
+                    emit(EngineEvent::OpTimes {
+                        ops: Op::ALL
+                            .iter()
+                            .map(|&o| (o.short(), ops.ns(o) as f32 / 1e6))
+                            .collect(),
+                    });
                     let drafts = std::mem::take(&mut round.borrow_mut().drafts);
                     kinds.clear();
                     if !drafts.is_empty() {
@@ -408,6 +423,23 @@ impl ChatSession {
             });
         }
         Ok(())
+    }
+}
+
+/// Profiles a turn by op kind ([`profile`]): started with the turn, stopped
+/// however it ends.
+struct ProfileTurn;
+
+impl ProfileTurn {
+    fn start() -> ProfileTurn {
+        profile::start();
+        ProfileTurn
+    }
+}
+
+impl Drop for ProfileTurn {
+    fn drop(&mut self) {
+        profile::finish();
     }
 }
 

@@ -38,6 +38,7 @@ fn check_contract(events: &[EngineEvent]) -> (usize, usize, usize) {
             !matches!(
                 e,
                 EngineEvent::LayerTimes { .. }
+                    | EngineEvent::OpTimes { .. }
                     | EngineEvent::Routing { .. }
                     | EngineEvent::SpecStats(_)
             )

@@ -19,7 +19,8 @@ use std::time::Instant;
 /// The op kinds of a forward pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Token embedding, residual adds, state copies: everything unmarked.
+    /// Token embedding, residual adds, state copies: everything unmarked
+    /// (in the chat, whose profile spans whole steps, sampling too).
     Other,
     /// The RMS norms around every block and inside the mixers.
     Norm,
@@ -71,6 +72,23 @@ impl Op {
             Op::Experts => "routed experts",
             Op::SharedExpert => "shared expert",
             Op::Head => "output head",
+        }
+    }
+
+    /// A short name, for narrow displays (the chat's timing panel).
+    pub fn short(self) -> &'static str {
+        match self {
+            Op::Other => "other",
+            Op::Norm => "norm",
+            Op::GdnProj => "GDN proj",
+            Op::Conv => "conv",
+            Op::Recurrence => "recur",
+            Op::AttnProj => "attn proj",
+            Op::Attention => "attn",
+            Op::Router => "router",
+            Op::Experts => "experts",
+            Op::SharedExpert => "shared",
+            Op::Head => "head",
         }
     }
 

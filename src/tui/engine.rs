@@ -18,8 +18,9 @@
 //!      when a draft was rejected (`a < d`), `Plain` for the bonus token when all were
 //!      accepted. Every round therefore emits `a + 1` tokens (DESIGN §4).
 //!
-//!    `LayerTimes` and `Routing` may follow any forward pass; they describe the last
-//!    token (for a batched pass, any one representative token). An engine that
+//!    `LayerTimes`, `Routing` and `OpTimes` may follow any forward pass; they describe
+//!    the last token (for a batched pass, any one representative token; `OpTimes`
+//!    the whole step). An engine that
 //!    speculates sends `SpecStats` (its loop's running totals) after each step of
 //!    the speculative loop, before that step's `Text` events.
 //! 3. `Done` when the reply ended on its own (end-of-generation token, token limit, or
@@ -146,6 +147,9 @@ pub enum EngineEvent {
         mixer_ms: Vec<f32>,
         moe_ms: Vec<f32>,
     },
+    /// Milliseconds of the last step by op kind (short names: norms, GDN
+    /// projections, conv, recurrence, attention, router, experts, head, ...).
+    OpTimes { ops: Vec<(&'static str, f32)> },
     /// The speculative loop's totals so far (this session): drafts proposed /
     /// accepted / accepted by the relaxed rule, passes, time in draft / verify /
     /// rollback / timed plain steps, and the tokens and time of the whole loop.

@@ -9,7 +9,7 @@ use super::engine::{ChatMessage, Controls, EngineEvent, EngineInfo, Role, SpecSt
 use super::events::{Code, Input, Key, WorkerMsg};
 use super::input::InputEditor;
 use super::lines::ChatOptions;
-use super::stats::{AcceptStats, HeatWindow, LayerTiming, RoutingStats, Speeds};
+use super::stats::{AcceptStats, HeatWindow, LayerTiming, OpTiming, RoutingStats, Speeds};
 use super::transcript::{self, Transcript};
 
 /// Tokens the recent routing window covers.
@@ -65,6 +65,8 @@ pub struct App {
     pub chat: ChatLog,
     pub input: InputEditor,
     pub timing: LayerTiming,
+    /// Time by op kind (the timing panel's second line).
+    pub ops: OpTiming,
     pub routing: RoutingStats,
     pub accept: AcceptStats,
     pub speeds: Speeds,
@@ -112,6 +114,7 @@ impl App {
             chat,
             input: InputEditor::default(),
             timing: LayerTiming::default(),
+            ops: OpTiming::default(),
             routing,
             accept: AcceptStats::default(),
             speeds: Speeds::default(),
@@ -408,6 +411,7 @@ impl App {
             }
             EngineEvent::SpecStats(st) => self.spec_stats = Some(st),
             EngineEvent::LayerTimes { mixer_ms, moe_ms } => self.timing.record(&mixer_ms, &moe_ms),
+            EngineEvent::OpTimes { ops } => self.ops.record(&ops),
             EngineEvent::Routing { layer_experts } => self.routing.record(&layer_experts),
             EngineEvent::ContextShift { dropped, tokens } => {
                 self.chat.drop_oldest(dropped, tokens);

@@ -51,6 +51,44 @@ pub enum HeatWindow {
     Cumulative,
 }
 
+/// Time by op kind (`EngineEvent::OpTimes`), smoothed like [`LayerTiming`].
+#[derive(Clone, Debug, Default)]
+pub struct OpTiming {
+    pub ms: Vec<(&'static str, f32)>,
+    pub samples: u64,
+}
+
+impl OpTiming {
+    pub fn record(&mut self, ops: &[(&'static str, f32)]) {
+        let same = self.ms.len() == ops.len() && self.ms.iter().zip(ops).all(|(a, b)| a.0 == b.0);
+        if self.samples == 0 || !same {
+            self.ms = ops.iter().map(|&(n, v)| (n, v.max(0.0))).collect();
+        } else {
+            for (m, &(_, v)) in self.ms.iter_mut().zip(ops) {
+                m.1 += TIMING_ALPHA * (v.max(0.0) - m.1);
+            }
+        }
+        self.samples += 1;
+    }
+
+    /// Each kind's share of the total, largest first (kinds that took no
+    /// time left out).
+    pub fn shares(&self) -> Vec<(&'static str, f32)> {
+        let total: f32 = self.ms.iter().map(|m| m.1).sum();
+        if total <= 0.0 {
+            return Vec::new();
+        }
+        let mut v: Vec<(&'static str, f32)> = self
+            .ms
+            .iter()
+            .filter(|m| m.1 > 0.0)
+            .map(|&(n, ms)| (n, ms / total))
+            .collect();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1));
+        v
+    }
+}
+
 /// Counts of expert selections per layer, since the start and over the last tokens.
 #[derive(Clone, Debug)]
 pub struct RoutingStats {
@@ -353,6 +391,21 @@ mod tests {
         assert!((plain - 25.0).abs() < 1e-9, "{plain}");
         let sp = s.speedup().unwrap();
         assert!((sp - 2.0).abs() < 0.1, "{sp}");
+    }
+
+    #[test]
+    fn op_timing_smooths_and_ranks_by_share() {
+        let mut o = OpTiming::default();
+        assert!(o.shares().is_empty(), "nothing before the first report");
+        o.record(&[("a", 1.0), ("b", 3.0), ("c", 0.0)]);
+        assert_eq!(o.shares(), vec![("b", 0.75), ("a", 0.25)]);
+        o.record(&[("a", 6.0), ("b", 3.0), ("c", 0.0)]);
+        // a: 1 + 0.2 · (6 − 1) = 2, b stays 3.
+        assert_eq!(o.ms, vec![("a", 2.0), ("b", 3.0), ("c", 0.0)]);
+        assert_eq!(o.shares(), vec![("b", 0.6), ("a", 0.4)]);
+        // Other kinds (another engine) start over.
+        o.record(&[("x", 1.0)]);
+        assert_eq!(o.shares(), vec![("x", 1.0)]);
     }
 
     #[test]

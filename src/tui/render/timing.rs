@@ -63,7 +63,27 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
     if inner.height < 2 {
         return 0;
     }
-    let body = Rect::new(inner.x, inner.y + 1, inner.width, inner.height - 1);
+    // Where the step's time goes by op kind, on its own line when there is
+    // room for it and a few layers.
+    let shares = app.ops.shares();
+    let op_line = !shares.is_empty() && inner.height >= 5;
+    if op_line {
+        let y = inner.y + 1;
+        let mut x = inner.x + put(buf, inner, inner.x, y, "ops ", Style::new().fg(Color::Gray));
+        for (i, (name, share)) in shares.iter().enumerate() {
+            let item = format!(
+                "{}{name} {:.0}%",
+                if i > 0 { " · " } else { "" },
+                100.0 * share
+            );
+            if x + item.chars().count() as u16 > inner.x + inner.width {
+                break;
+            }
+            x += put(buf, inner, x, y, &item, Style::new().fg(Color::White));
+        }
+    }
+    let skip = 1 + op_line as u16;
+    let body = Rect::new(inner.x, inner.y + skip, inner.width, inner.height - skip);
     let n = t.mixer_ms.len().max(app.info.n_layers());
     if t.samples == 0 {
         put(
@@ -176,6 +196,35 @@ mod tests {
         moe[5] = 9.0;
         app.timing.record(&mixer, &moe);
         app
+    }
+
+    #[test]
+    fn the_op_split_takes_a_line_once_reported() {
+        let mut app = app_with_times();
+        app.ops.record(&[
+            ("experts", 6.0),
+            ("GDN proj", 3.0),
+            ("head", 1.0),
+            ("conv", 0.0),
+        ]);
+        let area = Rect::new(0, 0, 100, 20);
+        let (_, text) = render_with(area, |b| {
+            render(&app, area, b);
+        });
+        assert!(
+            contains(&text, "ops experts 60% · GDN proj 30% · head 10%"),
+            "{text:#?}"
+        );
+        assert!(
+            !contains(&text, "conv"),
+            "kinds that took no time are left out"
+        );
+        // Too short a panel keeps its rows for the layers.
+        let small = Rect::new(0, 0, 100, 5);
+        let (_, text) = render_with(small, |b| {
+            render(&app, small, b);
+        });
+        assert!(!contains(&text, "ops "), "{text:#?}");
     }
 
     #[test]
