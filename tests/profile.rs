@@ -43,3 +43,10 @@ fn kinds_add_up_and_nest_and_cost_nothing_when_off() {
         "kinds that never ran are left out\n{t}"
     );
 }
+
+#[test]
+fn every_kind_sits_at_its_own_index() {
+    for (i, op) in Op::ALL.iter().enumerate() {
+        assert_eq!(*op as usize, i, "{op:?}");
+    }
+}

@@ -485,18 +485,18 @@ pub fn matmul(
         }
         return;
     }
+    // The prompt kernels write `out[t][o]` themselves: no tile.
+    if let Kernel::Prompt(g) = k {
+        prompt_matmul(g, w, x, out);
+        return;
+    }
     assert!(
         tile.len() >= matmul_tile_len(rows),
         "matmul tile needs {} floats, got {}",
         matmul_tile_len(rows),
         tile.len()
     );
-    if let Kernel::Prompt(g) = k {
-        prompt_matmul(g, w, x, out);
-        return;
-    }
     let n = w.n_in;
-    let act_tile = ACT_TILE;
     let mut o0 = 0;
     while o0 < w.n_out {
         let nb = ROW_BLOCK.min(w.n_out - o0);
@@ -509,8 +509,8 @@ pub fn matmul(
         let run = |c: usize, ys: &mut [f32]| {
             let first = o0 + c * per;
             let n_rows = ys.len() / rows;
-            for t0 in (0..rows).step_by(act_tile) {
-                let t1 = (t0 + act_tile).min(rows);
+            for t0 in (0..rows).step_by(ACT_TILE) {
+                let t1 = (t0 + ACT_TILE).min(rows);
                 match k {
                     Kernel::Prompt(_) => unreachable!("prompt products return above"),
                     Kernel::Packed(g) | Kernel::Rows(g) => {
@@ -587,6 +587,7 @@ impl OutPtr {
 fn prompt_matmul(g: crate::sig::PromptFn, w: &QMatrix, x: &QActs, out: &mut [f32]) {
     let (rows, n_out, n) = (x.rows, w.n_out, w.n_in);
     assert!(out.len() >= rows * n_out, "matmul: output too short");
+    // Whole groups of the AVX-512 prompt kernels' 16 lanes of rows.
     let per = rows_per_task(n_out).next_multiple_of(16).min(n_out);
     let row_chunks = n_out.div_ceil(per);
     let tasks = row_chunks * rows.div_ceil(PROMPT_ACT_TILE);

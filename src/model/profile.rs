@@ -19,9 +19,6 @@ use std::time::Instant;
 /// The op kinds of a forward pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
-    /// Token embedding, residual adds, state copies: everything unmarked
-    /// (in the chat, whose profile spans whole steps, sampling too).
-    Other,
     /// The RMS norms around every block and inside the mixers.
     Norm,
     /// The GDN input and output projections.
@@ -42,9 +39,13 @@ pub enum Op {
     SharedExpert,
     /// The final norm and the output head.
     Head,
+    /// Token embedding, residual adds, state copies: everything unmarked
+    /// (in the chat, whose profile spans whole steps, sampling too).
+    Other,
 }
 
 impl Op {
+    /// Every kind, in declaration order (so `op as usize` indexes it).
     pub const ALL: [Op; 11] = [
         Op::Norm,
         Op::GdnProj,
@@ -115,12 +116,9 @@ fn now_ns() -> u64 {
     epoch().elapsed().as_nanos() as u64
 }
 
+/// The kind at index `i` (the enum is declared in [`Op::ALL`]'s order).
 fn op_at(i: usize) -> Op {
-    Op::ALL
-        .iter()
-        .copied()
-        .find(|o| o.index() == i)
-        .unwrap_or(Op::Other)
+    Op::ALL[i]
 }
 
 /// Whether a profile runs.
