@@ -42,6 +42,10 @@ pub struct RunArgs {
         allow_negative_numbers = true
     )]
     pub n_predict: i64,
+    /// Keep generating past end-of-generation tokens (as llama.cpp's
+    /// --ignore-eos); -n or a full context ends the run
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
     #[command(flatten)]
     pub context: ContextArgs,
     #[command(flatten)]
@@ -121,7 +125,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         n_predict,
         starts_thinking,
         checkpoint_after_prompt: false,
-        ignore_eos: false,
+        ignore_eos: args.ignore_eos,
     };
     let stdout = io::stdout();
     let mut out = stdout.lock();
