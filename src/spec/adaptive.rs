@@ -96,6 +96,8 @@ pub struct Adaptive {
     remeasuring: bool,
     /// Drafting rounds chosen in a row (for [`PROBE_EVERY`]).
     drafting_streak: usize,
+    /// Plain steps timed so far.
+    plain_samples: u64,
 }
 
 const EMA: f64 = 0.3;
@@ -124,6 +126,9 @@ pub const EXPLORE_REACH: f64 = 0.05;
 /// drafting wins no plain step is taken, and a stale plain cost (the first,
 /// cold step, or a machine that sped up) would keep it drafting at a loss.
 pub const PROBE_EVERY: usize = 32;
+
+/// [`PROBE_EVERY`] while only one plain step has been timed.
+pub const FIRST_PROBE: usize = 2;
 
 fn ema(old: &mut f64, x: f64) {
     *old = if *old == 0.0 {
@@ -154,12 +159,14 @@ impl Adaptive {
             remeasure: EXPLORE_MAX,
             remeasuring: false,
             drafting_streak: 0,
+            plain_samples: 0,
         }
     }
 
     pub fn record_plain(&mut self, ns: u64) {
         ema(&mut self.plain_ns, ns as f64);
         self.plain_streak += 1;
+        self.plain_samples += 1;
     }
 
     /// A draft pass over `tokens` tokens (the anchor and D masks).
@@ -292,7 +299,14 @@ impl Adaptive {
             return 0;
         }
         self.drafting_streak += 1;
-        if self.drafting_streak > PROBE_EVERY {
+        // Until a second plain step is timed, the one price of plain decoding
+        // is the first step, often cold and slow: drafting that seems to pay
+        // against it is checked after FIRST_PROBE rounds, not PROBE_EVERY.
+        let every = match self.plain_samples {
+            0 | 1 => FIRST_PROBE,
+            _ => PROBE_EVERY,
+        };
+        if self.drafting_streak > every {
             self.drafting_streak = 0;
             self.why = Why::Probe;
             return 0;
@@ -640,6 +654,32 @@ mod tests {
         // re-measurements of the costs). Without the probe: all 200.
         assert!(drafted <= PROBE_EVERY + 4, "{drafted}");
         assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
+    }
+
+    #[test]
+    fn with_one_plain_step_timed_the_first_probe_comes_after_first_probe_rounds() {
+        // As above: the one plain price is a cold step ten times the usual.
+        let mut a = Adaptive::new(0, 15);
+        a.record_plain(10_000);
+        let mut choices = Vec::new();
+        for _ in 0..40 {
+            let d = a.choose(15);
+            choices.push((d, a.why));
+            match d {
+                0 => a.record_plain(1000),
+                d => {
+                    a.record_draft(d + 1, 1500);
+                    a.record_verify(d + 1, 1500, d, 1);
+                }
+            }
+        }
+        // The first draft, FIRST_PROBE rounds that seem to pay, the probe.
+        let first_plain = choices.iter().position(|c| c.0 == 0).unwrap();
+        assert_eq!(first_plain, FIRST_PROBE + 1, "{choices:?}");
+        assert_eq!(choices[first_plain].1, Why::Probe);
+        // The warm price ends drafting (explorations aside).
+        let drafted = choices.iter().filter(|c| c.0 > 0).count();
+        assert!(drafted <= FIRST_PROBE + 3, "{choices:?}");
     }
 
     #[test]
