@@ -157,6 +157,20 @@ fn curl_sees_the_api_its_errors_and_its_limits() {
         .collect();
     assert_eq!(streamed, text);
 
+    // The same prompt again restarts at the checkpoint taken before its last
+    // token: one token evaluated, the rest reused, the same greedy text.
+    let (code, body) = post(&s, "/v1/chat/completions", chat, &[]);
+    assert_eq!(code, 200, "{body}");
+    let again = json(&body);
+    assert_eq!(
+        again["choices"][0]["message"]["content"].as_str(),
+        Some(text.as_str())
+    );
+    let n = again["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(n > 1, "{body}");
+    assert_eq!(again["timings"]["cache_n"].as_u64(), Some(n - 1), "{body}");
+    assert_eq!(again["timings"]["prompt_n"].as_u64(), Some(1), "{body}");
+
     // Errors: OpenAI's object, the right status.
     let too_long = format!(
         r#"{{"messages":[{{"role":"user","content":"{}"}}]}}"#,

@@ -124,7 +124,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let opts = GenOptions {
         n_predict,
         starts_thinking,
-        checkpoint_after_prompt: false,
+        checkpoint_prompt: false,
         ignore_eos: args.ignore_eos,
     };
     let stdout = io::stdout();

@@ -317,7 +317,7 @@ impl ChatSession {
         let opts = GenOptions {
             n_predict: self.n_predict,
             starts_thinking,
-            checkpoint_after_prompt: true,
+            checkpoint_prompt: true,
             ignore_eos: false,
         };
         let round = RefCell::new(Round::default());

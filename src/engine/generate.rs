@@ -121,8 +121,10 @@ pub struct GenOptions {
     pub n_predict: Option<usize>,
     /// The prompt ends inside a `<think>` block (e.g. a template that opens it).
     pub starts_thinking: bool,
-    /// Checkpoint the recurrent state after the prompt (see `Session::prefill`).
-    pub checkpoint_after_prompt: bool,
+    /// Checkpoint the recurrent state before the prompt's last token, so that
+    /// the same prompt again, or any prompt sharing it up to there, restarts
+    /// there (`Session::prefill_checkpointed`).
+    pub checkpoint_prompt: bool,
     /// End-of-generation tokens do not end generation (they are emitted as
     /// the control tokens they are): llama-server's `ignore_eos`.
     pub ignore_eos: bool,
@@ -409,16 +411,16 @@ pub fn generate(
         load_ms: model.load_ms,
         ..Timings::default()
     };
-    let (prefill, logits) = session.prefill(prompt)?;
+    let (prefill, logits) = match opts.checkpoint_prompt {
+        true => session.prefill_checkpointed(prompt)?,
+        false => session.prefill(prompt)?,
+    };
     let t0 = Instant::now();
     let first = sampler.sample(logits, prompt);
     timings.sample_ms += ms(t0.elapsed());
     timings.sample_runs += 1;
     timings.prompt_ms = prefill.ms;
     timings.prompt_tokens = prefill.evaluated;
-    if opts.checkpoint_after_prompt {
-        session.checkpoint();
-    }
     let stopped = sink(GenEvent::Prefilled(prefill)).is_break();
     let mut d = SessionDriver {
         session,

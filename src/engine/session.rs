@@ -276,6 +276,27 @@ impl Session {
     /// Makes the state hold `prompt` and returns the logits of its last token,
     /// evaluating only what is not already held (see the module docs).
     pub fn prefill(&mut self, prompt: &[u32]) -> Result<(Prefill, &[f32]), EngineError> {
+        self.prefill_with(prompt, false)
+    }
+
+    /// [`Session::prefill`] that also checkpoints the recurrent state just
+    /// before the prompt's last token, then evaluates that token on its own. A
+    /// later prompt equal to this one, or sharing any part of it up to there
+    /// (a regeneration, the same question asked again), restarts at the
+    /// checkpoint: the same prompt again evaluates one token. The last token
+    /// costs one decode-sized forward pass of its own.
+    pub fn prefill_checkpointed(
+        &mut self,
+        prompt: &[u32],
+    ) -> Result<(Prefill, &[f32]), EngineError> {
+        self.prefill_with(prompt, true)
+    }
+
+    fn prefill_with(
+        &mut self,
+        prompt: &[u32],
+        checkpoint: bool,
+    ) -> Result<(Prefill, &[f32]), EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::EmptyPrompt);
         }
@@ -316,8 +337,12 @@ impl Session {
             });
         }
         let rest = &prompt[self.tokens.len()..];
-        // Whole logical batches first (no logits), then the last one.
-        let split = (rest.len() - 1) / self.n_batch * self.n_batch;
+        // Whole logical batches first (no logits), then the last one; with
+        // `checkpoint`, all but the last token, the checkpoint, then that token.
+        let split = match checkpoint {
+            true => rest.len() - 1,
+            false => (rest.len() - 1) / self.n_batch * self.n_batch,
+        };
         let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);
         for chunk in rest[..split].chunks(self.n_batch) {
             let pos = self.tokens.len();
@@ -329,12 +354,15 @@ impl Session {
             })?;
             self.tokens.extend_from_slice(chunk);
         }
+        if checkpoint {
+            self.checkpoint();
+        }
         let last = &rest[split..];
         let pos = self.tokens.len();
         let (model, state) = (&self.model.model, &mut self.state);
         let pool = match last.len() {
             1 => &self.pool,
-            _ => pool,
+            _ => self.pool_batch.as_ref().unwrap_or(&self.pool),
         };
         let logits = pool.install(|| model.forward(state, last, pos, LogitsFor::Last))?;
         self.tokens.extend_from_slice(last);

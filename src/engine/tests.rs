@@ -185,6 +185,36 @@ fn a_prompt_diverging_after_the_checkpoint_restarts_there_and_matches_a_fresh_se
 }
 
 #[test]
+fn a_checkpointed_prompt_sent_again_evaluates_only_its_last_token_with_the_same_bits() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    let p = prompt(&m);
+    let mut s = session(&m, 256);
+    let (info, logits) = s.prefill_checkpointed(&p).unwrap();
+    assert_eq!((info.reused, info.evaluated), (0, p.len()));
+    let first = logits.to_vec();
+    assert_eq!(s.checkpoint_pos(), Some(p.len() - 1));
+    // A reply, then the same prompt (a regeneration).
+    for t in [40u32, 41, 42] {
+        s.decode(t).unwrap();
+    }
+    let (info, logits) = s.prefill_checkpointed(&p).unwrap();
+    assert_eq!((info.reused, info.evaluated), (p.len() - 1, 1));
+    assert_eq!(logits, &first[..]);
+    assert_eq!(s.tokens(), &p[..]);
+    // A prompt diverging at the last token also restarts there.
+    let mut q = p.clone();
+    *q.last_mut().unwrap() = 44;
+    q.push(45);
+    let (info, logits) = s.prefill_checkpointed(&q).unwrap();
+    assert_eq!((info.reused, info.evaluated), (p.len() - 1, 2));
+    let diverged = logits.to_vec();
+    // The same bits as a fresh session evaluating `q` the same way.
+    let mut fresh = session(&m, 256);
+    let (_, logits) = fresh.prefill_checkpointed(&q).unwrap();
+    assert_eq!(diverged, logits);
+}
+
+#[test]
 fn a_prompt_sharing_no_usable_prefix_resets_the_state() {
     let m = load(&tiny(Arch::Qwen35Moe, Recipe::F32));
     let p = prompt(&m);

@@ -395,9 +395,9 @@ fn run_job(
     let opts = GenOptions {
         n_predict: job.n_predict,
         starts_thinking: job.starts_thinking,
-        // A later request sharing this prompt (the same conversation's
-        // regeneration, a longer one) can rewind the GDN state to here.
-        checkpoint_after_prompt: true,
+        // A later request with this prompt, or sharing it up to its last
+        // token (a regeneration, the same question again), restarts there.
+        checkpoint_prompt: true,
         ignore_eos: job.ignore_eos,
     };
     let mut stops = StopMatcher::new(job.stop.clone());
