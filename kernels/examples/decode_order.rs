@@ -1,0 +1,93 @@
+//! Single-thread cost of a product of 1..16 activation rows through
+//! decoding's kernels (`Mode::Decode`) and through the prompt kernel, in
+//! weight GB/s (min over repetitions of an in-cache matrix).
+//!
+//! `cargo run -p kernels --release --example decode_order [n_out [reps]]`
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix};
+use kernels::{scalar, GgmlType, Isa, KernelTable, Mode};
+
+const N: usize = 2048;
+
+fn min_time(reps: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut best = Duration::MAX;
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed());
+    }
+    best
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
+    let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    let mut rnd = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    };
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let kt = KernelTable::new(Isa::detect());
+    println!("-- {n_out} x {N}, one thread, weight GB/s: decode kernels / prompt kernel");
+    for ty in [
+        GgmlType::Q3_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::Q5_K,
+        GgmlType::Q4_K,
+    ] {
+        let rb = ty.row_bytes(N as u64).unwrap() as usize;
+        let mut w = vec![0u64; (n_out * rb).div_ceil(8)];
+        let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..n_out * rb];
+        let mut src = vec![0f32; N];
+        for r in wb.chunks_mut(rb) {
+            src.iter_mut().for_each(|v| *v = rnd());
+            scalar::quantize_row(ty, &src, r, None);
+        }
+        let wb: &[u8] = wb;
+        let m = QMatrix::new(ty, N, n_out, wb).unwrap();
+        let act_ty = ty.vec_dot_type();
+        let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
+        let mut a = vec![0u64; (alen * 16).div_ceil(8)];
+        let ab: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..alen * 16];
+        for r in ab.chunks_mut(alen) {
+            src.iter_mut().for_each(|v| *v = rnd());
+            scalar::quantize_row(act_ty, &src, r, None);
+        }
+        let ab: &[u8] = ab;
+        let Some(g) = kt.prompt_gemm(ty, Mode::Prompt) else {
+            continue;
+        };
+        let mut line = format!("{ty:7}");
+        for rows in [1usize, 2, 4, 8, 16] {
+            let x = QActs::new(act_ty, N, rows, &ab[..alen * rows]).unwrap();
+            let mut out = vec![0f32; rows * n_out];
+            let mut tile = vec![0f32; matmul_tile_len(rows)];
+            let t_dec = one.install(|| {
+                min_time(reps, || {
+                    matmul(&kt, &m, &x, &mut out, &mut tile, Mode::Decode);
+                    black_box(&out);
+                })
+            });
+            let t_pr = min_time(reps, || {
+                // SAFETY: `out` holds rows x n_out floats.
+                unsafe { g(N, wb, n_out, x.rows(0, rows), rows, out.as_mut_ptr(), n_out) };
+                black_box(&out);
+            });
+            let gb = |d: Duration| wb.len() as f64 / d.as_secs_f64() / 1e9;
+            line += &format!("  x{rows}: {:5.1} / {:5.1}", gb(t_dec), gb(t_pr));
+        }
+        println!("{line}");
+    }
+}
