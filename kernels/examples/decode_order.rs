@@ -4,36 +4,23 @@
 //!
 //! `cargo run -p kernels --release --example decode_order [n_out [reps]]`
 
+mod common;
+
+use common::min_time;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix};
 use kernels::{scalar, GgmlType, Isa, KernelTable, Mode};
 
 const N: usize = 2048;
 
-fn min_time(reps: usize, mut f: impl FnMut()) -> Duration {
-    f();
-    let mut best = Duration::MAX;
-    for _ in 0..reps {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed());
-    }
-    best
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(50);
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
+    let mut rnd = common::rng();
     let one = rayon::ThreadPoolBuilder::new()
         .num_threads(1)
         .build()

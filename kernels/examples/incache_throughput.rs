@@ -11,41 +11,23 @@
 //!
 //! `cargo run -p kernels --release --example incache_throughput [KiB [reps]]`
 
+mod common;
+
+use common::{aligned, min_time};
+
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kernels::matmul::{matvec_serial, QMatrix};
 use kernels::{repack, scalar, GgmlType, Isa, KernelTable};
 
 const N: usize = 4096;
 
-fn aligned(len: usize) -> Vec<u64> {
-    vec![0u64; len.div_ceil(8)]
-}
-
-/// Fastest of `reps` runs of `f`.
-fn min_time(reps: usize, mut f: impl FnMut()) -> Duration {
-    f();
-    let mut best = Duration::MAX;
-    for _ in 0..reps {
-        let t = Instant::now();
-        f();
-        best = best.min(t.elapsed());
-    }
-    best
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let kib: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(2000);
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
+    let mut rnd = common::rng();
     let x: Vec<f32> = (0..N).map(|_| rnd()).collect();
     println!("-- {kib} KiB matrix of {N}-wide rows, min of {reps} sweeps, GB/s of weights");
     for ty in [

@@ -13,6 +13,8 @@
 //!
 //! `cargo run -p kernels --release --example stream_shapes`
 
+mod common;
+
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -27,13 +29,7 @@ fn env(name: &str, default: usize) -> usize {
 }
 
 fn main() {
-    let mut s = 0x2545_f491_4f6c_dd1du64;
-    let mut rnd = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    };
+    let mut rnd = common::rng();
     let total = env("MIB", 768) << 20;
     let reps = env("REPS", 1);
     let kt = KernelTable::new(Isa::detect());

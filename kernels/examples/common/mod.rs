@@ -1,0 +1,34 @@
+//! Helpers shared by the kernel examples (each example compiles the ones it
+//! uses).
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+/// Fastest of `reps` runs of `f`, after one untimed run.
+pub fn min_time(reps: usize, mut f: impl FnMut()) -> Duration {
+    f();
+    let mut best = Duration::MAX;
+    for _ in 0..reps {
+        let t = Instant::now();
+        f();
+        best = best.min(t.elapsed());
+    }
+    best
+}
+
+/// A xorshift source of floats in [-1, 1): the same sequence in every
+/// example.
+pub fn rng() -> impl FnMut() -> f32 {
+    let mut s = 0x2545_f491_4f6c_dd1du64;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+/// Zeroed 8-byte words holding at least `len` bytes.
+pub fn aligned(len: usize) -> Vec<u64> {
+    vec![0u64; len.div_ceil(8)]
+}
