@@ -11,6 +11,7 @@
 use std::time::Instant;
 
 use super::{BenchError, TokenRng};
+use crate::model::profile::{self as prof, Profile};
 use crate::model::{ForwardError, LogitsFor, Model, StateOptions};
 
 /// What one timed pass runs.
@@ -40,6 +41,8 @@ pub struct PassCost {
     pub kind: PassKind,
     pub tokens: usize,
     pub samples_ns: Vec<u64>,
+    /// With profiling: time and bytes by op kind over the timed samples.
+    pub profile: Option<Profile>,
 }
 
 impl PassCost {
@@ -65,13 +68,16 @@ pub fn median(v: &[u64]) -> f64 {
 
 /// Times the plain step and, per k in `lengths`, the verify and draft
 /// passes, `reps` times interleaved, after `depth` random tokens of context
-/// (call inside the thread pool to measure with).
+/// (call inside the thread pool to measure with). With `profile`, each timed
+/// pass also runs under the op profiler ([`prof`]), collected per kind and
+/// length.
 pub fn pass_costs(
     model: &Model,
     lengths: &[usize],
     depth: usize,
     reps: usize,
     seed: u64,
+    profile: bool,
 ) -> Result<Vec<PassCost>, BenchError> {
     let mask = model
         .config
@@ -93,6 +99,7 @@ pub fn pass_costs(
         kind: PassKind::Plain,
         tokens: 1,
         samples_ns: Vec::new(),
+        profile: None,
     }];
     for &k in lengths {
         for kind in [PassKind::Verify, PassKind::Draft] {
@@ -100,6 +107,7 @@ pub fn pass_costs(
                 kind,
                 tokens: k,
                 samples_ns: Vec::new(),
+                profile: None,
             });
         }
     }
@@ -108,6 +116,10 @@ pub fn pass_costs(
         for cost in out.iter_mut() {
             let k = cost.tokens;
             let pos = state.n_past();
+            let profiled = profile && rep > 0;
+            if profiled {
+                prof::start();
+            }
             let ns = match cost.kind {
                 PassKind::Plain => {
                     let tok = rng.next_token(n_vocab);
@@ -131,6 +143,10 @@ pub fn pass_costs(
                     t.elapsed().as_nanos() as u64
                 }
             };
+            if profiled {
+                let p = prof::finish();
+                cost.profile.get_or_insert_with(Profile::default).add(&p);
+            }
             if rep > 0 {
                 cost.samples_ns.push(ns);
             }
@@ -155,7 +171,7 @@ mod tests {
     fn every_pass_kind_and_length_gets_one_sample_per_repetition() {
         let tm = TinyModel::random(tiny_config(4, 2), 3);
         let model = tm.model();
-        let costs = pass_costs(&model, &[2, 4], 5, 3, 1).unwrap();
+        let costs = pass_costs(&model, &[2, 4], 5, 3, 1, false).unwrap();
         let kinds: Vec<(PassKind, usize)> = costs.iter().map(|c| (c.kind, c.tokens)).collect();
         assert_eq!(
             kinds,

@@ -564,7 +564,16 @@ fn run_pass_costs(args: &BenchArgs, model: &Model, threads: &[usize]) -> anyhow:
             .build()
             .context("thread pool")?;
         let costs = pool
-            .install(|| passes::pass_costs(model, &args.pass_costs, depth, args.reps, args.seed))
+            .install(|| {
+                passes::pass_costs(
+                    model,
+                    &args.pass_costs,
+                    depth,
+                    args.reps,
+                    args.seed,
+                    args.profile,
+                )
+            })
             .context("pass costs")?;
         let plain = costs[0].median_ns();
         for c in &costs {
@@ -581,6 +590,17 @@ fn run_pass_costs(args: &BenchArgs, model: &Model, threads: &[usize]) -> anyhow:
                 lo as f64 / 1e6,
                 hi as f64 / 1e6
             );
+        }
+        if args.profile {
+            let probe = membw::measure(PROFILE_PROBE_MIB, t, 3)
+                .map(|b| b.best / 1e9)
+                .ok();
+            for c in &costs {
+                if let Some(p) = &c.profile {
+                    let title = format!("{}({}) profile ({t} threads)", c.kind.name(), c.tokens);
+                    eprint!("{}", p.table_per(&title, "pass", c.samples_ns.len(), probe));
+                }
+            }
         }
     }
     Ok(())

@@ -29,13 +29,15 @@
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
+use super::profile::{self, Op};
+
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
 use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row};
 use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
-use super::ops::{sigmoid, silu_row, softmax_inplace};
+use super::ops::{sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
 use super::state::{DeltaNetState, LayerSlot, State};
 use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights, MixerWeights};
 use super::ForwardError;
@@ -52,6 +54,8 @@ pub struct GdnBlockScratch {
     pub g: Vec<f32>,
     /// `[n_v][t]` one query row's block softmax weights, per value head.
     a: Vec<f32>,
+    /// `[n_v][d]` one query row's block read-out o_blk, per value head.
+    blk: Vec<f32>,
     /// `[n_v][t][d]` mixed read-outs o (before the gated norm).
     pub o_heads: Vec<f32>,
     /// `[t][inner]` gated-norm output.
@@ -70,6 +74,7 @@ impl GdnBlockScratch {
             z: vec![0.0; t * inner],
             g: vec![0.0; t * cfg.ssm_n_v_heads],
             a: vec![0.0; cfg.ssm_n_v_heads * t],
+            blk: vec![0.0; cfg.ssm_inner()],
             o_heads: vec![0.0; t * inner],
             o: vec![0.0; t * inner],
             force_lambda: None,
@@ -92,18 +97,69 @@ pub fn conv_two_sided(
     out: &mut [f32],
 ) {
     let t_n = mixed.len() / ch;
-    for i in 0..t_n {
-        let o = &mut out[i * ch..(i + 1) * ch];
+    let out = &mut out[..t_n * ch];
+    // Rows in parallel, as the AR conv: each row reads only `mixed`.
+    if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
+        let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
+        out.par_chunks_mut(per * ch)
+            .enumerate()
+            .for_each(|(c, o)| two_sided_rows(w, k, wr, kr, window, mixed, ch, c * per, o));
+    } else {
+        two_sided_rows(w, k, wr, kr, window, mixed, ch, 0, out);
+    }
+}
+
+super::ops::fma_dispatch!(
+    /// Rows `t0..` of [`conv_two_sided`] (as many as `out` holds). With FMA
+    /// enabled the left taps' fused multiply-adds are instructions, not
+    /// calls to the library `fmaf` (the same correctly rounded result).
+    #[allow(clippy::too_many_arguments)]
+    fn two_sided_rows(
+        w: &[f32],
+        k: usize,
+        wr: &[f32],
+        kr: usize,
+        window: &[f32],
+        mixed: &[f32],
+        ch: usize,
+        t0: usize,
+        out: &mut [f32]
+    ) => two_sided_rows_body
+);
+
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn two_sided_rows_body(
+    w: &[f32],
+    k: usize,
+    wr: &[f32],
+    kr: usize,
+    window: &[f32],
+    mixed: &[f32],
+    ch: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let t_n = mixed.len() / ch;
+    for (r, o) in out.chunks_exact_mut(ch).enumerate() {
+        let i = t0 + r;
         // The AR conv's left taps, so zero right taps give it bit for bit.
         left_taps_row(w, k, window, mixed, ch, i, o);
-        for (c, oc) in o.iter_mut().enumerate() {
-            let mut sum = *oc;
-            for j in 0..kr {
-                let s = i + 1 + j;
-                let x = if s < t_n { mixed[s * ch + c] } else { 0.0 };
-                sum += x * wr[c * kr + j];
+        // Right taps j = 0, 1, … added to each channel in that order; a
+        // row past the block's end adds 0·w as a present row would.
+        for j in 0..kr {
+            let s = i + 1 + j;
+            let taps = wr.chunks_exact(kr).map(|wc| wc[j]);
+            if s < t_n {
+                let x = &mixed[s * ch..(s + 1) * ch];
+                for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
+                    *oc += xc * wj;
+                }
+            } else {
+                for (oc, wj) in o.iter_mut().zip(taps) {
+                    *oc += 0.0 * wj;
+                }
             }
-            *oc = sum;
         }
         silu_row(o);
     }
@@ -130,13 +186,18 @@ pub fn gdn_block(
     let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
 
     // 1. Projections and g (β is not used by the block pass).
+    let p = profile::enter(Op::GdnProj);
     lin.new_input();
     lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
     lin.project(kt, mode, &w.alpha, u, &mut sc.g[..t * hv]);
+    drop(p);
+    let p = profile::enter(Op::Recurrence);
     decay_gates(w, &mut sc.g[..t * hv]);
+    drop(p);
 
     // 2. Two-sided conv + silu; L2-normalise q and k heads.
+    let p = profile::enter(Op::Conv);
     conv_two_sided(
         &w.conv,
         cfg.ssm_conv_kernel,
@@ -148,15 +209,18 @@ pub fn gdn_block(
         &mut sc.conv[..t * ch],
     );
     l2norm_qk(cfg, &mut sc.conv[..t * ch]);
+    drop(p);
 
     // 3.–5. History read-out, block softmax, mix; value heads in parallel.
+    let p = profile::enter(Op::Recurrence);
     let scale = 1.0 / (d as f32).sqrt();
     let (conv, g, force) = (&sc.conv, &sc.g, sc.force_lambda);
     sc.o_heads[..hv * t * d]
         .par_chunks_mut(t * d)
         .zip(sc.a[..hv * t].par_chunks_mut(t))
+        .zip(sc.blk[..hv * d].par_chunks_mut(d))
         .enumerate()
-        .for_each(|(h, (oh, a))| {
+        .for_each(|(h, ((oh, a), blk))| {
             let kh = h % hk;
             let s = &state.ssm[h * d * d..(h + 1) * d * d];
             let q_of = |i: usize| &conv[i * ch + kh * d..i * ch + (kh + 1) * d];
@@ -166,31 +230,64 @@ pub fn gdn_block(
             for (i, o) in oh.chunks_exact_mut(d).enumerate() {
                 let q = q_of(i);
                 for (j, aj) in a.iter_mut().enumerate() {
-                    *aj = dw.logit_scale[h] * dot(q, k_of(j));
+                    *aj = dw.logit_scale[h] * dot_lanes(q, k_of(j));
                 }
                 softmax_inplace(a);
                 let lambda = force
                     .unwrap_or_else(|| sigmoid(dw.history_w[h] * g[i * hv + h] + dw.history_b[h]));
-                for (jv, oj) in o.iter_mut().enumerate() {
-                    // o_hist[jv] = Σ_a S[a][jv]·q[a]; row jv of the stored state.
-                    let hist = dot(&s[jv * d..(jv + 1) * d], q) * scale;
-                    let mut blk = 0.0f32;
-                    for (j, &aj) in a.iter().enumerate() {
-                        blk += aj * v_of(j)[jv];
+                // o_blk = Σ_j a_j·v_j, each element summed over j in order.
+                blk.fill(0.0);
+                for (j, &aj) in a.iter().enumerate() {
+                    for (bv, &vv) in blk.iter_mut().zip(v_of(j)) {
+                        *bv += aj * vv;
                     }
-                    *oj = lambda * hist + (1.0 - lambda) * blk;
+                }
+                for (jv, (oj, &b)) in o.iter_mut().zip(blk.iter()).enumerate() {
+                    // o_hist[jv] = Σ_a S[a][jv]·q[a]; row jv of the stored state.
+                    let hist = dot_lanes(&s[jv * d..(jv + 1) * d], q) * scale;
+                    *oj = lambda * hist + (1.0 - lambda) * b;
                 }
             }
         });
+    drop(p);
 
     // 6. Gated RMSNorm (the AR pass's), then the output projection.
-    gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
+    {
+        let _p = profile::enter(Op::Norm);
+        gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
+    }
     deltanet::project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
 }
 
-/// `a · b`, summed in order (the history read-out's definition).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
+/// Lanes of [`dot_lanes`].
+pub const DOT_LANES: usize = 16;
+
+/// `a · b` in the block pass's order (its history read-out and block
+/// scores): lane `l` sums the products at indices `≡ l (mod 16)` in index
+/// order, then the lanes are added pairwise, lane `l` with `l + w` for
+/// `w = 8, 4, 2, 1`. Sixteen independent sums, where one running sum was a
+/// chain of dependent adds (the read-out alone is `t·d²` products per head
+/// and layer); the compiler turns the lanes into vector registers.
+pub fn dot_lanes(a: &[f32], b: &[f32]) -> f32 {
+    let mut l = [0f32; DOT_LANES];
+    let (ca, cb) = (a.chunks_exact(DOT_LANES), b.chunks_exact(DOT_LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..DOT_LANES {
+            l[i] += x[i] * y[i];
+        }
+    }
+    for (i, (x, y)) in ra.iter().zip(rb).enumerate() {
+        l[i] += x * y;
+    }
+    let mut w = DOT_LANES / 2;
+    while w > 0 {
+        for i in 0..w {
+            l[i] += l[i + w];
+        }
+        w /= 2;
+    }
+    l[0]
 }
 
 /// The diffusion attention mixer: `t` block rows at positions `pos0..`, each

@@ -220,20 +220,35 @@ impl Profile {
     /// share of the pass, bytes per token and their rate, over `tokens`
     /// tokens, beside the machine's read probe (`probe_gbs`, if measured).
     pub fn table(&self, title: &str, tokens: usize, probe_gbs: Option<f64>) -> String {
+        self.table_per(title, "token", tokens, probe_gbs)
+    }
+
+    /// [`Profile::table`] per `unit` (a token, a pass) over `count` of them.
+    pub fn table_per(
+        &self,
+        title: &str,
+        unit: &str,
+        count: usize,
+        probe_gbs: Option<f64>,
+    ) -> String {
         use std::fmt::Write;
-        let n = tokens.max(1) as f64;
+        let (tokens, n) = (count, count.max(1) as f64);
         let total = self.total_ns().max(1) as f64;
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{title}: {:.3} ms/token over {tokens} tokens{}",
+            "{title}: {:.3} ms/{unit} over {tokens} {unit}s{}",
             total / n / 1e6,
             probe_gbs.map_or(String::new(), |g| format!("; read probe {g:.1} GB/s"))
         );
         let _ = writeln!(
             s,
             "  {:<22} {:>10} {:>7} {:>11} {:>8}",
-            "op", "ms/token", "share", "MiB/token", "GB/s"
+            "op",
+            format!("ms/{unit}"),
+            "share",
+            format!("MiB/{unit}"),
+            "GB/s"
         );
         let row = |s: &mut String, name: &str, ns: f64, b: f64| {
             let gbs = if ns > 0.0 && b > 0.0 {

@@ -503,12 +503,44 @@ fn lambda_one_gives_exactly_the_history_read_out() {
             for j in 0..d {
                 // S_hᵀ q with q = q̂/√d; the stored state is S transposed.
                 let row = &state.ssm[(h * d + j) * d..(h * d + j + 1) * d];
-                let want: f32 =
-                    row.iter().zip(q).map(|(a, b)| a * b).sum::<f32>() * (1.0 / (d as f32).sqrt());
+                let want = lanes_dot_reference(row, q) * (1.0 / (d as f32).sqrt());
                 assert_eq!(sc.o_heads[(h * t + i) * d + j], want, "i {i} h {h} j {j}");
             }
         }
     }
+}
+
+/// The block pass's dot order written out element by element: sixteen
+/// running sums by index mod 16, then a halving tree over the sums.
+fn lanes_dot_reference(a: &[f32], b: &[f32]) -> f32 {
+    let mut lane = [0f32; 16];
+    for k in 0..a.len() {
+        lane[k % 16] += a[k] * b[k];
+    }
+    for w in [8, 4, 2, 1] {
+        for i in 0..w {
+            lane[i] += lane[i + w];
+        }
+    }
+    lane[0]
+}
+
+#[test]
+fn the_block_dot_sums_sixteen_lanes_then_halves() {
+    use crate::model::diffusion::dot_lanes;
+    let mut r = Rng::new(5);
+    // Whole chunks, a remainder, shorter than one chunk, empty.
+    for n in [128usize, 37, 5, 0] {
+        let (a, b) = (r.vec(n, 1.0), r.vec(n, 1.0));
+        assert_eq!(dot_lanes(&a, &b), lanes_dot_reference(&a, &b), "n {n}");
+    }
+    // The order is not the running sum's: 1e8 + 1 - 1e8 in one lane is 0,
+    // in two lanes it keeps the 1.
+    let mut a = vec![0f32; 32];
+    let b = vec![1f32; 32];
+    (a[0], a[16], a[1]) = (1e8, -1e8, 1.0);
+    assert_eq!(dot_lanes(&a, &b), 1.0);
+    assert_eq!(a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>(), 0.0);
 }
 
 #[test]
