@@ -117,9 +117,10 @@ pub struct BenchArgs {
     /// repetitions, per -t, at the first -d depth (at least 1; clover_moe files)
     #[arg(long = "pass-costs", value_delimiter = ',')]
     pub pass_costs: Vec<usize>,
-    /// Also print, for each pp and tg test, where the time goes by op kind
-    /// (norms, GDN projections, conv, recurrence, attention, router, routed
-    /// and shared experts, output head): time per token, share, bytes
+    /// Also print, for each pp and tg test (with --pass-costs: each pass
+    /// kind and length), where the time goes by op kind (norms, GDN
+    /// projections, conv, recurrence, attention, router, routed and shared
+    /// experts, output head): time per token (per pass), share, bytes
     /// streamed and their rate, beside a read-bandwidth probe
     #[arg(long)]
     pub profile: bool,
