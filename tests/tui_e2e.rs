@@ -215,7 +215,11 @@ fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
         exit_file.display()
     ));
     tmux.keys(&["Enter"]);
-    let first = tmux.wait_until("the chat UI", 60, |s| s.contains("Type a message"));
+    // The whole first frame: tmux may show one whose lower panels are not
+    // drawn yet (a loaded machine writes it in pieces).
+    let first = tmux.wait_until("the chat UI", 60, |s| {
+        s.contains("Type a message") && s.contains("waiting for the first token")
+    });
     assert!(
         tmux.alternate_on(),
         "the UI should use the alternate screen"

@@ -70,16 +70,23 @@ fn main() {
         let dot = kt.vec_dot(ty);
         let mut out = vec![0f32; n_out];
         let gb = (nm * mb * reps) as f64 / 1e9;
+        // ORDER=random: the matrices in a shuffled order, as routed experts.
+        let mut order: Vec<usize> = (0..nm).collect();
+        if std::env::var("ORDER").is_ok_and(|v| v == "random") {
+            for i in (1..nm).rev() {
+                order.swap(i, (rnd().abs() * 1e6) as usize % (i + 1));
+            }
+        }
         for round in 0..3 {
             let t = Instant::now();
-            for m in (0..nm).cycle().take(nm * reps) {
+            for &m in order.iter().cycle().take(nm * reps) {
                 let q = QMatrix::new(ty, n_in, n_out, &wb[m * mb..(m + 1) * mb]).unwrap();
                 matvec_serial(&kt, &q, &ab, &mut out);
                 black_box(&out);
             }
             let t_drv = t.elapsed().as_secs_f64();
             let t = Instant::now();
-            for m in (0..nm).cycle().take(nm * reps) {
+            for &m in order.iter().cycle().take(nm * reps) {
                 for (r, y) in wb[m * mb..(m + 1) * mb].chunks(rb).zip(out.iter_mut()) {
                     *y = dot(n_in, r, &ab);
                 }

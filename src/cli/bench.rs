@@ -124,6 +124,11 @@ pub struct BenchArgs {
     /// streamed and their rate, beside a read-bandwidth probe
     #[arg(long)]
     pub profile: bool,
+    /// Before mapping the model, drop its pages from the page cache so that
+    /// they are read back in large pages (for a file written recently; see
+    /// the load note)
+    #[arg(long)]
+    pub recache: bool,
 }
 
 /// A plain greedy tg result: (threads, n_gen, depth), t/s, the tokens.
@@ -255,9 +260,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
             default_path.as_path()
         }
     };
+    crate::gguf::pages::set_recache(args.recache);
     let t_open = Instant::now();
     let file = GgufFile::open_populated(path).with_context(|| format!("{}", path.display()))?;
     let open_ms = ms(t_open.elapsed().as_nanos() as u64);
+    super::common::report_pages(&file, path);
     let t_bind = Instant::now();
     let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
     let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);

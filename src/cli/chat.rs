@@ -106,6 +106,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         return front_end(engine, &opts);
     }
     let mmap = !args.context.no_mmap;
+    crate::gguf::pages::set_recache(args.context.recache);
     let (model, default) = match &args.model {
         Some(path) => (super::common::load_model_file(path, mmap)?, None),
         None => super::common::load_default(mmap)?,

@@ -141,6 +141,11 @@ pub struct ContextArgs {
     /// change or shrink while clover runs)
     #[arg(long = "no-mmap")]
     pub no_mmap: bool,
+    /// Before mapping the model, drop its pages from the page cache so that
+    /// they are read back in large pages (for a file written recently; see
+    /// the load note)
+    #[arg(long)]
+    pub recache: bool,
     /// Logical batch: most prompt tokens per forward call
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     pub batch_size: usize,
@@ -270,7 +275,29 @@ pub fn load_model_file(path: &std::path::Path, mmap: bool) -> anyhow::Result<Loa
     if shown {
         eprint!("\r\x1b[K");
     }
-    loaded.with_context(|| format!("loading {}", path.display()))
+    let loaded = loaded.with_context(|| format!("loading {}", path.display()))?;
+    report_pages(loaded.file, path);
+    Ok(loaded)
+}
+
+/// After a mapped load, on stderr: with `--recache`, how much of the file is
+/// now mapped in 2 MiB pages; else, for a large file mostly in 4 KiB pages,
+/// the note that says so ([`crate::gguf::pages`]).
+pub fn report_pages(file: &crate::gguf::GgufFile, path: &std::path::Path) {
+    let Some(p) = file.mapping_pages() else {
+        return;
+    };
+    if crate::gguf::pages::recache() {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        eprintln!(
+            "recache: {:.1} of {:.1} GiB of {} mapped in 2 MiB pages",
+            gib(p.huge),
+            gib(p.resident),
+            path.display()
+        );
+    } else if let Some(note) = p.note(path) {
+        eprintln!("{note}");
+    }
 }
 
 /// `--spec-type`: how tokens are decoded (DESIGN §4).

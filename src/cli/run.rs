@@ -95,6 +95,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if text.is_empty() {
         return Err(EngineError::EmptyPrompt.into());
     }
+    crate::gguf::pages::set_recache(args.context.recache);
     let model = open_model(args.model.as_deref(), args.context.no_mmap)?;
     let (prompt_text, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();

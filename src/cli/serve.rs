@@ -87,6 +87,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => "clover-tiny-kjv".into(),
     });
     let (path, no_mmap) = (args.model.clone(), args.context.no_mmap);
+    crate::gguf::pages::set_recache(args.context.recache);
     let has_spec = spec.is_some();
     let load = Box::new(move || {
         let m = open_model(path.as_deref(), no_mmap)?;

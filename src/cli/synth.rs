@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
+use anyhow::Context;
+
 use clap::Args;
 
 use crate::synth::{self, Arch, Preset, Recipe, SynthOptions};
@@ -97,5 +99,17 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
         plan.n_parameters(),
         start.elapsed().as_secs_f64()
     );
+    if big {
+        // Just-written pages sit in the page cache 4 KiB at a time and would
+        // be mapped so (`gguf::pages`); evicted, the first load reads the
+        // file back through readahead, in large pages where the filesystem
+        // has them.
+        crate::gguf::pages::drop_cached(&path)
+            .with_context(|| format!("dropping {} from the page cache", path.display()))?;
+        eprintln!(
+            "synth: {} left the page cache; its first load reads it back (in large pages)",
+            path.display()
+        );
+    }
     Ok(())
 }

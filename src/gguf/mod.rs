@@ -1,6 +1,7 @@
 //! GGUF v3: metadata values, the hostile-input reader, and the streaming writer.
 
 pub mod error;
+pub mod pages;
 mod parse;
 pub mod reader;
 pub mod value;

@@ -96,7 +96,20 @@ impl GgufFile {
     /// page fault at the first touch of each expert during decoding. Still
     /// no copy: the pages are the page cache's.
     pub fn open_populated(path: &Path) -> Result<GgufFile, GgufError> {
+        GgufFile::recache_first(path)?;
         GgufFile::open_with(path, true)
+    }
+
+    /// With `--recache` set ([`super::pages::set_recache`]), drops `path`'s
+    /// cached pages so that populating reads them back through readahead.
+    fn recache_first(path: &Path) -> Result<(), GgufError> {
+        if !super::pages::recache() {
+            return Ok(());
+        }
+        super::pages::drop_cached(path).map_err(|cause| GgufError::Io {
+            path: path.to_path_buf(),
+            cause,
+        })
     }
 
     /// [`GgufFile::open_populated`] with progress: the file is validated, then
@@ -109,6 +122,7 @@ impl GgufFile {
         path: &Path,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<GgufFile, GgufError> {
+        GgufFile::recache_first(path)?;
         let file = GgufFile::open_with(path, false)?;
         if let Storage::Mmap(map, _) = &file.storage {
             let total = map.len();
@@ -131,6 +145,15 @@ impl GgufFile {
             }
         }
         Ok(file)
+    }
+
+    /// How the mapping's resident bytes are mapped (4 KiB or 2 MiB pages),
+    /// where the system tells (`None` for a file read into memory).
+    pub fn mapping_pages(&self) -> Option<super::pages::MappingPages> {
+        match &self.storage {
+            Storage::Mmap(map, _) => super::pages::mapping_pages(map.as_ptr()),
+            Storage::Owned { .. } => None,
+        }
     }
 
     /// Tells the kernel that `name`'s data will not be read again soon: its
