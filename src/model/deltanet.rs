@@ -286,8 +286,31 @@ pub fn forward(
     out: &mut [f32],
     stash: Option<&mut GdnStash>,
 ) {
+    forward_from(kt, mode, cfg, w, state, None, u, t, sc, lin, out, stash);
+}
+
+/// [`forward`], with `ssm_from` (a verify pass's real state) copied into
+/// `state.ssm` head by head inside the parallel delta rule, just before each
+/// head's first step: the copy is spread over the threads and leaves the
+/// head's state in cache for its steps, where one 2 MiB copy on the
+/// driving thread cost a verify pass a few ms. The same values either way.
+#[allow(clippy::too_many_arguments)]
+pub fn forward_from(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    state: &mut DeltaNetState,
+    ssm_from: Option<&[f32]>,
+    u: &[f32],
+    t: usize,
+    sc: &mut DeltaNetScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+    stash: Option<&mut GdnStash>,
+) {
     project(kt, mode, cfg, w, u, t, sc, lin);
-    recur(kt, cfg, w, state, t, sc, stash);
+    recur(kt, cfg, w, state, ssm_from, t, sc, stash);
     finish(kt, mode, cfg, w, t, sc, lin, out);
 }
 
@@ -325,11 +348,13 @@ pub(super) fn project(
 /// Steps 2–5 over the `t` projected rows in `sc`: gates, the causal conv
 /// (advancing `state.conv`), q/k norms and the delta rule (advancing
 /// `state.ssm`), leaving the heads' outputs in `sc.o_heads` (`[n_v][t][d]`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn recur(
     kt: &KernelTable,
     cfg: &ModelConfig,
     w: &DeltaNetWeights,
     state: &mut DeltaNetState,
+    ssm_from: Option<&[f32]>,
     t: usize,
     sc: &mut DeltaNetScratch,
     stash: Option<&mut GdnStash>,
@@ -376,6 +401,9 @@ pub(super) fn recur(
             .zip(sc.chunk.par_iter_mut())
             .enumerate()
             .for_each(|(h, ((s, oh), cs))| {
+                if let Some(src) = ssm_from {
+                    s.copy_from_slice(&src[h * d * d..(h + 1) * d * d]);
+                }
                 let kh = h % hk;
                 let x = HeadInputs {
                     rows: &conv[..t * ch],
@@ -398,6 +426,9 @@ pub(super) fn recur(
             .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
             .enumerate()
             .for_each(|(h, (s, oh))| {
+                if let Some(src) = ssm_from {
+                    s.copy_from_slice(&src[h * d * d..(h + 1) * d * d]);
+                }
                 let kh = h % hk;
                 for (ti, o) in oh.chunks_exact_mut(d).enumerate() {
                     let row = &conv[ti * ch..(ti + 1) * ch];

@@ -297,20 +297,27 @@ impl<'a> Model<'a> {
         match (&lw.mixer, state.slots[il]) {
             (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
                 let real = &mut state.recurrent[r];
-                let (target, stash) = match (verify, state.verify.as_mut()) {
+                // A verify pass runs on a scratch copy of the state; the
+                // delta rule copies the ssm part head by head
+                // (`deltanet::forward_from`).
+                let (target, ssm_from, stash) = match (verify, state.verify.as_mut()) {
                     (true, Some(v)) => {
                         v.scratch_state.conv.copy_from_slice(&real.conv);
-                        v.scratch_state.ssm.copy_from_slice(&real.ssm);
-                        (&mut v.scratch_state, Some(&mut v.layers[r]))
+                        (
+                            &mut v.scratch_state,
+                            Some(&real.ssm[..]),
+                            Some(&mut v.layers[r]),
+                        )
                     }
-                    _ => (real, None),
+                    _ => (real, None, None),
                 };
-                deltanet::forward(
+                deltanet::forward_from(
                     kt,
                     mode,
                     cfg,
                     w,
                     target,
+                    ssm_from,
                     &s.xn[..t * e],
                     t,
                     &mut s.gdn,
