@@ -272,30 +272,14 @@ pub fn delta_update(kt: &KernelTable, s: &mut [f32], k: &[f32], v: &[f32], g: f3
 /// The GDN mixer over `t` tokens of normed input `u` (`[t][n_embd]`), writing
 /// `out` (`[t][n_embd]`) and advancing `state`. With `stash`, also records
 /// what `advance` needs to replay the recurrence later (DESIGN §5).
-#[allow(clippy::too_many_arguments)]
-pub fn forward(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
-    w: &DeltaNetWeights,
-    state: &mut DeltaNetState,
-    u: &[f32],
-    t: usize,
-    sc: &mut DeltaNetScratch,
-    lin: &mut MatScratch,
-    out: &mut [f32],
-    stash: Option<&mut GdnStash>,
-) {
-    forward_from(kt, mode, cfg, w, state, None, u, t, sc, lin, out, stash);
-}
-
-/// [`forward`], with `ssm_from` (a verify pass's real state) copied into
-/// `state.ssm` head by head inside the parallel delta rule, just before each
-/// head's first step: the copy is spread over the threads and leaves the
-/// head's state in cache for its steps, where one 2 MiB copy on the
+///
+/// With `ssm_from` (a verify pass's real state, `state` its scratch), the
+/// parallel delta rule copies each head's slice into `state.ssm` just before
+/// that head's first step: the copy is spread over the threads and leaves
+/// the head's state in cache for its steps, where one 2 MiB copy on the
 /// driving thread cost a verify pass a few ms. The same values either way.
 #[allow(clippy::too_many_arguments)]
-pub fn forward_from(
+pub fn forward(
     kt: &KernelTable,
     mode: Mode,
     cfg: &ModelConfig,

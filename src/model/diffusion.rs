@@ -29,8 +29,6 @@
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
-use super::profile::{self, Op};
-
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
 use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row};
@@ -38,6 +36,7 @@ use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::ops::{sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
+use super::profile::{self, Op};
 use super::state::{DeltaNetState, LayerSlot, State};
 use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights, MixerWeights};
 use super::ForwardError;

@@ -299,7 +299,7 @@ impl<'a> Model<'a> {
                 let real = &mut state.recurrent[r];
                 // A verify pass runs on a scratch copy of the state; the
                 // delta rule copies the ssm part head by head
-                // (`deltanet::forward_from`).
+                // (`deltanet::forward`).
                 let (target, ssm_from, stash) = match (verify, state.verify.as_mut()) {
                     (true, Some(v)) => {
                         v.scratch_state.conv.copy_from_slice(&real.conv);
@@ -311,7 +311,7 @@ impl<'a> Model<'a> {
                     }
                     _ => (real, None, None),
                 };
-                deltanet::forward_from(
+                deltanet::forward(
                     kt,
                     mode,
                     cfg,

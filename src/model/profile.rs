@@ -232,12 +232,13 @@ impl Profile {
         probe_gbs: Option<f64>,
     ) -> String {
         use std::fmt::Write;
-        let (tokens, n) = (count, count.max(1) as f64);
+        let n = count.max(1) as f64;
+        let plural = if unit.ends_with('s') { "es" } else { "s" };
         let total = self.total_ns().max(1) as f64;
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{title}: {:.3} ms/{unit} over {tokens} {unit}s{}",
+            "{title}: {:.3} ms/{unit} over {count} {unit}{plural}{}",
             total / n / 1e6,
             probe_gbs.map_or(String::new(), |g| format!("; read probe {g:.1} GB/s"))
         );
