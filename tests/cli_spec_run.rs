@@ -57,6 +57,8 @@ fn draft_self_greedy_output_equals_plain_and_reports_statistics() {
             "--spec-draft-n-max",
             "5",
         ][..],
+        &["--spec-type", "draft-self", "--spec-draft-experts", "0"][..],
+        &["--spec-type", "draft-self", "--spec-draft-experts", "1000"][..],
     ] {
         let spec = run(&path, extra);
         let err = String::from_utf8_lossy(&spec.stderr);
@@ -77,6 +79,21 @@ fn draft_self_on_a_qwen35moe_file_is_one_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("draft-self"), "{err}");
+}
+
+#[test]
+fn a_draft_expert_pool_smaller_than_k_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.gguf");
+    write(Arch::CloverMoe, &path);
+    let out = run(
+        &path,
+        &["--spec-type", "draft-self", "--spec-draft-experts", "1"],
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--spec-draft-experts"), "{err}");
 }
 
 /// The numbers on the stderr line that starts with `prefix`.

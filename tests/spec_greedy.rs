@@ -158,6 +158,36 @@ fn speculative_greedy_equals_plain_greedy_on_tiny_models() {
     }
 }
 
+/// The draft expert pool (`--spec-draft-experts`) changes what the drafter
+/// proposes, never what is emitted.
+fn check_pooled(model: &mut Model, lengths: &[usize], draft_lengths: &[usize]) {
+    let (k, v) = (model.config.n_expert_used, model.n_vocab() as u32);
+    for prompt in PROMPTS {
+        let prompt: Vec<u32> = prompt.iter().map(|t| t % v).collect();
+        for &n in lengths {
+            model.draft_pool = 0;
+            let want = plain_greedy(model, &prompt, n);
+            for pool in [k, k + 1] {
+                model.draft_pool = pool;
+                for &d in draft_lengths {
+                    let g = spec(model, &prompt, &cfg(n, d, false), &mut DiffusionDrafter);
+                    assert_eq!(g.tokens, want, "pool {pool}, n {n} D {d}");
+                }
+                let g = spec(model, &prompt, &cfg(n, 15, true), &mut DiffusionDrafter);
+                assert_eq!(g.tokens, want, "pool {pool}, adaptive, n {n}");
+            }
+        }
+    }
+}
+
+#[test]
+fn speculative_greedy_with_a_draft_expert_pool_equals_plain_greedy() {
+    for (layers, interval, seed) in [(4, 2, 1u64), (3, 3, 3)] {
+        let tm = TinyModel::random(tiny_config(layers, interval), seed);
+        check_pooled(&mut tm.model(), &[2, 9, 30], &[1, 4, 15]);
+    }
+}
+
 #[test]
 fn speculative_greedy_equals_plain_greedy_on_a_synth_clover_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -171,9 +201,10 @@ fn speculative_greedy_equals_plain_greedy_on_a_synth_clover_file() {
     .unwrap();
     plan.write(&path, Some(1)).unwrap();
     let file = GgufFile::open(&path).unwrap();
-    let model = Model::load(&file).unwrap();
+    let mut model = Model::load(&file).unwrap();
     assert!(model.has_diffusion());
     check_model(&model, &[1, 12, 25], &[1, 3, 15]);
+    check_pooled(&mut model, &[12, 25], &[3, 15]);
 }
 
 #[test]

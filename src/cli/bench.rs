@@ -267,7 +267,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let open_ms = ms(t_open.elapsed().as_nanos() as u64);
     super::common::report_pages(&file, path);
     let t_bind = Instant::now();
-    let model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
+    let mut model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
+    args.spec.apply_draft_pool(&mut model)?;
     let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);
     // The text prompt of the greedy tg tests, tokenized by the model's
     // tokenizer (from the same open file: the model is loaded once).

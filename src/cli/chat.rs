@@ -107,10 +107,11 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     }
     let mmap = !args.context.no_mmap;
     crate::gguf::pages::set_recache(args.context.recache);
-    let (model, default) = match &args.model {
+    let (mut model, default) = match &args.model {
         Some(path) => (super::common::load_model_file(path, mmap)?, None),
         None => super::common::load_default(mmap)?,
     };
+    args.spec.apply_draft_pool(&mut model.model)?;
     if args.spec_type == Some(SpecType::DraftSelf) && !model.model.has_diffusion() {
         anyhow::bail!(
             "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"

@@ -332,9 +332,32 @@ pub struct SpecArgs {
     /// Always draft n-max instead of choosing D from measured acceptance and cost
     #[arg(long = "spec-fixed")]
     pub fixed: bool,
+    /// Draft passes: the masked positions choose their experts among the
+    /// anchor's N most probable, so a draft streams N experts per layer rather
+    /// than up to k per position (default: k, the model's experts per token;
+    /// 0: every position routes freely). Verification is unaffected.
+    #[arg(long = "spec-draft-experts", value_name = "N")]
+    pub draft_experts: Option<usize>,
 }
 
 impl SpecArgs {
+    /// Sets the model's draft expert pool (`Model::draft_pool`) from
+    /// `--spec-draft-experts`: k by default, 0 or ≥ the expert count for
+    /// none; between 1 and k − 1 is an error.
+    pub fn apply_draft_pool(&self, model: &mut crate::model::Model) -> anyhow::Result<()> {
+        let (k, n) = (model.config.n_expert_used, model.config.n_expert);
+        model.draft_pool = match self.draft_experts {
+            None => k,
+            Some(0) => 0,
+            Some(p) if p < k => anyhow::bail!(
+                "--spec-draft-experts must be 0 (off) or at least the model's {k} experts per token"
+            ),
+            Some(p) if p >= n => 0,
+            Some(p) => p,
+        };
+        Ok(())
+    }
+
     /// The loop's configuration for `n_predict` tokens, checked.
     pub fn config(&self, n_predict: Option<usize>) -> anyhow::Result<SpecConfig> {
         if self.n_max == 0 || self.n_min > self.n_max {

@@ -96,7 +96,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         return Err(EngineError::EmptyPrompt.into());
     }
     crate::gguf::pages::set_recache(args.context.recache);
-    let model = open_model(args.model.as_deref(), args.context.no_mmap)?;
+    let mut model = open_model(args.model.as_deref(), args.context.no_mmap)?;
+    args.spec.apply_draft_pool(&mut model.model)?;
     let (prompt_text, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &args.system {

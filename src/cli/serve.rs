@@ -89,8 +89,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let (path, no_mmap) = (args.model.clone(), args.context.no_mmap);
     crate::gguf::pages::set_recache(args.context.recache);
     let has_spec = spec.is_some();
+    let spec_args = args.spec.clone();
     let load = Box::new(move || {
-        let m = open_model(path.as_deref(), no_mmap)?;
+        let mut m = open_model(path.as_deref(), no_mmap)?;
+        spec_args.apply_draft_pool(&mut m.model)?;
         if has_spec && !m.model.has_diffusion() {
             bail!(
                 "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"

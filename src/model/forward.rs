@@ -48,6 +48,10 @@ pub struct Model<'a> {
     /// The kernel tier every product of this model runs on (chosen once per
     /// process, `kernels::isa::init`), handed down to every op.
     pub kt: &'static KernelTable,
+    /// Draft passes route their mask rows among the anchor's `draft_pool`
+    /// most probable experts (`--spec-draft-experts`; 0: every row routes
+    /// freely). Verification is unaffected, so output stays exact.
+    pub draft_pool: usize,
 }
 
 impl<'a> Model<'a> {
@@ -67,6 +71,7 @@ impl<'a> Model<'a> {
             weights,
             order: BatchOrder::from_env(),
             kt: kernels::isa::active(),
+            draft_pool: 0,
         })
     }
 

@@ -55,6 +55,29 @@ pub fn route(logits: &mut [f32], sel: &mut [usize], weights: &mut [f32]) {
     }
 }
 
+/// Top-`k` of `p` among the experts in `pool` only (descending; ties to the
+/// lower index), with weights renormalised over the chosen ones as [`route`]
+/// does. `p` must already be probabilities.
+pub fn route_among(p: &[f32], pool: &[usize], sel: &mut [usize], weights: &mut [f32]) {
+    for i in 0..sel.len() {
+        let mut best: Option<usize> = None;
+        for &e in pool {
+            if sel[..i].contains(&e) {
+                continue;
+            }
+            if best.is_none_or(|b| p[e] > p[b] || (p[e] == p[b] && e < b)) {
+                best = Some(e);
+            }
+        }
+        sel[i] = best.expect("k <= pool size");
+    }
+    let sum = sel.iter().map(|&e| p[e] as f64).sum::<f64>() as f32;
+    let sum = sum.max(MIN_WEIGHT_SUM);
+    for (w, &e) in weights.iter_mut().zip(sel.iter()) {
+        *w = p[e] / sum;
+    }
+}
+
 /// How routed experts are evaluated (`Auto` picks by how shared they are).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExpertPath {
@@ -81,6 +104,12 @@ pub struct MoeScratch {
     expert_of: Vec<usize>,
     /// Test hook: force one evaluation path.
     pub path: ExpertPath,
+    /// Draft passes only (DESIGN §3, "expert pool"): when ≥ `k`, rows after
+    /// the first choose their experts among the first row's `pool` most
+    /// probable ones, so a block streams `pool` experts per layer rather
+    /// than up to `k` per row. 0: every row routes freely.
+    pub pool: usize,
+    pool_sel: Vec<usize>,
     gathered: Activations,
     /// `[T][2·n_ff]` gate|up of one expert (or gate, then up).
     gu: Vec<f32>,
@@ -114,6 +143,8 @@ impl MoeScratch {
             idx: Vec::with_capacity(t * k),
             expert_of: Vec::with_capacity(t * k),
             path: ExpertPath::Auto,
+            pool: 0,
+            pool_sel: Vec::new(),
             gathered: Activations::with_capacity(t * k * e * 4),
             gu: vec![0.0; t * k * 2 * ff],
             up: vec![0.0; t * k * ff],
@@ -155,12 +186,23 @@ pub fn forward(
     lin.new_input();
     lin.project(kt, mode, &w.router, u, &mut sc.router[..t * ne]);
     dump::here("ffn_moe_logits", &sc.router[..t * ne]);
+    let pooled = sc.pool >= k && sc.pool < ne && t > 1;
     for ti in 0..t {
-        route(
-            &mut sc.router[ti * ne..(ti + 1) * ne],
+        let p = &mut sc.router[ti * ne..(ti + 1) * ne];
+        let (sel, wts) = (
             &mut sc.sel[ti * k..(ti + 1) * k],
             &mut sc.weights[ti * k..(ti + 1) * k],
         );
+        if pooled && ti > 0 {
+            softmax_inplace(p);
+            route_among(p, &sc.pool_sel, sel, wts);
+        } else {
+            route(p, sel, wts);
+        }
+        if pooled && ti == 0 {
+            sc.pool_sel.resize(sc.pool, 0);
+            top_k(p, &mut sc.pool_sel);
+        }
     }
 
     if dump::on() {

@@ -307,7 +307,8 @@ fn diffusion_logits_match_the_design_transcription() {
     for (layers, interval, seed) in [(4, 2, 5u64), (3, 4, 9), (4, 4, 13)] {
         let tm = TinyModel::random(tiny_config(layers, interval), seed);
         let model = tm.model();
-        for d in [1usize, 3, 7] {
+        // d = 15: a block of `BLOCK_PROMPT_ROWS` rows, on the prompt kernels.
+        for d in [1usize, 3, 7, 15] {
             // A block with masks, and one with arbitrary drafts.
             for blk in [
                 block(d, 7),
@@ -530,9 +531,16 @@ fn the_block_dot_sums_sixteen_lanes_then_halves() {
     use crate::model::diffusion::dot_lanes;
     let mut r = Rng::new(5);
     // Whole chunks, a remainder, shorter than one chunk, empty.
-    for n in [128usize, 37, 5, 0] {
-        let (a, b) = (r.vec(n, 1.0), r.vec(n, 1.0));
-        assert_eq!(dot_lanes(&a, &b), lanes_dot_reference(&a, &b), "n {n}");
+    // (On x86-64 with AVX this checks the vector version bit for bit.)
+    for n in [128usize, 37, 5, 0, 16, 17, 144, 300] {
+        for _ in 0..20 {
+            let (a, b) = (r.vec(n, 1.0), r.vec(n, 1.0));
+            assert_eq!(
+                dot_lanes(&a, &b).to_bits(),
+                lanes_dot_reference(&a, &b).to_bits(),
+                "n {n}"
+            );
+        }
     }
     // The order is not the running sum's: 1e8 + 1 - 1e8 in one lane is 0,
     // in two lanes it keeps the 1.

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::model::linear::MatScratch;
-use crate::model::moe::{self, route, top_k, ExpertPath, MoeScratch};
+use crate::model::moe::{self, route, route_among, top_k, ExpertPath, MoeScratch};
 
 #[test]
 fn top_k_is_descending_with_ties_to_the_lower_index() {
@@ -33,7 +33,79 @@ fn route_renormalises_the_selected_softmax_probabilities() {
     );
 }
 
+#[test]
+fn route_among_picks_the_top_k_of_the_pool_and_renormalises_over_them() {
+    let p = [0.05f32, 0.3, 0.2, 0.2, 0.25];
+    let (mut sel, mut w) = ([0usize; 2], [0.0f32; 2]);
+    // The pool's order does not matter; the tie 0.2 / 0.2 goes to expert 2.
+    route_among(&p, &[3, 0, 2], &mut sel, &mut w);
+    assert_eq!(sel, [2, 3]);
+    assert_eq!(w, [0.5, 0.5]);
+    route_among(&p, &[0, 4, 3], &mut sel, &mut w);
+    assert_eq!(sel, [4, 3]);
+    assert!((w[0] - 0.25 / 0.45).abs() < 1e-6 && (w[1] - 0.2 / 0.45).abs() < 1e-6);
+    // A pool of every expert routes as `route` does, bit for bit.
+    let mut r = Rng::new(3);
+    for _ in 0..50 {
+        let logits = r.vec(9, 2.0);
+        let (mut sel_a, mut w_a) = ([0usize; 3], [0.0f32; 3]);
+        let mut probs = logits.clone();
+        route(&mut probs, &mut sel_a, &mut w_a);
+        let (mut sel_b, mut w_b) = ([0usize; 3], [0.0f32; 3]);
+        let all: Vec<usize> = (0..9).rev().collect();
+        route_among(&probs, &all, &mut sel_b, &mut w_b);
+        assert_eq!((sel_a, w_a), (sel_b, w_b));
+    }
+}
+
+#[test]
+fn a_draft_expert_pool_routes_later_tokens_among_the_first_tokens_experts() {
+    let tm = TinyModel::random(tiny_config(2, 2), 36);
+    let (ne, k) = (tm.cfg.n_expert, tm.cfg.n_expert_used);
+    let mut r = Rng::new(12);
+    let u = r.vec(6 * tm.cfg.n_embd, 1.0);
+    let (free, free_sel) = run(&tm, &u);
+    for pool in [k, k + 1] {
+        let want = reference_pooled(&tm, 0, &u, pool);
+        for path in [ExpertPath::Grouped, ExpertPath::Flat] {
+            let (got, sel) = run_pooled(&tm, &u, path, pool);
+            for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "pool {pool} {path:?} [{i}] {g} vs {w}"
+                );
+            }
+            // The first token routes freely; with pool = k every token
+            // takes exactly the first token's experts.
+            assert_eq!(sel[..k], free_sel[..k]);
+            assert_eq!(got[..tm.cfg.n_embd], free[..tm.cfg.n_embd]);
+            if pool == k {
+                for row in sel.chunks(k) {
+                    let mut a = row.to_vec();
+                    let mut b = sel[..k].to_vec();
+                    a.sort();
+                    b.sort();
+                    assert_eq!(a, b);
+                }
+            }
+        }
+    }
+    // The pool changed something (else the test proves nothing), and a pool
+    // of every expert changes nothing.
+    let (pooled, _) = run_pooled(&tm, &u, ExpertPath::Auto, k);
+    assert_ne!(pooled, free);
+    let (all, _) = run_pooled(&tm, &u, ExpertPath::Auto, ne);
+    assert_eq!(all, free);
+}
+
 pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
+    reference_pooled(tm, il, u, 0)
+}
+
+/// [`reference`] where, with `pool > 0`, tokens after the first choose their
+/// top-k among the first token's `pool` most probable experts (a draft
+/// pass's expert pool).
+fn reference_pooled(tm: &TinyModel, il: usize, u: &[f32], pool: usize) -> Vec<f64> {
     let c = &tm.cfg;
     let v = |s: &str| tm.values(&format!("blk.{il}.{s}"));
     let (e, ne, k, ff, ffs) = (
@@ -79,7 +151,8 @@ pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
         mv(d, doff, &h, e)
     };
     let mut out = vec![];
-    for x in u.chunks(e) {
+    let mut anchor_pool: Vec<usize> = Vec::new();
+    for (row, x) in u.chunks(e).enumerate() {
         let x: Vec<f64> = x.iter().map(|a| *a as f64).collect();
         let logits = mv(&router, 0, &x, ne);
         let mx = logits.iter().cloned().fold(f64::MIN, f64::max);
@@ -87,6 +160,13 @@ pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
         let p: Vec<f64> = logits.iter().map(|l| (l - mx).exp() / z).collect();
         let mut order: Vec<usize> = (0..ne).collect();
         order.sort_by(|a, b| p[*b].partial_cmp(&p[*a]).unwrap().then(a.cmp(b)));
+        if pool > 0 {
+            if row == 0 {
+                anchor_pool = order[..pool].to_vec();
+            } else {
+                order.retain(|x| anchor_pool.contains(x));
+            }
+        }
         let chosen = &order[..k];
         let sum: f64 = chosen.iter().map(|&x| p[x]).sum::<f64>().max(6.1e-5);
         let mut y = vec![0.0f64; e];
@@ -109,12 +189,17 @@ fn run(tm: &TinyModel, u: &[f32]) -> (Vec<f32>, Vec<usize>) {
 }
 
 fn run_path(tm: &TinyModel, u: &[f32], path: ExpertPath) -> (Vec<f32>, Vec<usize>) {
+    run_pooled(tm, u, path, 0)
+}
+
+fn run_pooled(tm: &TinyModel, u: &[f32], path: ExpertPath, pool: usize) -> (Vec<f32>, Vec<usize>) {
     let model = tm.model();
     let cfg = &model.config;
     let kt = kernels::isa::active();
     let t = u.len() / cfg.n_embd;
     let mut sc = MoeScratch::new(cfg, t);
     sc.path = path;
+    sc.pool = pool;
     let mut lin = MatScratch::new(t, 64);
     let mut out = vec![0.0f32; u.len()];
     moe::forward(
