@@ -326,15 +326,20 @@ fn by_default_the_chat_drafts_only_when_it_pays_and_says_why() {
     // estimate; every other step is plain, chosen as such.
     assert!(stats.verify_passes <= 4, "{stats:?}");
     assert!(stats.plain_chosen as usize >= n - 10, "{stats:?}");
+    // The last reason shown is plain decoding's, or an exploring round's
+    // when one fell on the turn's last steps (explorations come when the
+    // optimistic estimate might pay, which a noisy plain-step time can make
+    // so at any step).
+    let why = stats.why.unwrap();
     assert!(
-        matches!(stats.why, Some(Why::Plain { .. })),
-        "{:?}",
-        stats.why
+        matches!(why, Why::Plain { .. } | Why::Explore),
+        "{why:?} {stats:?}"
     );
-    let why = stats.why.unwrap().describe();
+    let text = why.describe();
     assert!(
-        why.starts_with("plain: ") && why.contains("drafts a round would cost"),
-        "{why}"
+        (text.starts_with("plain: ") && text.contains("drafts a round would cost"))
+            || text.starts_with("exploring: "),
+        "{text}"
     );
     // Every plain step was the controller's choice: no probes.
     assert_eq!(stats.plain_passes, stats.plain_chosen);

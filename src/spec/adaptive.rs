@@ -11,17 +11,22 @@
 //! beats `1 / plain`. The first draft is short ([`FIRST_DRAFT`]): it prices
 //! the passes where a long one could cost many plain steps. While plain
 //! decoding wins, after a streak of `explore` plain steps one iteration still
-//! drafts, so the estimates can recover: at the shortest length whose last
-//! position is reached with probability below [`EXPLORE_REACH`] (drafting past
-//! it would mostly measure nothing and cost a long pass), no longer than the
-//! longest draft that would pay if every draft were accepted
-//! (its ceiling); each exploration that leaves plain decoding ahead
-//! doubles the streak, up to [`EXPLORE_MAX`] (back to [`EXPLORE_MIN`] as soon
-//! as drafting wins). When not even a perfect drafter would pay at the
-//! measured costs, acceptance cannot change the choice, and only the costs
-//! are re-measured, after [`EXPLORE_MAX`] plain steps, then after twice as
-//! many each time drafting still does not pay (up to [`REMEASURE_MAX`]): so a
-//! model whose passes are too dear for speculation decodes at its plain speed.
+//! drafts, so the estimates can recover, if drafting plausibly pays: at the
+//! length that would be best were every position accepted one standard
+//! deviation more often than counted ([`Adaptive::optimistic`]), when that
+//! rate beats plain decoding (and, since acceptance changes with the text,
+//! after [`EXPLORE_MAX`] plain steps whenever a perfect drafter would pay).
+//! An exploration that leaves plain decoding ahead doubles the streak, up to
+//! [`EXPLORE_MAX`], unless the exploring round paid by itself: then the next
+//! one comes after [`EXPLORE_AFTER_PAID`] steps (a good drafter seen a few
+//! times is still priced low by the smoothed counts); as soon as drafting
+//! wins the streak is back to [`EXPLORE_MIN`]. When not even a perfect
+//! drafter would pay at the measured costs, acceptance cannot change the
+//! choice, and only the costs are re-measured, at the first draft's length
+//! (whose passes often ran cold, the first time through the code): after
+//! [`EXPLORE_MIN`] plain steps, then [`EXPLORE_MAX`], then twice as many each
+//! time drafting still does not pay (up to [`REMEASURE_MAX`]): so a model whose
+//! passes are too dear for speculation decodes at its plain speed.
 
 /// Why the controller chose a draft length (what the chat's acceptance panel
 /// and `clover run`'s report show).
@@ -88,6 +93,10 @@ pub struct Adaptive {
     pub explore: usize,
     /// The last choice was an exploration.
     explored: bool,
+    /// The last exploring round returned at least as many tokens as its two
+    /// passes cost in plain steps, and the last draft pass's time.
+    explore_paid: bool,
+    last_draft_ns: f64,
     /// Why the last choice was made.
     pub why: Why,
     /// Plain steps before the pass costs are re-measured when not even a
@@ -118,9 +127,10 @@ pub const REMEASURE_MAX: usize = 4096;
 /// The length of the first draft, which prices the passes.
 pub const FIRST_DRAFT: usize = 2;
 
-/// An exploring draft stops at the first position reached (every earlier
-/// draft accepted) with an estimated probability below this.
-pub const EXPLORE_REACH: f64 = 0.05;
+/// Plain steps before the next exploration when the last exploring round
+/// paid by itself (returned at least its cost in plain steps' worth of
+/// tokens) while the estimates still chose plain decoding.
+pub const EXPLORE_AFTER_PAID: usize = 4;
 
 /// Drafting rounds in a row before one plain step is timed again: while
 /// drafting wins no plain step is taken, and a stale plain cost (the first,
@@ -155,8 +165,10 @@ impl Adaptive {
             plain_streak: 0,
             explore: EXPLORE_MIN,
             explored: false,
+            explore_paid: false,
+            last_draft_ns: 0.0,
             why: Why::Measuring,
-            remeasure: EXPLORE_MAX,
+            remeasure: EXPLORE_MIN,
             remeasuring: false,
             drafting_streak: 0,
             plain_samples: 0,
@@ -171,6 +183,7 @@ impl Adaptive {
 
     /// A draft pass over `tokens` tokens (the anchor and D masks).
     pub fn record_draft(&mut self, tokens: usize, ns: u64) {
+        self.last_draft_ns = ns as f64;
         if tokens < self.draft_ns.len() {
             ema(&mut self.draft_ns[tokens], ns as f64);
         }
@@ -178,6 +191,10 @@ impl Adaptive {
 
     /// A verify pass of `tokens` tokens; `proposed` drafts, `accepted` kept.
     pub fn record_verify(&mut self, tokens: usize, ns: u64, proposed: usize, accepted: usize) {
+        if self.explored && self.plain_ns > 0.0 {
+            let steps = (self.last_draft_ns + ns as f64) / self.plain_ns;
+            self.explore_paid = (accepted + 1) as f64 >= steps;
+        }
         if tokens < self.verify_ns.len() {
             ema(&mut self.verify_ns[tokens], ns as f64);
         }
@@ -251,15 +268,31 @@ impl Adaptive {
             }
         }
         if self.plain_streak >= self.explore {
-            // Re-measure acceptance, up to the ceiling. Without one,
-            // acceptance does not matter: only the pass costs are
-            // re-measured, after a streak that doubles each time drafting
-            // still does not pay.
-            if ceiling.is_some() || self.plain_streak >= self.remeasure {
-                self.explored = true;
-                self.remeasuring = ceiling.is_none();
-                self.why = Why::Explore;
-                return self.explore_len(ceiling.unwrap_or(lo));
+            match ceiling {
+                // Explore acceptance where drafting plausibly pays: at the
+                // length best at optimistic acceptance, when that rate beats
+                // plain decoding (or, however unlikely, after EXPLORE_MAX
+                // plain steps, since acceptance can change with the text).
+                Some(c) => {
+                    let (d, rate) = self.optimistic(lo, c);
+                    if rate > plain_rate || self.plain_streak >= EXPLORE_MAX {
+                        self.explored = true;
+                        self.remeasuring = false;
+                        self.why = Why::Explore;
+                        return d;
+                    }
+                }
+                // Without a ceiling acceptance does not matter: only the pass
+                // costs are re-measured, at the first draft's length (whose
+                // passes ran cold), after a streak that grows each time
+                // drafting still does not pay.
+                None if self.plain_streak >= self.remeasure => {
+                    self.explored = true;
+                    self.remeasuring = true;
+                    self.why = Why::Explore;
+                    return FIRST_DRAFT.clamp(lo, hi);
+                }
+                None => {}
             }
         }
         let Some((d, tokens, cost)) = best else {
@@ -285,10 +318,15 @@ impl Adaptive {
         if std::mem::take(&mut self.explored) {
             self.explore = if pays {
                 EXPLORE_MIN
+            } else if std::mem::take(&mut self.explore_paid) {
+                // The estimates say plain, the round itself paid: few rounds
+                // seen yet, so look again soon.
+                EXPLORE_AFTER_PAID
             } else {
                 (2 * self.explore).min(EXPLORE_MAX)
             };
             self.remeasure = match (pays, std::mem::take(&mut self.remeasuring)) {
+                (false, true) if self.remeasure < EXPLORE_MAX => EXPLORE_MAX,
                 (false, true) => (2 * self.remeasure).min(REMEASURE_MAX),
                 (true, _) => EXPLORE_MAX,
                 _ => self.remeasure,
@@ -314,18 +352,35 @@ impl Adaptive {
         d
     }
 
-    /// The draft length of an exploration: the shortest `d ≤ hi` (at least
-    /// `n_min`) whose position d is reached with probability below
-    /// [`EXPLORE_REACH`], else `hi`.
-    pub fn explore_len(&self, hi: usize) -> usize {
-        let mut reach = 1.0;
+    /// Optimistic acceptance of position j: the smoothed estimate plus one
+    /// standard deviation of a proportion over its count, at most 1.
+    pub fn acceptance_ucb(&self, j: usize) -> f64 {
+        let a = self.acceptance(j);
+        let n = self.reached[j] as f64 + 2.0;
+        (a + (a * (1.0 - a) / n).sqrt()).min(1.0)
+    }
+
+    /// The draft length in `lo..=hi` with the best rate (tokens per ns) at
+    /// optimistic acceptance ([`Adaptive::acceptance_ucb`]), and that rate:
+    /// what an exploring round drafts.
+    pub fn optimistic(&self, lo: usize, hi: usize) -> (usize, f64) {
+        let (mut tokens, mut reach) = (1.0, 1.0);
+        let mut best = (lo, 0.0);
         for d in 1..=hi {
-            reach *= self.acceptance(d - 1);
-            if d >= self.n_min && reach < EXPLORE_REACH {
-                return d;
+            reach *= self.acceptance_ucb(d - 1);
+            tokens += reach;
+            if d < lo {
+                continue;
+            }
+            let (Some(dr), Some(v)) = (self.draft_cost(d + 1), self.verify_cost(d + 1)) else {
+                break;
+            };
+            let rate = tokens / (dr + v);
+            if rate > best.1 {
+                best = (d, rate);
             }
         }
-        hi
+        best
     }
 }
 
@@ -403,39 +458,160 @@ mod tests {
     fn explores_again_after_a_streak_of_plain_steps() {
         let mut a = Adaptive::new(1, 4);
         a.record_plain(1000);
-        // Dear enough that plain wins at this acceptance, cheap enough that
-        // a perfect drafter would pay (so acceptance is worth re-measuring).
-        a.record_draft(5, 100);
-        a.record_verify(5, 3000, 4, 0);
+        // A round of any length costs two plain steps (draft and verify
+        // interpolated from 5 tokens: 500 and 1500 ns). Two rounds rejected
+        // the first draft: at the estimates plain wins (a 4-draft round
+        // returns 1.47 tokens), at optimistic acceptance it might not (2.5).
+        for _ in 0..2 {
+            a.record_draft(5, 500);
+            a.record_verify(5, 1500, 4, 0);
+        }
         for _ in 0..a.explore {
             assert_eq!(a.choose(4), 0);
+            assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
             a.record_plain(1000);
         }
-        // Nothing accepted past position 1: reach of position 1 is 1/3,
-        // of position 2 1/6, 3 1/12, 4 1/24 < 0.05.
         assert_eq!(a.choose(4), 4);
+        assert_eq!(a.why, Why::Explore);
     }
 
     #[test]
-    fn an_exploring_draft_stops_where_drafts_are_rarely_reached() {
+    fn an_exploring_round_that_paid_by_itself_brings_the_next_one_soon() {
+        let mut a = Adaptive::new(1, 4);
+        a.record_plain(1000);
+        for _ in 0..2 {
+            a.record_draft(5, 500);
+            a.record_verify(5, 1500, 4, 0);
+        }
+        let mut plain = 0;
+        while a.choose(4) == 0 {
+            a.record_plain(1000);
+            plain += 1;
+        }
+        assert_eq!(plain, EXPLORE_MIN);
+        // The exploring round returns 2 tokens for 2 plain steps' worth of
+        // passes; the estimates still say plain (1.6 tokens a round).
+        a.record_draft(5, 500);
+        a.record_verify(5, 1500, 4, 1);
+        let mut plain = 0;
+        while a.choose(4) == 0 {
+            assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
+            a.record_plain(1000);
+            plain += 1;
+        }
+        assert_eq!(plain, EXPLORE_AFTER_PAID);
+        assert_eq!(a.why, Why::Explore);
+    }
+
+    /// Tokens per plain step's worth of time over `horizon` tokens, the
+    /// controller choosing, with passes costing what a full-size
+    /// apex-miniplus file measured at `-t 2` (plain steps: a draft pass over
+    /// t tokens 1 + 0.14(t − 1) up to 5 tokens, + 0.295 per token beyond; a
+    /// verify pass 1 + 0.24(t − 1), + 0.445 beyond), acceptance drawn from
+    /// `profile` (conditional, by position) with a fixed xorshift stream, and
+    /// the first plain step and the first draft round `cold` times dearer.
+    fn simulate(profile: &[f64], cold: f64, seed: u64, horizon: usize) -> f64 {
+        let cost = |t: usize, small: f64, large: f64| {
+            let t = t as f64;
+            match t <= 5.0 {
+                true => 1.0 + small * (t - 1.0),
+                false => 1.0 + 4.0 * small + large * (t - 5.0),
+            }
+        };
+        let mut a = Adaptive::new(0, 15);
+        let mut x = seed;
+        let mut uniform = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 1_000_000) as f64 / 1e6
+        };
+        let (mut tokens, mut steps, mut first) = (0usize, 0.0f64, true);
+        while tokens < horizon {
+            let d = a.choose(15);
+            if d == 0 {
+                let c = if tokens == 0 { cold } else { 1.0 };
+                a.record_plain((c * 1e6) as u64);
+                (tokens, steps) = (tokens + 1, steps + c);
+                continue;
+            }
+            let k = if std::mem::take(&mut first) {
+                cold
+            } else {
+                1.0
+            };
+            let (dr, v) = (cost(d + 1, 0.14, 0.295) * k, cost(d + 1, 0.24, 0.445) * k);
+            a.record_draft(d + 1, (dr * 1e6) as u64);
+            let mut acc = 0;
+            while acc < d && acc < profile.len() && uniform() < profile[acc] {
+                acc += 1;
+            }
+            a.record_verify(d + 1, (v * 1e6) as u64, d, acc);
+            (tokens, steps) = (tokens + acc + 1, steps + dr + v);
+        }
+        tokens as f64 / steps
+    }
+
+    fn mean_speed(profile: &[f64], cold: f64, horizon: usize) -> f64 {
+        (1..=8)
+            .map(|s| simulate(profile, cold, s * 7919, horizon))
+            .sum::<f64>()
+            / 8.0
+    }
+
+    #[test]
+    fn a_good_drafter_is_found_and_drafters_that_never_pay_cost_little() {
+        // A good drafter (0.97, 0.88, 0.90, 0.92 by position, then almost
+        // never): a fixed 3-draft round would give about 1.10x. The earlier
+        // controller (flat-prior explorations to a 5 % reach, doubling
+        // streaks, costs re-measured after 256 steps) got 0.99x here.
+        let good = [0.97, 0.88, 0.90, 0.92, 0.012, 0.5, 0.0];
+        assert!(mean_speed(&good, 2.5, 1000) > 1.10);
+        assert!(mean_speed(&good, 1.0, 384) > 1.02);
+        // Drafters that never pay at these costs stay within 3 % of plain.
+        let never = [0.0];
+        let half = [0.5, 0.5, 0.5];
+        let default_model = [0.985, 0.552, 0.644, 0.388, 0.0];
+        for p in [&never[..], &half, &default_model] {
+            for (cold, horizon) in [(1.0, 384), (2.5, 384), (2.5, 1000)] {
+                let v = mean_speed(p, cold, horizon);
+                assert!(v >= 0.97, "{p:?} cold {cold} over {horizon}: {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_exploring_draft_takes_the_best_length_at_optimistic_acceptance() {
         let mut a = Adaptive::new(1, 15);
         a.record_plain(1000);
-        // Position 1 accepted 9 of 10 times, position 2 never (of 9).
-        for _ in 0..9 {
-            a.record_verify(3, 3000, 2, 1);
+        // Passes cost a plain step plus a tenth of one per extra token.
+        for t in 2..=16 {
+            let ns = 1000 + 100 * (t as u64 - 1);
+            a.record_draft(t, ns);
+            a.record_verify(t, ns, 0, 0);
         }
-        a.record_verify(3, 3000, 2, 0);
-        // Reach: d=1 10/12, d=2 (10/12)·(1/11) = 0.076, d=3 0.038.
-        assert_eq!(a.explore_len(15), 3);
-        assert_eq!(a.explore_len(2), 2);
+        // Drafts 1-3 always accepted, draft 4 never (20 rounds of 4).
+        for _ in 0..20 {
+            a.record_verify(5, 1400, 4, 3);
+        }
+        // Optimistic tokens: 1 + 0.999 + 0.998 + 0.997 for 2600 ns at d = 3,
+        // plus 0.09 more for 200 ns more at d = 4.
+        let (d, rate) = a.optimistic(1, 15);
+        assert_eq!(d, 3);
+        assert!(rate > 1.0 / 1000.0);
+        assert_eq!(a.optimistic(4, 15).0, 4);
+        assert_eq!(a.optimistic(1, 2).0, 2);
     }
 
     #[test]
     fn explorations_that_leave_plain_ahead_back_off_and_a_win_resets_them() {
+        // Rounds cost two plain steps and nothing is accepted: optimistic
+        // acceptance (first draft 1/3, 1/4, 1/5, 1/6 by the counts) keeps
+        // exploring worth it for four rounds, each after twice the streak.
         let mut a = Adaptive::new(1, 4);
         a.record_plain(1000);
-        a.record_draft(5, 1000);
-        a.record_verify(5, 2000, 4, 0);
+        a.record_draft(5, 500);
+        a.record_verify(5, 1500, 4, 0);
         let mut gaps = Vec::new();
         for _ in 0..4 {
             let mut plain = 0;
@@ -444,8 +620,8 @@ mod tests {
                 plain += 1;
             }
             gaps.push(plain);
-            a.record_draft(5, 1000);
-            a.record_verify(5, 2000, 4, 0);
+            a.record_draft(5, 500);
+            a.record_verify(5, 1500, 4, 0);
         }
         assert_eq!(
             gaps,
@@ -544,21 +720,26 @@ mod tests {
             a.record_plain(1000);
             plain += 1;
         }
-        // Only the costs are re-measured, after the longest streak, with the
-        // shortest draft.
-        assert_eq!(plain, EXPLORE_MAX);
+        // Only the costs are re-measured, with the first draft's length (its
+        // passes may have run cold): first after the shortest streak...
+        assert_eq!(plain, EXPLORE_MIN);
         assert_eq!(a.why, Why::Explore);
-        assert_eq!(a.choose(15), 1);
-        // That re-measurement still finds nothing that pays: the next one
-        // waits twice as long.
-        a.record_draft(2, 2000);
-        a.record_verify(2, 2000, 1, 1);
-        let mut plain = 0;
-        while a.choose(15) == 0 {
-            a.record_plain(1000);
-            plain += 1;
+        assert_eq!(a.choose(15), FIRST_DRAFT);
+        let f = FIRST_DRAFT as u64 + 1;
+        a.record_draft(FIRST_DRAFT + 1, 1000 * f);
+        a.record_verify(FIRST_DRAFT + 1, 1000 * f, FIRST_DRAFT, FIRST_DRAFT);
+        // ...then, still finding nothing that pays, after the longest, and
+        // twice as long each time after that.
+        for want in [EXPLORE_MAX, 2 * EXPLORE_MAX] {
+            let mut plain = 0;
+            while a.choose(15) == 0 {
+                a.record_plain(1000);
+                plain += 1;
+            }
+            assert_eq!(plain, want);
+            a.record_draft(FIRST_DRAFT + 1, 1000 * f);
+            a.record_verify(FIRST_DRAFT + 1, 1000 * f, FIRST_DRAFT, FIRST_DRAFT);
         }
-        assert_eq!(plain, 2 * EXPLORE_MAX);
         assert!(Why::Plain {
             d: 4,
             tokens: 2.3,
