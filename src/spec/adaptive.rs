@@ -454,6 +454,18 @@ mod tests {
         assert_eq!(a.choose(3), 3);
     }
 
+    /// Plain steps (each timed at 1000 ns), every one chosen as plain
+    /// decoding, until the controller drafts.
+    fn plain_until_draft(a: &mut Adaptive, cap: usize) -> usize {
+        let mut plain = 0;
+        while a.choose(cap) == 0 {
+            assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
+            a.record_plain(1000);
+            plain += 1;
+        }
+        plain
+    }
+
     #[test]
     fn explores_again_after_a_streak_of_plain_steps() {
         let mut a = Adaptive::new(1, 4);
@@ -483,22 +495,13 @@ mod tests {
             a.record_draft(5, 500);
             a.record_verify(5, 1500, 4, 0);
         }
-        let mut plain = 0;
-        while a.choose(4) == 0 {
-            a.record_plain(1000);
-            plain += 1;
-        }
+        let plain = plain_until_draft(&mut a, 4);
         assert_eq!(plain, EXPLORE_MIN);
         // The exploring round returns 2 tokens for 2 plain steps' worth of
         // passes; the estimates still say plain (1.6 tokens a round).
         a.record_draft(5, 500);
         a.record_verify(5, 1500, 4, 1);
-        let mut plain = 0;
-        while a.choose(4) == 0 {
-            assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
-            a.record_plain(1000);
-            plain += 1;
-        }
+        let plain = plain_until_draft(&mut a, 4);
         assert_eq!(plain, EXPLORE_AFTER_PAID);
         assert_eq!(a.why, Why::Explore);
     }
@@ -614,11 +617,7 @@ mod tests {
         a.record_verify(5, 1500, 4, 0);
         let mut gaps = Vec::new();
         for _ in 0..4 {
-            let mut plain = 0;
-            while a.choose(4) == 0 {
-                a.record_plain(1000);
-                plain += 1;
-            }
+            let plain = plain_until_draft(&mut a, 4);
             gaps.push(plain);
             a.record_draft(5, 500);
             a.record_verify(5, 1500, 4, 0);
@@ -634,9 +633,7 @@ mod tests {
         );
         // Drafting becomes cheap and always accepted: the next exploration
         // finds it ahead, and the interval is back to the minimum.
-        while a.choose(4) == 0 {
-            a.record_plain(1000);
-        }
+        plain_until_draft(&mut a, 4);
         for _ in 0..50 {
             a.record_draft(5, 100);
             a.record_verify(5, 100, 4, 4);
@@ -714,12 +711,7 @@ mod tests {
         let d = a.choose(15);
         a.record_draft(d + 1, 1000 * (d as u64 + 1));
         a.record_verify(d + 1, 1000 * (d as u64 + 1), d, d);
-        let mut plain = 0;
-        while a.choose(15) == 0 {
-            assert!(matches!(a.why, Why::Plain { .. }), "{:?}", a.why);
-            a.record_plain(1000);
-            plain += 1;
-        }
+        let plain = plain_until_draft(&mut a, 15);
         // Only the costs are re-measured, with the first draft's length (its
         // passes may have run cold): first after the shortest streak...
         assert_eq!(plain, EXPLORE_MIN);
@@ -731,11 +723,7 @@ mod tests {
         // ...then, still finding nothing that pays, after the longest, and
         // twice as long each time after that.
         for want in [EXPLORE_MAX, 2 * EXPLORE_MAX] {
-            let mut plain = 0;
-            while a.choose(15) == 0 {
-                a.record_plain(1000);
-                plain += 1;
-            }
+            let plain = plain_until_draft(&mut a, 15);
             assert_eq!(plain, want);
             a.record_draft(FIRST_DRAFT + 1, 1000 * f);
             a.record_verify(FIRST_DRAFT + 1, 1000 * f, FIRST_DRAFT, FIRST_DRAFT);
