@@ -211,6 +211,9 @@ impl<'a> Model<'a> {
         let n = tokens.len();
         let v = self.n_vocab();
         let rows = self.check_batch(state, tokens, pos0, logits_for)?;
+        // The draft expert pool belongs to diffusion passes only (which reset
+        // it when they end); never let one reach an autoregressive pass.
+        state.scratch.moe.pool = 0;
         let kt = self.kt;
         let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
