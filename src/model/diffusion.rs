@@ -97,48 +97,55 @@ pub fn conv_two_sided(
 ) {
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
+    let taps = ConvTaps {
+        w,
+        k,
+        wr,
+        kr,
+        window,
+        mixed,
+        ch,
+    };
     // Rows in parallel, as the AR conv: each row reads only `mixed`.
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
         out.par_chunks_mut(per * ch)
             .enumerate()
-            .for_each(|(c, o)| two_sided_rows(w, k, wr, kr, window, mixed, ch, c * per, o));
+            .for_each(|(c, o)| two_sided_rows(&taps, c * per, o));
     } else {
-        two_sided_rows(w, k, wr, kr, window, mixed, ch, 0, out);
+        two_sided_rows(&taps, 0, out);
     }
+}
+
+/// What every row of [`conv_two_sided`] reads.
+struct ConvTaps<'a> {
+    w: &'a [f32],
+    k: usize,
+    wr: &'a [f32],
+    kr: usize,
+    window: &'a [f32],
+    mixed: &'a [f32],
+    ch: usize,
 }
 
 super::ops::fma_dispatch!(
     /// Rows `t0..` of [`conv_two_sided`] (as many as `out` holds). With FMA
     /// enabled the left taps' fused multiply-adds are instructions, not
     /// calls to the library `fmaf` (the same correctly rounded result).
-    #[allow(clippy::too_many_arguments)]
-    fn two_sided_rows(
-        w: &[f32],
-        k: usize,
-        wr: &[f32],
-        kr: usize,
-        window: &[f32],
-        mixed: &[f32],
-        ch: usize,
-        t0: usize,
-        out: &mut [f32]
-    ) => two_sided_rows_body
+    fn two_sided_rows(c: &ConvTaps, t0: usize, out: &mut [f32]) => two_sided_rows_body
 );
 
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn two_sided_rows_body(
-    w: &[f32],
-    k: usize,
-    wr: &[f32],
-    kr: usize,
-    window: &[f32],
-    mixed: &[f32],
-    ch: usize,
-    t0: usize,
-    out: &mut [f32],
-) {
+fn two_sided_rows_body(c: &ConvTaps, t0: usize, out: &mut [f32]) {
+    let ConvTaps {
+        w,
+        k,
+        wr,
+        kr,
+        window,
+        mixed,
+        ch,
+    } = *c;
     let t_n = mixed.len() / ch;
     for (r, o) in out.chunks_exact_mut(ch).enumerate() {
         let i = t0 + r;
