@@ -251,6 +251,19 @@ pub(crate) unsafe fn q3_k_scales(s: &[u8; 12]) -> __m128i {
     }
 }
 
+/// A `gf2p8affineqb` matrix moving input bits `s`, `s + 1` of every byte to
+/// bits 0, 1 and clearing the rest (output bit i is the parity of matrix byte
+/// 7 − i AND the input byte).
+pub(crate) const fn gf_low_pair(s: u32) -> i64 {
+    ((1u64 << s) << 56 | (1u64 << (s + 1)) << 48) as i64
+}
+
+/// A `gf2p8affineqb` matrix moving input bit `b` of every byte to bit 2 and
+/// clearing the rest.
+pub(crate) const fn gf_bit2(b: u32) -> i64 {
+    ((1u64 << b) << 40) as i64
+}
+
 /// The constants [`q3_k_levels`] unpacks with: shifts and masks for the
 /// plain form; affine matrices for the GFNI form (`gf2p8affineqb`: output bit
 /// i is the parity of matrix byte 7 − i AND the input byte), one per piece
@@ -284,10 +297,7 @@ impl Q3Unpack {
                 _mm256_set1_epi64x(hi),
             )
         };
-        // Output bits 0, 1 from input bits s, s + 1.
-        let low = |s: u32| ((1u64 << s) << 56 | (1u64 << (s + 1)) << 48) as i64;
-        // Output bit 2 from input bit b.
-        let high = |b: u32| ((1u64 << b) << 40) as i64;
+        let (low, high) = (gf_low_pair, gf_bit2);
         // SAFETY: register-only; the features are enabled here.
         let shifts = unsafe { [halves_i16(0, 2), halves_i16(4, 6)] };
         Self {

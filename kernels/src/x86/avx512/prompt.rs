@@ -44,7 +44,7 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::x86::avx2::kquants::f16_to_f32;
 use crate::x86::avx512::kquants::{halves_i16, BIASED_GRID};
 use crate::x86::avx512::kquants::{q6_k_levels, q6_k_levels_gfni, Q6Affine};
-use crate::x86::avx512::lowbit::{self, q3_k_levels, Q3Unpack};
+use crate::x86::avx512::lowbit::{self, gf_bit2, gf_low_pair, q3_k_levels, Q3Unpack};
 use crate::GgmlType;
 
 /// This tier's prompt-batch product for weight type `ty`, if it has one.
@@ -118,13 +118,27 @@ fn grow<T: Default + Clone>(v: &mut Vec<T>, n: usize) {
 /// # Safety
 /// The caller must have AVX-512F enabled.
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::needless_range_loop)] // `m` indexes two levels of `v` alike
 unsafe fn transpose16(src: &[&[u32]; ROWS], dst: &mut [u32]) {
     assert!(dst.len() >= 256 && src.iter().all(|r| r.len() >= 16));
     // SAFETY: 16 readable dwords per source row and 256 writable ones in
     // `dst` (asserted); AVX-512F is enabled.
     unsafe {
-        let r: [__m512i; 16] = std::array::from_fn(|t| _mm512_loadu_si512(src[t].as_ptr().cast()));
+        let r = std::array::from_fn(|t| _mm512_loadu_si512(src[t].as_ptr().cast()));
+        for (k, row) in transpose16_regs(r).iter().enumerate() {
+            _mm512_storeu_si512(dst.as_mut_ptr().add(k * ROWS).cast(), *row);
+        }
+    }
+}
+
+/// A 16 × 16 transpose of dwords in registers: lane t of `out[k]` is dword
+/// k of `r[t]`.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn transpose16_regs(r: [__m512i; 16]) -> [__m512i; 16] {
+    // SAFETY: register-only; the caller enables AVX-512F.
+    unsafe {
         // 1. Dword pairs: a[2i] lane L = tokens 2i, 2i+1 at k = 4L, 4L+1;
         //    a[2i+1] the same at k = 4L+2, 4L+3.
         let mut a = [_mm512_setzero_si512(); 16];
@@ -143,22 +157,18 @@ unsafe fn transpose16(src: &[&[u32]; ROWS], dst: &mut [u32]) {
         }
         // 3. Per m, a 4 x 4 transpose of 128-bit lanes: row k = 4L + m
         //    takes lane L of v[0..4][m].
-        let d = dst.as_mut_ptr();
+        let mut out = [_mm512_setzero_si512(); 16];
         for m in 0..4 {
             let p = _mm512_shuffle_i32x4::<0b01_00_01_00>(v[0][m], v[1][m]);
             let q = _mm512_shuffle_i32x4::<0b11_10_11_10>(v[0][m], v[1][m]);
             let r = _mm512_shuffle_i32x4::<0b01_00_01_00>(v[2][m], v[3][m]);
             let s = _mm512_shuffle_i32x4::<0b11_10_11_10>(v[2][m], v[3][m]);
-            let rows = [
-                _mm512_shuffle_i32x4::<0b10_00_10_00>(p, r),
-                _mm512_shuffle_i32x4::<0b11_01_11_01>(p, r),
-                _mm512_shuffle_i32x4::<0b10_00_10_00>(q, s),
-                _mm512_shuffle_i32x4::<0b11_01_11_01>(q, s),
-            ];
-            for (l, row) in rows.iter().enumerate() {
-                _mm512_storeu_si512(d.add((4 * l + m) * ROWS).cast(), *row);
-            }
+            out[m] = _mm512_shuffle_i32x4::<0b10_00_10_00>(p, r);
+            out[4 + m] = _mm512_shuffle_i32x4::<0b11_01_11_01>(p, r);
+            out[8 + m] = _mm512_shuffle_i32x4::<0b10_00_10_00>(q, s);
+            out[12 + m] = _mm512_shuffle_i32x4::<0b11_01_11_01>(q, s);
         }
+        out
     }
 }
 
@@ -196,6 +206,79 @@ fn transpose_rows_transposes() {
     }
 }
 
+/// The sixteen-row Q3_K unpacker leaves the tiles exactly what the per-row
+/// unpacker and the transposes leave, for every row of full and short
+/// groups, over random bytes (every bit pattern of `hmask`, `qs` and the
+/// scales) and finite `d`.
+#[cfg(test)]
+#[test]
+fn the_sixteen_row_q3_k_unpack_is_the_row_unpack_transposed() {
+    if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni") && gfni()) {
+        return;
+    }
+    let nb = 3;
+    let n = 256 * nb;
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let rows: Vec<Vec<BlockQ3K>> = (0..ROWS)
+        .map(|_| {
+            (0..nb)
+                .map(|_| {
+                    let mut b: BlockQ3K = bytemuck::Zeroable::zeroed();
+                    let raw: &mut [u8] = bytemuck::bytes_of_mut(&mut b);
+                    raw.iter_mut().for_each(|v| *v = next() as u8);
+                    b.d = half::f16::from_f32((next() % 2001) as f32 / 1000.0 - 1.0);
+                    b
+                })
+                .collect()
+        })
+        .collect();
+    for nr in [ROWS, 5, 1] {
+        let mut want = RowGroup::default();
+        let mut got = RowGroup::default();
+        for rg in [&mut want, &mut got] {
+            grow(&mut rg.levels, ROWS * n / 4);
+            grow(&mut rg.scales, ROWS * n / 16);
+            grow(&mut rg.t_levels, ROWS * n / 4);
+            grow(&mut rg.t_scales, ROWS * n / 16);
+        }
+        for (r, row) in rows[..nr].iter().enumerate() {
+            // SAFETY: the features were detected above.
+            unsafe { unpack_q3_k_gfni(row, &mut want, r, n) };
+        }
+        transpose_rows(&want.levels, n / 4, &mut want.t_levels);
+        transpose_rows(
+            bytemuck::cast_slice(&want.scales),
+            n / 16,
+            &mut want.t_scales,
+        );
+        let x: [&[BlockQ3K]; ROWS] = std::array::from_fn(|r| &rows[r.min(nr - 1)][..]);
+        // SAFETY: the features were detected above.
+        unsafe { unpack16_q3_k_gfni(&x, &mut got, nb) };
+        for r in 0..nr {
+            for k in 0..n / 4 {
+                assert_eq!(
+                    got.t_levels[k * ROWS + r],
+                    want.t_levels[k * ROWS + r],
+                    "levels: rows {nr}, row {r}, dword {k}"
+                );
+            }
+            for i in 0..n / 16 {
+                assert_eq!(
+                    got.t_scales[i * ROWS + r],
+                    want.t_scales[i * ROWS + r],
+                    "scales: rows {nr}, row {r}, sub-block {i}"
+                );
+            }
+        }
+    }
+}
+
 /// Sixteen weight rows unpacked: levels `[row][n / 4]` as dwords of four,
 /// `[row][n / per_scale]` scales (`Format::per_scale`), and the same
 /// transposed for the tiles (`[dword][row]`, `[scale][row]`). Rows past a
@@ -228,6 +311,9 @@ struct Format<W, A> {
     acts: fn(&mut Acts, &[&[A]], usize),
     /// Unpacks a weight row into slot `r` of the group (`n` elements).
     unpack: UnpackFn<W>,
+    /// Unpacks sixteen rows at once straight into the transposed layout,
+    /// where the format has such an unpacker (then `unpack` is not used).
+    group: Option<GroupUnpackFn<W>>,
     tile: TileFn<A>,
     /// Whether the rows have mins ([`RowGroup::mins`]).
     mins: bool,
@@ -249,7 +335,13 @@ impl<W> Format<W, BlockQ8K> {
                 tile_k::<false>
             },
             mins,
+            group: None,
         }
+    }
+
+    /// The format with a sixteen-row unpacker, when there is one.
+    fn with_group(self, group: Option<GroupUnpackFn<W>>) -> Self {
+        Format { group, ..self }
     }
 }
 
@@ -289,7 +381,7 @@ prompt_entry!(
     gemm_q3_k_prompt,
     BlockQ3K,
     BlockQ8K,
-    Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false)
+    Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false).with_group(q3_k_group())
 );
 prompt_entry!(
     /// The same for Q4_K weights: the nibbles (no bias; each token's `Σa`
@@ -327,6 +419,7 @@ prompt_entry!(
         unpack: unpack_q8_0,
         tile: tile_q8_0,
         mins: false,
+        group: None,
     }
 );
 
@@ -376,15 +469,22 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
         let mut res = [[0f32; ROWS]; TB];
         for i0 in (0..w_rows).step_by(ROWS) {
             let nr = ROWS.min(w_rows - i0);
-            for r in 0..nr {
-                let x: &[W] = as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]);
+            let row = |r: usize| -> &[W] { as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]) };
+            if let Some(group) = f.group {
+                // A short group repeats its last row in the lanes past it.
+                let x: [&[W]; ROWS] = std::array::from_fn(|r| row(r.min(nr - 1)));
                 // SAFETY: the features were checked above.
-                unsafe { (f.unpack)(x, rg, r, n) };
-            }
-            transpose_rows(&rg.levels, q4, &mut rg.t_levels);
-            transpose_rows(bytemuck::cast_slice(&rg.scales), ns, &mut rg.t_scales);
-            if f.mins {
-                transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
+                unsafe { group(&x, rg, nb) };
+            } else {
+                for r in 0..nr {
+                    // SAFETY: the features were checked above.
+                    unsafe { (f.unpack)(row(r), rg, r, n) };
+                }
+                transpose_rows(&rg.levels, q4, &mut rg.t_levels);
+                transpose_rows(bytemuck::cast_slice(&rg.scales), ns, &mut rg.t_scales);
+                if f.mins {
+                    transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
+                }
             }
             for t0 in (0..act_rows).step_by(TB) {
                 let nt = TB.min(act_rows - t0);
@@ -418,6 +518,10 @@ thread_local! {
 /// How a format unpacks a weight row into a [`RowGroup`] slot.
 type UnpackFn<W> = unsafe fn(&[W], &mut RowGroup, usize, usize);
 
+/// How a format unpacks sixteen weight rows of `nb` blocks straight into
+/// [`RowGroup::t_levels`] and [`RowGroup::t_scales`].
+type GroupUnpackFn<W> = unsafe fn(&[&[W]; ROWS], &mut RowGroup, usize);
+
 fn gfni() -> bool {
     is_x86_feature_detected!("gfni")
 }
@@ -428,6 +532,11 @@ fn q3_k_unpack() -> UnpackFn<BlockQ3K> {
         true => unpack_q3_k_gfni,
         false => unpack_q3_k,
     }
+}
+
+/// The sixteen-row Q3_K unpacker, where the CPU has GFNI.
+fn q3_k_group() -> Option<GroupUnpackFn<BlockQ3K>> {
+    gfni().then_some(unpack16_q3_k_gfni as GroupUnpackFn<BlockQ3K>)
 }
 
 /// The Q6_K unpacker: with GFNI where the CPU has it (the same levels).
@@ -623,6 +732,77 @@ fn unpack_iq4_xs(x: &[BlockIq4Xs], rg: &mut RowGroup, r: usize, n: usize) {
             let ls = ((xb.scales_l[i / 2] >> (4 * (i % 2))) & 0xF) as i32
                 | (((xb.scales_h >> (2 * i)) & 3) << 4) as i32;
             sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(f16_to_f32(xb.d) * (ls - 32) as f32);
+        }
+    }
+}
+
+/// Sixteen Q3_K rows (`x`, `nb` blocks each) straight into the tile layout:
+/// the values [`unpack_q3_k`] and [`transpose_rows`] give, in about half the
+/// work. Per block, the rows' raw bytes are transposed in registers, twice
+/// 64 bytes (bytes 0..64: `hmask` and the first half of `qs`; bytes 44..108:
+/// the second half of `qs` and the scales), so that lane r of every vector
+/// is row r; then each dword of levels (elements 4k..4k+4, k = 32h + 8p + j)
+/// is two affine transforms and an OR of `qs` dword 8h + j (its bits 2p,
+/// 2p + 1) and `hmask` dword j (its bit 4h + p), and each sub-block scale
+/// `d·sᵢ` is a few shifts of the scale dwords.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+#[allow(clippy::needless_range_loop)] // `b` indexes every row's blocks
+fn unpack16_q3_k_gfni(x: &[&[BlockQ3K]; ROWS], rg: &mut RowGroup, nb: usize) {
+    assert!(
+        x.iter().all(|r| r.len() >= nb)
+            && rg.t_levels.len() >= nb * 64 * ROWS
+            && rg.t_scales.len() >= nb * 16 * ROWS,
+        "unpack16_q3_k: shapes"
+    );
+    let low: [__m512i; 4] = std::array::from_fn(|p| _mm512_set1_epi64(gf_low_pair(2 * p as u32)));
+    let high: [__m512i; 8] = std::array::from_fn(|b| _mm512_set1_epi64(gf_bit2(b as u32)));
+    let (m4, m3, k32) = (
+        _mm512_set1_epi32(0xF),
+        _mm512_set1_epi32(3),
+        _mm512_set1_epi32(32),
+    );
+    let shift = |v: __m512i, by: usize| _mm512_srl_epi32(v, _mm_cvtsi32_si128(by as i32));
+    let (lv, sc) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+    );
+    for b in 0..nb {
+        let blk: [*const u8; ROWS] = std::array::from_fn(|r| (&x[r][b] as *const BlockQ3K).cast());
+        // SAFETY: a block is 110 readable bytes, and both windows (0..64,
+        // 44..108) lie inside it; every store is within the lengths asserted
+        // above (block b < nb, dword k < 64, scale i < 16); this function
+        // enables every feature used.
+        unsafe {
+            let t0 = transpose16_regs(std::array::from_fn(|r| _mm512_loadu_si512(blk[r].cast())));
+            let t1 = transpose16_regs(std::array::from_fn(|r| {
+                _mm512_loadu_si512(blk[r].add(44).cast())
+            }));
+            for h in 0..2 {
+                for p in 0..4 {
+                    for j in 0..8 {
+                        let qs = if h == 0 { t0[8 + j] } else { t1[5 + j] };
+                        let v = _mm512_or_si512(
+                            _mm512_gf2p8affine_epi64_epi8::<0>(qs, low[p]),
+                            _mm512_gf2p8affine_epi64_epi8::<0>(t0[j], high[4 * h + p]),
+                        );
+                        let k = 32 * h + 8 * p + j;
+                        _mm512_storeu_si512(lv.add((b * 64 + k) * ROWS).cast(), v);
+                    }
+                }
+            }
+            let d: [u16; ROWS] = std::array::from_fn(|r| x[r][b].d.to_bits());
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(d.as_ptr().cast()));
+            let s = [t1[13], t1[14], t1[15]];
+            for i in 0..16 {
+                // Low four bits: nibble i / 8 of byte i % 8; high two: bits
+                // 2·(i / 4) of byte 8 + i % 4 (`scalar::q3_k::unpack_scales`).
+                let lb = i % 8;
+                let lo = _mm512_and_si512(shift(s[lb / 4], 8 * (lb % 4) + 4 * (i / 8)), m4);
+                let hi = _mm512_and_si512(shift(s[2], 8 * (i % 4) + 2 * (i / 4)), m3);
+                let v = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi)), k32);
+                let f = _mm512_mul_ps(d, _mm512_cvtepi32_ps(v));
+                _mm512_storeu_ps(sc.add((b * 16 + i) * ROWS), f);
+            }
         }
     }
 }

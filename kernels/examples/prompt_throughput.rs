@@ -1,0 +1,92 @@
+//! Single-thread throughput of prompt-batch products ([`Mode::Prompt`]) on
+//! an in-cache weight matrix (default 512 rows of 2048: a routed expert's
+//! gate at full size), with 8, 16, 32 and 512 activation rows (a routed
+//! expert in a 512-token prefill sees about 16). The figure is the minimum
+//! over many repetitions, so it is the compute ceiling on one core. Q4_K and
+//! IQ4_XS are shown both repacked (`r8`, what the loader does) and plain.
+//! GFLOP/s counts 2·n_in·n_out·rows.
+//!
+//! `cargo run -p kernels --release --example prompt_throughput [n_out [reps]]`
+
+mod common;
+
+use common::{aligned, min_time};
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix};
+use kernels::{repack, scalar, GgmlType, Isa, KernelTable, Mode};
+
+const N: usize = 2048;
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
+    let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let mut rnd = common::rng();
+    let one = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap();
+    let kt = KernelTable::new(Isa::detect());
+    println!(
+        "-- {n_out} x {N} weights, one thread, min of {reps}, GFLOP/s ({})",
+        kt.isa
+    );
+    for (ty, packed) in [
+        (GgmlType::Q3_K, false),
+        (GgmlType::Q6_K, false),
+        (GgmlType::Q4_K, true),
+        (GgmlType::Q4_K, false),
+        (GgmlType::IQ4_XS, true),
+        (GgmlType::IQ4_XS, false),
+        (GgmlType::Q5_K, false),
+        (GgmlType::Q8_0, false),
+    ] {
+        let rb = ty.row_bytes(N as u64).unwrap() as usize;
+        let mut w = aligned(n_out * rb);
+        let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..n_out * rb];
+        let mut src = vec![0f32; N];
+        for r in wb.chunks_mut(rb) {
+            src.iter_mut().for_each(|v| *v = rnd());
+            scalar::quantize_row(ty, &src, r, None);
+        }
+        let mut pk = aligned(repack::packed_bytes(ty, N, n_out));
+        let m = QMatrix::new(ty, N, n_out, wb).unwrap();
+        let m = if packed {
+            let pb: &mut [u8] = bytemuck::cast_slice_mut(&mut pk);
+            repack::repack(ty, N, n_out, wb, pb);
+            m.with_packed(bytemuck::cast_slice(&pk)).unwrap()
+        } else {
+            m
+        };
+        let act_ty = ty.vec_dot_type();
+        let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
+        let max_rows = 512;
+        let mut a = aligned(alen * max_rows);
+        let ab: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..alen * max_rows];
+        for r in ab.chunks_mut(alen) {
+            src.iter_mut().for_each(|v| *v = rnd());
+            scalar::quantize_row(act_ty, &src, r, None);
+        }
+        let ab: &[u8] = ab;
+        let name = format!("{ty}{}", if packed { " r8" } else { "" });
+        let mut line = format!("{name:10}");
+        for rows in [8usize, 16, 32, 512] {
+            let x = QActs::new(act_ty, N, rows, &ab[..alen * rows]).unwrap();
+            let mut out = vec![0f32; rows * n_out];
+            let mut tile = vec![0f32; matmul_tile_len(rows)];
+            let reps = if rows >= 512 { reps.div_ceil(8) } else { reps };
+            let t = one.install(|| {
+                min_time(reps, || {
+                    matmul(&kt, &m, &x, &mut out, &mut tile, Mode::Prompt);
+                    black_box(&out);
+                })
+            });
+            let gf = |d: Duration| 2.0 * (N * n_out * rows) as f64 / d.as_secs_f64() / 1e9;
+            line += &format!("  x{rows}: {:6.1}", gf(t));
+        }
+        println!("{line}");
+    }
+}
