@@ -34,7 +34,8 @@ use super::dump;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::ops::{
-    dot_f32, mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache, GGML_LANES,
+    dot_f32, fma_dispatch, mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache,
+    GGML_LANES,
 };
 use super::profile::{self, Op};
 use super::weights::AttentionWeights;
@@ -58,6 +59,9 @@ pub struct AttentionScratch {
     /// A batch's cached V rows in f32 (`[pos][n_head_kv][d]`), converted
     /// once for all its queries and heads; grown on the first batch.
     v_f32: Vec<f32>,
+    /// A prompt batch's cached K in f32, transposed: `[n_head_kv][d][pos]`
+    /// (positions padded to 16); grown on the first prompt batch.
+    kt_f32: Vec<f32>,
     rope: RopeCache,
     n_ctx: usize,
 }
@@ -77,6 +81,7 @@ impl AttentionScratch {
             q_act: vec![0; nh * q_act_words],
             q_act_words,
             v_f32: Vec::new(),
+            kt_f32: Vec::new(),
             rope: RopeCache::new(cfg.n_rot, cfg.rope_base, cfg.rope_sections),
             n_ctx,
         }
@@ -261,6 +266,16 @@ pub(super) fn attend(
     span: Span,
     sc: &mut AttentionScratch,
 ) {
+    let blocked = cfg.head_dim.is_multiple_of(KB);
+    if mode == Mode::Prompt && span == Span::Causal && t >= PROMPT_MIN_ROWS && blocked {
+        let rows: Vec<usize> = rows.into_iter().collect();
+        assert!(
+            rows.iter().copied().eq(0..t),
+            "a prompt batch attends every row"
+        );
+        attend_prompt(cfg, kv, layer, pos0, t, sc);
+        return;
+    }
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     let group = nh / nkv;
     let scale = 1.0 / (d as f32).sqrt();
@@ -349,6 +364,175 @@ pub(super) fn attend(
                 }
             });
     }
+}
+
+/// The fewest rows of a prompt batch that [`attend_prompt`] takes.
+const PROMPT_MIN_ROWS: usize = 8;
+/// Query rows per register block of [`attend_prompt`].
+const QB: usize = 4;
+/// Key positions per vector of scores (the lanes) in [`attend_prompt`].
+const KB: usize = 16;
+
+/// Causal attention of a prompt batch ([`Mode::Prompt`]): the math of
+/// [`attend`], in its own f32 order and at a fraction of the cost. K and V of
+/// every visible position are converted to f32 once per layer (K transposed
+/// per KV head, `[g][dim][position]`, so that 16 positions are the lanes of
+/// a vector); then, per block of [`QB`] query rows and per head, the scores
+/// of all the block's visible positions are register-blocked products (each
+/// K vector serves [`QB`] queries), the softmax runs over each row's own
+/// visible positions (weights past them are zero), and `V·softmax` is
+/// register-blocked the same way (each V row serves [`QB`] queries). The
+/// query is used in f32, not converted to the K cache's dot type. Decoding,
+/// verify passes and `CLOVER_BATCH_ORDER=ggml` keep [`attend`]'s order.
+fn attend_prompt(
+    cfg: &ModelConfig,
+    kv: &KvCache,
+    layer: usize,
+    pos0: usize,
+    t: usize,
+    sc: &mut AttentionScratch,
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let group = nh / nkv;
+    let scale = 1.0 / (d as f32).sqrt();
+    let n = pos0 + t;
+    let np = n.next_multiple_of(KB);
+    if sc.kt_f32.len() < nkv * d * np {
+        sc.kt_f32.resize(nkv * d * np, 0.0);
+    }
+    if sc.v_f32.len() < n * nkv * d {
+        sc.v_f32.resize(n * nkv * d, 0.0);
+    }
+    let (ty_k, ty_v) = (kv.ty_k, kv.ty_v);
+    sc.v_f32[..n * nkv * d]
+        .par_chunks_mut(nkv * d)
+        .enumerate()
+        .for_each(|(s, heads)| {
+            for (g, row) in heads.chunks_exact_mut(d).enumerate() {
+                scalar::dequantize_row(ty_v, kv.v_head(layer, s, g), row);
+            }
+        });
+    sc.kt_f32[..nkv * d * np]
+        .par_chunks_mut(d * np)
+        .enumerate()
+        .for_each(|(g, kt)| {
+            let mut row = vec![0f32; d];
+            for s in 0..n {
+                scalar::dequantize_row(ty_k, kv.k_head(layer, s, g), &mut row);
+                for (j, &x) in row.iter().enumerate() {
+                    kt[j * np + s] = x;
+                }
+            }
+            for j in 0..d {
+                kt[j * np + n..(j + 1) * np].fill(0.0);
+            }
+        });
+    let (kt, vf, qg) = (&sc.kt_f32, &sc.v_f32, &sc.qg);
+    sc.o[..t * nh * d]
+        .par_chunks_mut(QB * nh * d)
+        .enumerate()
+        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (blk, o)| {
+            let i0 = blk * QB;
+            let nq = o.len() / (nh * d);
+            // Positions the block's last row sees; rows past `nq` repeat
+            // the last one (computed, never written).
+            let n_max = pos0 + i0 + nq;
+            let nb = n_max.next_multiple_of(KB);
+            scores.resize(QB * nb, 0.0);
+            let row = |qi: usize| i0 + qi.min(nq - 1);
+            for h in 0..nh {
+                let g = h / group;
+                let q: [&[f32]; QB] = std::array::from_fn(|qi| {
+                    let at = row(qi) * nh * 2 * d + h * 2 * d;
+                    &qg[at..at + d]
+                });
+                let kg = &kt[g * d * np..(g + 1) * d * np];
+                prompt_scores(q, kg, np, nb, scores);
+                for qi in 0..QB {
+                    let sr = &mut scores[qi * nb..(qi + 1) * nb];
+                    let vis = pos0 + row(qi) + 1;
+                    sr[..vis].iter_mut().for_each(|x| *x *= scale);
+                    softmax_padded_inplace(&mut sr[..vis]);
+                    round_to_v_type(ty_v, &mut sr[..vis]);
+                    sr[vis..].fill(0.0);
+                }
+                let mut out = [[0f32; KB]; QB];
+                for c in (0..d).step_by(KB) {
+                    prompt_v_sum(scores, nb, n_max, vf, (nkv * d, g * d + c), &mut out);
+                    for (qi, oq) in out.iter().enumerate().take(nq) {
+                        let at = qi * nh * d + h * d + c;
+                        let gate = &qg[(i0 + qi) * nh * 2 * d + h * 2 * d + d + c..][..KB];
+                        for ((x, &y), &gj) in o[at..at + KB].iter_mut().zip(oq).zip(gate) {
+                            *x = y * sigmoid(gj);
+                        }
+                    }
+                }
+            }
+        });
+}
+
+fma_dispatch!(
+    /// `scores[qi·nb + s] = q[qi] · k_s` for positions `s < nb` (a multiple
+    /// of [`KB`]) from the transposed keys `kt` (`[dim][np]`).
+    fn prompt_scores(q: [&[f32]; QB], kt: &[f32], np: usize, nb: usize, scores: &mut [f32])
+        => prompt_scores_body
+);
+
+#[inline(always)]
+fn prompt_scores_body(q: [&[f32]; QB], kt: &[f32], np: usize, nb: usize, scores: &mut [f32]) {
+    let d = q[0].len();
+    for s0 in (0..nb).step_by(KB) {
+        let mut acc = [[0f32; KB]; QB];
+        for j in 0..d {
+            let k: &[f32; KB] = kt[j * np + s0..j * np + s0 + KB].try_into().unwrap();
+            for (a, qr) in acc.iter_mut().zip(&q) {
+                let x = qr[j];
+                for (al, &kl) in a.iter_mut().zip(k) {
+                    *al = x.mul_add(kl, *al);
+                }
+            }
+        }
+        for (qi, a) in acc.iter().enumerate() {
+            scores[qi * nb + s0..qi * nb + s0 + KB].copy_from_slice(a);
+        }
+    }
+}
+
+fma_dispatch!(
+    /// `out[qi][l] = Σ_{s < n} p[qi·nb + s] · v[s·stride + off + l]` for
+    /// the [`KB`] dims from `off` (`(stride, off)`).
+    fn prompt_v_sum(
+        p: &[f32],
+        nb: usize,
+        n: usize,
+        v: &[f32],
+        at: (usize, usize),
+        out: &mut [[f32; KB]; QB]
+    ) => prompt_v_sum_body
+);
+
+#[inline(always)]
+fn prompt_v_sum_body(
+    p: &[f32],
+    nb: usize,
+    n: usize,
+    v: &[f32],
+    (stride, off): (usize, usize),
+    out: &mut [[f32; KB]; QB],
+) {
+    let mut acc = [[0f32; KB]; QB];
+    for s in 0..n {
+        let vr: &[f32; KB] = v[s * stride + off..s * stride + off + KB]
+            .try_into()
+            .unwrap();
+        for (qi, a) in acc.iter_mut().enumerate() {
+            let w = p[qi * nb + s];
+            for (al, &vl) in a.iter_mut().zip(vr) {
+                *al = w.mul_add(vl, *al);
+            }
+        }
+    }
+    *out = acc;
 }
 
 /// Lane accumulators per output of `v_weighted_sum`: 4 × 16.

@@ -16,14 +16,27 @@ fn attn_weights<'a>(m: &'a Model<'a>, il: usize) -> &'a AttentionWeights<'a> {
 
 /// Runs layer `il`'s attention over `u` (`[t][n_embd]`) in batches of `step`.
 fn run(tm: &TinyModel, il: usize, u: &[f32], step: usize, ty: GgmlType) -> Vec<f32> {
+    run_in(tm, il, u, step, ty, kernels::Mode::Decode)
+}
+
+/// [`run`] with the batches in `mode`.
+fn run_in(
+    tm: &TinyModel,
+    il: usize,
+    u: &[f32],
+    step: usize,
+    ty: GgmlType,
+    mode: kernels::Mode,
+) -> Vec<f32> {
     let model = tm.model();
     let cfg = &model.config;
     let w = attn_weights(&model, il);
     let kt = kernels::isa::active();
     let e = cfg.n_embd;
     let t = u.len() / e;
-    let mut kv = KvCache::new(1, 16, cfg.n_head_kv, cfg.head_dim, ty, ty).unwrap();
-    let mut sc = AttentionScratch::new(cfg, step, 16);
+    let n_ctx = t.max(16);
+    let mut kv = KvCache::new(1, n_ctx, cfg.n_head_kv, cfg.head_dim, ty, ty).unwrap();
+    let mut sc = AttentionScratch::new(cfg, step, n_ctx);
     let mut lin = MatScratch::new(step, 64);
     let mut out = vec![0.0f32; t * e];
     let mut p = 0;
@@ -31,7 +44,7 @@ fn run(tm: &TinyModel, il: usize, u: &[f32], step: usize, ty: GgmlType) -> Vec<f
         let n = step.min(t - p);
         attention::forward(
             kt,
-            kernels::Mode::Decode,
+            mode,
             cfg,
             w,
             &mut kv,
@@ -147,6 +160,36 @@ fn attention_matches_the_design_transcription_token_by_token_and_batched() {
                 "step {step} [{i}]: {g} vs {w}"
             );
         }
+    }
+}
+
+/// Prompt batches of 8 or more rows take their own blocked attention: it
+/// must match the transcription as closely as decoding does (f32 cache), in
+/// batches that start on an empty cache and after cached positions, with
+/// row counts that are not whole query blocks; and with an f16 cache stay
+/// as close to decoding's f16 result as decoding is to f32.
+#[test]
+fn prompt_batches_attend_as_the_transcription_says() {
+    let tm = TinyModel::random(tiny_config(2, 2), 23);
+    let mut r = Rng::new(7);
+    let u = r.vec(29 * tm.cfg.n_embd, 1.0);
+    let want = reference(&tm, 1, &u);
+    for step in [29, 9, 13] {
+        let got = run_in(&tm, 1, &u, step, GgmlType::F32, kernels::Mode::Prompt);
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g as f64 - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                "step {step} [{i}]: {g} vs {w}"
+            );
+        }
+        let dec = run(&tm, 1, &u, step, GgmlType::F16);
+        let pro = run_in(&tm, 1, &u, step, GgmlType::F16, kernels::Mode::Prompt);
+        let f32_dec = run(&tm, 1, &u, step, GgmlType::F32);
+        let (apart, rounding) = (max_abs_diff(&dec, &pro), max_abs_diff(&dec, &f32_dec));
+        assert!(
+            apart <= rounding,
+            "step {step}: f16 cache, prompt vs decoding {apart} > f16 rounding {rounding}"
+        );
     }
 }
 

@@ -772,12 +772,9 @@ fn unpack16_q3_k_gfni(x: &[&[BlockQ3K]; ROWS], rg: &mut RowGroup, nb: usize) {
         // prefetchers follow: ask for the block after next of each.
         for p in blk {
             let ahead = p.wrapping_add(2 * size_of::<BlockQ3K>());
-            // SAFETY: prefetching is a hint with no architectural effect.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(109).cast());
-            }
+            _mm_prefetch::<_MM_HINT_T0>(ahead.cast());
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64).cast());
+            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(109).cast());
         }
         // SAFETY: a block is 110 readable bytes, and both windows (0..64,
         // 44..108) lie inside it; every store is within the lengths asserted
