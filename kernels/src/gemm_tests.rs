@@ -223,13 +223,17 @@ fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
     let mut checked = 0;
     for isa in Isa::all_available() {
         let kt = KernelTable::new(isa);
-        for ty in TYPES {
+        for ty in TYPES.into_iter().chain([GgmlType::F32]) {
             let Some(g) = kt.prompt_gemm(ty, Mode::Prompt) else {
                 continue;
             };
             checked += 1;
             let dot = kt.vec_dot(ty);
-            let n = 3 * ty.block_size();
+            // F32: whole groups of sixteen elements and a tail.
+            let n = match ty {
+                GgmlType::F32 => 53,
+                _ => 3 * ty.block_size(),
+            };
             let mut rng = Rng(900 + ty.id() as u64);
             let (w_rows, act_rows) = (11, 37);
             let (wb, _) = quantized(ty, n, w_rows, &mut rng);
@@ -307,8 +311,8 @@ fn the_prompt_kernels_agree_with_vec_dot_to_rounding() {
     #[cfg(target_arch = "x86_64")]
     if Isa::Avx512.available() && std::is_x86_feature_detected!("avx512vnni") {
         assert!(
-            checked >= 6,
-            "the AVX-512 tier has Q6_K, Q5_K, Q4_K, Q3_K, IQ4_XS and Q8_0 prompt kernels"
+            checked >= 7,
+            "the AVX-512 tier has Q6_K, Q5_K, Q4_K, Q3_K, IQ4_XS, Q8_0 and F32 prompt kernels"
         );
     }
     let _ = checked;

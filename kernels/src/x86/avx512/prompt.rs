@@ -59,6 +59,7 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
         GgmlType::Q5_K => Some(gemm_q5_k_prompt),
         GgmlType::IQ4_XS => Some(gemm_iq4_xs_prompt),
         GgmlType::Q8_0 => Some(gemm_q8_0_prompt),
+        GgmlType::F32 => Some(gemm_f32_prompt),
         _ => None,
     }
 }
@@ -509,6 +510,139 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
 struct Scratch {
     acts: Acts,
     rg: RowGroup,
+}
+
+/// `out[t·out_stride + i] = W_i · x_t` for F32 weights and activations (a
+/// router, a gate): sixteen weight rows at a time transposed once into
+/// `[k][row]`, then for up to [`TB`] tokens at a time one FMA per element
+/// and token, the token's element broadcast against the sixteen rows' — the
+/// sum in element order per output.
+///
+/// # Safety
+/// As [`crate::sig::PromptFn`].
+unsafe fn gemm_f32_prompt(
+    n: usize,
+    w: &[u8],
+    w_rows: usize,
+    act: &[u8],
+    act_rows: usize,
+    out: *mut f32,
+    out_stride: usize,
+) {
+    let rb = 4 * n;
+    assert!(
+        w.len() >= w_rows * rb && act.len() >= act_rows * rb && w_rows <= out_stride,
+        "gemm: {w_rows} x {act_rows} rows of {n} do not fit the bytes"
+    );
+    if w_rows == 0 || act_rows == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        crate::Isa::Avx512.available(),
+        "the F32 prompt kernel needs AVX-512"
+    );
+    SCRATCH.with_borrow_mut(|sc| {
+        let tw = &mut sc.rg.t_scales;
+        grow(tw, n * ROWS);
+        for i0 in (0..w_rows).step_by(ROWS) {
+            let nr = ROWS.min(w_rows - i0);
+            // A short group repeats its last row in the lanes past it.
+            let rows: [&[u8]; ROWS] = std::array::from_fn(|r| {
+                let i = i0 + r.min(nr - 1);
+                &w[i * rb..(i + 1) * rb]
+            });
+            // SAFETY: the features were checked above; `tw` holds n·16.
+            unsafe { transpose_f32_rows(&rows, n, tw) };
+            for t0 in (0..act_rows).step_by(TB) {
+                let nt = TB.min(act_rows - t0);
+                let x = &act[t0 * rb..(t0 + nt) * rb];
+                let mut res = [[0f32; ROWS]; TB];
+                // SAFETY: the features were checked above; `x` holds `nt`
+                // rows of `n` floats and `tw` n·16.
+                unsafe { tile_f32(tw, x, n, nt, &mut res) };
+                for (t, lanes) in res[..nt].iter().enumerate() {
+                    // SAFETY: the caller lets us write `nr` outputs from
+                    // `i0` of token `t0 + t` (`i0 + nr <= w_rows`).
+                    unsafe {
+                        let dst = out.add((t0 + t) * out_stride + i0);
+                        std::ptr::copy_nonoverlapping(lanes.as_ptr(), dst, nr);
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// `tw[k·16 + r]` = element k of row r (`n` f32 each, any alignment).
+///
+/// # Safety
+/// The caller must have AVX-512F enabled; `tw` must hold `n·16` elements
+/// and each row `4n` bytes.
+#[target_feature(enable = "avx512f")]
+unsafe fn transpose_f32_rows(rows: &[&[u8]; ROWS], n: usize, tw: &mut [u32]) {
+    assert!(tw.len() >= n * ROWS && rows.iter().all(|r| r.len() >= 4 * n));
+    let full = n - n % 16;
+    let d = tw.as_mut_ptr();
+    for k0 in (0..full).step_by(16) {
+        // SAFETY: 64 readable bytes at 4·k0 of every row and 256 writable
+        // dwords at k0·16 (asserted); AVX-512F is enabled.
+        unsafe {
+            let r = std::array::from_fn(|t| _mm512_loadu_si512(rows[t][4 * k0..].as_ptr().cast()));
+            for (k, v) in transpose16_regs(r).iter().enumerate() {
+                _mm512_storeu_si512(d.add((k0 + k) * ROWS).cast(), *v);
+            }
+        }
+    }
+    for k in full..n {
+        for (r, row) in rows.iter().enumerate() {
+            tw[k * ROWS + r] = u32::from_le_bytes(row[4 * k..4 * k + 4].try_into().unwrap());
+        }
+    }
+}
+
+/// The transposed rows `tw` against `nt` F32 tokens `x`: `res[t][r]`.
+#[target_feature(enable = "avx512f")]
+fn tile_f32(tw: &[u32], x: &[u8], n: usize, nt: usize, res: &mut [[f32; ROWS]; TB]) {
+    // SAFETY: the features are enabled on this function.
+    unsafe {
+        match nt {
+            1 => tile_f32_n::<1>(tw, x, n, res),
+            2 => tile_f32_n::<2>(tw, x, n, res),
+            3 => tile_f32_n::<3>(tw, x, n, res),
+            4 => tile_f32_n::<4>(tw, x, n, res),
+            5 => tile_f32_n::<5>(tw, x, n, res),
+            6 => tile_f32_n::<6>(tw, x, n, res),
+            7 => tile_f32_n::<7>(tw, x, n, res),
+            8 => tile_f32_n::<8>(tw, x, n, res),
+            n => unreachable!("a tile takes 1..={TB} tokens, not {n}"),
+        }
+    }
+}
+
+/// [`tile_f32`] for `NT` tokens: per row and token, `acc = fma(x_k, w_k,
+/// acc)` for k = 0, 1, … n − 1.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn tile_f32_n<const NT: usize>(tw: &[u32], x: &[u8], n: usize, res: &mut [[f32; ROWS]; TB]) {
+    assert!(tw.len() >= n * ROWS && x.len() >= NT * 4 * n, "tile_f32: shapes");
+    let (w, x) = (tw.as_ptr().cast::<f32>(), x.as_ptr().cast::<f32>());
+    // SAFETY: k < n and t < NT are within the lengths asserted above;
+    // unaligned reads; the caller enables AVX-512F.
+    unsafe {
+        let mut acc = [_mm512_setzero_ps(); NT];
+        for k in 0..n {
+            let wk = _mm512_loadu_ps(w.add(k * ROWS));
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xk = _mm512_set1_ps(x.add(t * n + k).read_unaligned());
+                *a = _mm512_fmadd_ps(xk, wk, *a);
+            }
+        }
+        for (t, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(res[t].as_mut_ptr(), *a);
+        }
+    }
 }
 
 thread_local! {
