@@ -208,9 +208,14 @@ fn a_checkpointed_prompt_sent_again_evaluates_only_its_last_token_with_the_same_
     let (info, logits) = s.prefill_checkpointed(&q).unwrap();
     assert_eq!((info.reused, info.evaluated), (p.len() - 1, 2));
     let diverged = logits.to_vec();
-    // The same bits as a fresh session evaluating `q` the same way.
+    // The same bits as a fresh session evaluating `q` the same way: `p` up
+    // to its checkpoint, then `q` from there (a prompt batch's own order —
+    // prompt kernels, blocked attention — is not a one-token pass's, so the
+    // way the tokens are batched is part of "the same way").
     let mut fresh = session(&m, 256);
-    let (_, logits) = fresh.prefill_checkpointed(&q).unwrap();
+    fresh.prefill_checkpointed(&p).unwrap();
+    let (info, logits) = fresh.prefill_checkpointed(&q).unwrap();
+    assert_eq!((info.reused, info.evaluated), (p.len() - 1, 2));
     assert_eq!(diverged, logits);
 }
 

@@ -97,16 +97,26 @@ impl DeltaNetScratch {
     }
 }
 
+/// The taps of a causal conv: as the file stores them, `w[c][j]` (`k` per
+/// channel), or transposed once for a prompt, `w[j][c]`, so that a tap's
+/// weights over the channels are one contiguous row.
+#[derive(Clone, Copy)]
+pub(super) enum Taps<'a> {
+    ByChannel(&'a [f32]),
+    ByTap(&'a [f32]),
+}
+
 /// The causal conv sums of every channel for row `t` of `mixed`, over
 /// concat(`window`, `mixed`), into `o`: ggml_ssm_conv as GCC compiles it —
 /// the taps past the last whole 8 are fused multiply-adds (all of them for
 /// K ≤ 8), earlier ones rounded products added in order. Tap by tap over the
-/// whole row (each channel's sum in the same order), so the loops vectorise.
-/// The diffusion conv starts from it, so zero right taps give the AR conv
-/// bit for bit.
+/// whole row (each channel's sum in the same order, whichever layout the
+/// taps come in), so the loops vectorise. The diffusion conv starts from it,
+/// so zero right taps give the AR conv bit for bit.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 pub(super) fn left_taps_row(
-    w: &[f32],
+    w: Taps,
     k: usize,
     window: &[f32],
     mixed: &[f32],
@@ -124,15 +134,24 @@ pub(super) fn left_taps_row(
         } else {
             &mixed[(s - hist) * ch..(s - hist + 1) * ch]
         };
-        let taps = w.chunks_exact(k).map(|wc| wc[j]);
-        if j < fused_from {
-            for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
-                *oc += xc * wj;
-            }
-        } else {
-            for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
-                *oc = xc.mul_add(wj, *oc);
-            }
+        let fused = j >= fused_from;
+        match w {
+            Taps::ByChannel(w) => add_tap(o, x, w.chunks_exact(k).map(|wc| wc[j]), fused),
+            Taps::ByTap(w) => add_tap(o, x, w[j * ch..(j + 1) * ch].iter().copied(), fused),
+        }
+    }
+}
+
+/// `o[c] += x[c]·w_c` for every channel, fused or a rounded product added.
+#[inline(always)]
+fn add_tap(o: &mut [f32], x: &[f32], taps: impl Iterator<Item = f32>, fused: bool) {
+    if fused {
+        for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
+            *oc = xc.mul_add(wj, *oc);
+        }
+    } else {
+        for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
+            *oc += xc * wj;
         }
     }
 }
@@ -151,13 +170,20 @@ pub fn conv_silu(
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
+        // Several rows: the taps transposed once, for contiguous loads.
+        let mut wt = vec![0f32; k * ch];
+        for (c, wc) in w.chunks_exact(k).enumerate() {
+            for (j, &x) in wc.iter().enumerate() {
+                wt[j * ch + c] = x;
+            }
+        }
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
-        let window: &[f32] = window;
+        let (window, wt): (&[f32], &[f32]) = (window, &wt);
         out.par_chunks_mut(per * ch)
             .enumerate()
-            .for_each(|(c, o)| conv_silu_rows(w, k, window, mixed, ch, c * per, o));
+            .for_each(|(c, o)| conv_silu_rows(Taps::ByTap(wt), k, window, mixed, ch, c * per, o));
     } else {
-        conv_silu_rows(w, k, window, mixed, ch, 0, out);
+        conv_silu_rows(Taps::ByChannel(w), k, window, mixed, ch, 0, out);
     }
     push_window(window, mixed, ch);
 }
@@ -166,7 +192,7 @@ super::ops::fma_dispatch!(
     /// Rows `t0..` of [`conv_silu`] (as many as `out` holds), `window`
     /// not advanced.
     fn conv_silu_rows(
-        w: &[f32],
+        w: Taps,
         k: usize,
         window: &[f32],
         mixed: &[f32],
@@ -178,7 +204,7 @@ super::ops::fma_dispatch!(
 
 #[inline(always)]
 fn conv_silu_rows_body(
-    w: &[f32],
+    w: Taps,
     k: usize,
     window: &[f32],
     mixed: &[f32],

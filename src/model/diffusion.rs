@@ -31,7 +31,7 @@ use rayon::prelude::*;
 
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
-use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row};
+use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
 use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
@@ -150,7 +150,7 @@ fn two_sided_rows_body(c: &ConvTaps, t0: usize, out: &mut [f32]) {
     for (r, o) in out.chunks_exact_mut(ch).enumerate() {
         let i = t0 + r;
         // The AR conv's left taps, so zero right taps give it bit for bit.
-        left_taps_row(w, k, window, mixed, ch, i, o);
+        left_taps_row(Taps::ByChannel(w), k, window, mixed, ch, i, o);
         // Right taps j = 0, 1, … added to each channel in that order; a
         // row past the block's end adds 0·w as a present row would.
         for j in 0..kr {

@@ -268,6 +268,29 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     assert_eq!(s1.conv, s2.conv);
 }
 
+/// A prompt's conv (enough rows to run in parallel on transposed taps)
+/// gives every row the bits the same rows get one token at a time, and
+/// leaves the same window.
+#[test]
+fn the_conv_of_many_rows_is_the_conv_of_each_row_alone() {
+    let (ch, k, t) = (264, 4, 140); // t·ch past the parallel threshold
+    assert!(t * ch >= crate::model::ops::PAR_MIN_ELEMS);
+    let mut r = Rng::new(31);
+    let w = r.vec(ch * k, 1.0);
+    let mixed = r.vec(t * ch, 2.0);
+    let start = r.vec((k - 1) * ch, 1.0);
+    let (mut win_all, mut win_one) = (start.clone(), start);
+    let mut all = vec![0.0f32; t * ch];
+    conv_silu(&w, k, &mut win_all, &mixed, ch, &mut all);
+    let mut one = vec![0.0f32; t * ch];
+    for (x, o) in mixed.chunks_exact(ch).zip(one.chunks_exact_mut(ch)) {
+        conv_silu(&w, k, &mut win_one, x, ch, o);
+    }
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&all), bits(&one));
+    assert_eq!(win_all, win_one);
+}
+
 #[test]
 fn conv_tap_three_multiplies_the_current_token() {
     // One channel, kernel 4, taps [1, 10, 100, 1000]: out_t (pre-silu) =

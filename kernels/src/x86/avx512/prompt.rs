@@ -626,7 +626,10 @@ fn tile_f32(tw: &[u32], x: &[u8], n: usize, nt: usize, res: &mut [[f32; ROWS]; T
 /// The caller must have AVX-512F enabled.
 #[inline(always)]
 unsafe fn tile_f32_n<const NT: usize>(tw: &[u32], x: &[u8], n: usize, res: &mut [[f32; ROWS]; TB]) {
-    assert!(tw.len() >= n * ROWS && x.len() >= NT * 4 * n, "tile_f32: shapes");
+    assert!(
+        tw.len() >= n * ROWS && x.len() >= NT * 4 * n,
+        "tile_f32: shapes"
+    );
     let (w, x) = (tw.as_ptr().cast::<f32>(), x.as_ptr().cast::<f32>());
     // SAFETY: k < n and t < NT are within the lengths asserted above;
     // unaligned reads; the caller enables AVX-512F.
