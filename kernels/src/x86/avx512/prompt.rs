@@ -487,6 +487,14 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
                     transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
                 }
             }
+            // The next group's rows, into L2 while this group's tiles run
+            // (a group's first touch of its rows otherwise waits on memory).
+            let next = &w[(i0 + ROWS).min(w_rows) * wr..(i0 + 2 * ROWS).min(w_rows) * wr];
+            for line in next.chunks(64) {
+                // SAFETY: prefetching is a hint with no architectural
+                // effect; SSE is part of x86-64.
+                unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+            }
             for t0 in (0..act_rows).step_by(TB) {
                 let nt = TB.min(act_rows - t0);
                 // SAFETY: the features were checked above; the groups hold
