@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix};
-use kernels::{scalar, GgmlType, Isa, KernelTable, Mode};
+use kernels::{GgmlType, Isa, KernelTable, Mode};
 
 const N: usize = 2048;
 
@@ -21,10 +21,7 @@ fn main() {
     let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(50);
     let mut rnd = common::rng();
-    let one = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    let one = common::one_thread();
     let kt = KernelTable::new(Isa::detect());
     println!("-- {n_out} x {N}, one thread, weight GB/s: decode kernels / prompt kernel");
     for ty in [
@@ -35,24 +32,13 @@ fn main() {
         GgmlType::Q4_K,
     ] {
         let rb = ty.row_bytes(N as u64).unwrap() as usize;
-        let mut w = vec![0u64; (n_out * rb).div_ceil(8)];
-        let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..n_out * rb];
-        let mut src = vec![0f32; N];
-        for r in wb.chunks_mut(rb) {
-            src.iter_mut().for_each(|v| *v = rnd());
-            scalar::quantize_row(ty, &src, r, None);
-        }
-        let wb: &[u8] = wb;
+        let w = common::random_rows(ty, N, n_out, &mut rnd);
+        let wb: &[u8] = &bytemuck::cast_slice(&w)[..n_out * rb];
         let m = QMatrix::new(ty, N, n_out, wb).unwrap();
         let act_ty = ty.vec_dot_type();
         let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
-        let mut a = vec![0u64; (alen * 16).div_ceil(8)];
-        let ab: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..alen * 16];
-        for r in ab.chunks_mut(alen) {
-            src.iter_mut().for_each(|v| *v = rnd());
-            scalar::quantize_row(act_ty, &src, r, None);
-        }
-        let ab: &[u8] = ab;
+        let a = common::random_rows(act_ty, N, 16, &mut rnd);
+        let ab: &[u8] = &bytemuck::cast_slice(&a)[..alen * 16];
         let Some(g) = kt.prompt_gemm(ty, Mode::Prompt) else {
             continue;
         };

@@ -13,13 +13,13 @@
 
 mod common;
 
-use common::{aligned, min_time};
+use common::min_time;
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix, ACT_TILE};
-use kernels::{scalar, GgmlType, Isa, KernelTable, Mode};
+use kernels::{GgmlType, Isa, KernelTable, Mode};
 
 const N: usize = 2048;
 
@@ -42,10 +42,7 @@ fn main() {
     let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(30);
     let mut rnd = common::rng();
-    let one = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    let one = common::one_thread();
     println!("-- {n_out} x {N} weights, one thread, min of {reps}, GFLOP/s (pairs -> gemm, ratio)");
     for ty in [
         GgmlType::Q4_K,
@@ -56,24 +53,13 @@ fn main() {
         GgmlType::IQ4_XS,
     ] {
         let rb = ty.row_bytes(N as u64).unwrap() as usize;
-        let mut w = aligned(n_out * rb);
-        let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..n_out * rb];
-        let mut src = vec![0f32; N];
-        for r in wb.chunks_mut(rb) {
-            src.iter_mut().for_each(|v| *v = rnd());
-            scalar::quantize_row(ty, &src, r, None);
-        }
-        let m = QMatrix::new(ty, N, n_out, wb).unwrap();
+        let w = common::random_rows(ty, N, n_out, &mut rnd);
+        let m = QMatrix::new(ty, N, n_out, &bytemuck::cast_slice(&w)[..n_out * rb]).unwrap();
         let act_ty = ty.vec_dot_type();
         let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
         let max_rows = 512;
-        let mut a = aligned(alen * max_rows);
-        let ab: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..alen * max_rows];
-        for r in ab.chunks_mut(alen) {
-            src.iter_mut().for_each(|v| *v = rnd());
-            scalar::quantize_row(act_ty, &src, r, None);
-        }
-        let ab: &[u8] = ab;
+        let a = common::random_rows(act_ty, N, max_rows, &mut rnd);
+        let ab: &[u8] = &bytemuck::cast_slice(&a)[..alen * max_rows];
         let kt = KernelTable::new(Isa::detect());
         let mut line = format!("{ty:7} {}:", kt.isa);
         for rows in [32usize, 64, 512] {

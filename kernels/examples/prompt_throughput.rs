@@ -16,7 +16,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix};
-use kernels::{repack, scalar, GgmlType, Isa, KernelTable, Mode};
+use kernels::{repack, GgmlType, Isa, KernelTable, Mode};
 
 const N: usize = 2048;
 
@@ -25,10 +25,7 @@ fn main() {
     let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(40);
     let mut rnd = common::rng();
-    let one = rayon::ThreadPoolBuilder::new()
-        .num_threads(1)
-        .build()
-        .unwrap();
+    let one = common::one_thread();
     let kt = KernelTable::new(Isa::detect());
     println!(
         "-- {n_out} x {N} weights, one thread, min of {reps}, GFLOP/s ({})",
@@ -45,13 +42,8 @@ fn main() {
         (GgmlType::Q8_0, false),
     ] {
         let rb = ty.row_bytes(N as u64).unwrap() as usize;
-        let mut w = aligned(n_out * rb);
-        let wb: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut w)[..n_out * rb];
-        let mut src = vec![0f32; N];
-        for r in wb.chunks_mut(rb) {
-            src.iter_mut().for_each(|v| *v = rnd());
-            scalar::quantize_row(ty, &src, r, None);
-        }
+        let w = common::random_rows(ty, N, n_out, &mut rnd);
+        let wb: &[u8] = &bytemuck::cast_slice(&w)[..n_out * rb];
         let mut pk = aligned(repack::packed_bytes(ty, N, n_out));
         let m = QMatrix::new(ty, N, n_out, wb).unwrap();
         let m = if packed {
@@ -64,13 +56,8 @@ fn main() {
         let act_ty = ty.vec_dot_type();
         let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
         let max_rows = 512;
-        let mut a = aligned(alen * max_rows);
-        let ab: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..alen * max_rows];
-        for r in ab.chunks_mut(alen) {
-            src.iter_mut().for_each(|v| *v = rnd());
-            scalar::quantize_row(act_ty, &src, r, None);
-        }
-        let ab: &[u8] = ab;
+        let a = common::random_rows(act_ty, N, max_rows, &mut rnd);
+        let ab: &[u8] = &bytemuck::cast_slice(&a)[..alen * max_rows];
         let name = format!("{ty}{}", if packed { " r8" } else { "" });
         let mut line = format!("{name:10}");
         for rows in [8usize, 16, 32, 512] {

@@ -32,3 +32,30 @@ pub fn rng() -> impl FnMut() -> f32 {
 pub fn aligned(len: usize) -> Vec<u64> {
     vec![0u64; len.div_ceil(8)]
 }
+
+/// `rows` rows of `n` random values (from `rnd`) quantized to `ty`, in an
+/// aligned buffer whose first `rows · ty.row_bytes(n)` bytes they fill.
+pub fn random_rows(
+    ty: kernels::GgmlType,
+    n: usize,
+    rows: usize,
+    rnd: &mut impl FnMut() -> f32,
+) -> Vec<u64> {
+    let rb = ty.row_bytes(n as u64).unwrap() as usize;
+    let mut buf = aligned(rows * rb);
+    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut buf)[..rows * rb];
+    let mut src = vec![0f32; n];
+    for r in bytes.chunks_mut(rb) {
+        src.iter_mut().for_each(|v| *v = rnd());
+        kernels::scalar::quantize_row(ty, &src, r, None);
+    }
+    buf
+}
+
+/// A rayon pool of one thread (single-core figures).
+pub fn one_thread() -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .unwrap()
+}
