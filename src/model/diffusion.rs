@@ -97,10 +97,16 @@ pub fn conv_two_sided(
 ) {
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
+    // Several rows: both sets of taps transposed once, for contiguous loads
+    // (the same sums in the same order).
+    let (wt, wrt) = match t_n > 1 {
+        true => (by_tap(w, k, ch), by_tap(wr, kr, ch)),
+        false => (Vec::new(), Vec::new()),
+    };
     let taps = ConvTaps {
-        w,
+        w: pick(w, &wt),
         k,
-        wr,
+        wr: pick(wr, &wrt),
         kr,
         window,
         mixed,
@@ -117,11 +123,33 @@ pub fn conv_two_sided(
     }
 }
 
+/// `t` (taps transposed by [`by_tap`]) where it is not empty, else `w`.
+fn pick<'a>(w: &'a [f32], t: &'a [f32]) -> Taps<'a> {
+    match t.is_empty() {
+        true => Taps::ByChannel(w),
+        false => Taps::ByTap(t),
+    }
+}
+
+/// Taps `w[c][j]` (`k` per channel) as `[j][c]`.
+fn by_tap(w: &[f32], k: usize, ch: usize) -> Vec<f32> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut t = vec![0f32; k * ch];
+    for (c, wc) in w.chunks_exact(k).take(ch).enumerate() {
+        for (j, &x) in wc.iter().enumerate() {
+            t[j * ch + c] = x;
+        }
+    }
+    t
+}
+
 /// What every row of [`conv_two_sided`] reads.
 struct ConvTaps<'a> {
-    w: &'a [f32],
+    w: Taps<'a>,
     k: usize,
-    wr: &'a [f32],
+    wr: Taps<'a>,
     kr: usize,
     window: &'a [f32],
     mixed: &'a [f32],
@@ -150,24 +178,36 @@ fn two_sided_rows_body(c: &ConvTaps, t0: usize, out: &mut [f32]) {
     for (r, o) in out.chunks_exact_mut(ch).enumerate() {
         let i = t0 + r;
         // The AR conv's left taps, so zero right taps give it bit for bit.
-        left_taps_row(Taps::ByChannel(w), k, window, mixed, ch, i, o);
+        left_taps_row(w, k, window, mixed, ch, i, o);
         // Right taps j = 0, 1, … added to each channel in that order; a
         // row past the block's end adds 0·w as a present row would.
         for j in 0..kr {
             let s = i + 1 + j;
-            let taps = wr.chunks_exact(kr).map(|wc| wc[j]);
-            if s < t_n {
-                let x = &mixed[s * ch..(s + 1) * ch];
-                for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
-                    *oc += xc * wj;
-                }
-            } else {
-                for (oc, wj) in o.iter_mut().zip(taps) {
-                    *oc += 0.0 * wj;
-                }
+            let x = (s < t_n).then(|| &mixed[s * ch..(s + 1) * ch]);
+            match wr {
+                Taps::ByChannel(wr) => right_tap(o, x, wr.chunks_exact(kr).map(|wc| wc[j])),
+                Taps::ByTap(wr) => right_tap(o, x, wr[j * ch..(j + 1) * ch].iter().copied()),
             }
         }
         silu_row(o);
+    }
+}
+
+/// `o[c] += x[c]·w_c` for every channel, or `0·w_c` where the row is past
+/// the block (`x` none).
+#[inline(always)]
+fn right_tap(o: &mut [f32], x: Option<&[f32]>, taps: impl Iterator<Item = f32>) {
+    match x {
+        Some(x) => {
+            for ((oc, &xc), wj) in o.iter_mut().zip(x).zip(taps) {
+                *oc += xc * wj;
+            }
+        }
+        None => {
+            for (oc, wj) in o.iter_mut().zip(taps) {
+                *oc += 0.0 * wj;
+            }
+        }
     }
 }
 
@@ -574,4 +614,40 @@ impl Model<'_> {
         self.head(kt, mode, state);
         Ok(&state.scratch.logits[..rows * self.n_vocab()])
     }
+}
+
+/// The two-sided conv gives the same bits from transposed taps as from the
+/// file's layout (rows near the block's end included).
+#[cfg(test)]
+#[test]
+fn the_two_sided_conv_is_the_same_from_either_tap_layout() {
+    let (ch, k, kr, t) = (40, 4, 3, 6);
+    let mut x = 0x1234_5678u32;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        (x % 2000) as f32 / 1000.0 - 1.0
+    };
+    let mut vec = |n: usize| (0..n).map(|_| next()).collect::<Vec<f32>>();
+    let (w, wr, window, mixed) = (vec(ch * k), vec(ch * kr), vec((k - 1) * ch), vec(t * ch));
+    let (wt, wrt) = (by_tap(&w, k, ch), by_tap(&wr, kr, ch));
+    let run = |w: Taps, wr: Taps| {
+        let c = ConvTaps {
+            w,
+            k,
+            wr,
+            kr,
+            window: &window,
+            mixed: &mixed,
+            ch,
+        };
+        let mut out = vec![0f32; t * ch];
+        two_sided_rows(&c, 0, &mut out);
+        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run(Taps::ByChannel(&w), Taps::ByChannel(&wr)),
+        run(Taps::ByTap(&wt), Taps::ByTap(&wrt))
+    );
 }
