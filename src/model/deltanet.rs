@@ -114,7 +114,6 @@ pub(super) enum Taps<'a> {
 /// taps come in), so the loops vectorise. The diffusion conv starts from it,
 /// so zero right taps give the AR conv bit for bit.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
 pub(super) fn left_taps_row(
     w: Taps,
     k: usize,
@@ -140,6 +139,20 @@ pub(super) fn left_taps_row(
             Taps::ByTap(w) => add_tap(o, x, w[j * ch..(j + 1) * ch].iter().copied(), fused),
         }
     }
+}
+
+/// Taps `w[c][j]` (`k` per channel, `ch` channels) as `[j][c]`.
+pub(super) fn by_tap(w: &[f32], k: usize, ch: usize) -> Vec<f32> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut t = vec![0f32; k * ch];
+    for (c, wc) in w.chunks_exact(k).take(ch).enumerate() {
+        for (j, &x) in wc.iter().enumerate() {
+            t[j * ch + c] = x;
+        }
+    }
+    t
 }
 
 /// `o[c] += x[c]·w_c` for every channel, fused or a rounded product added.
@@ -171,12 +184,7 @@ pub fn conv_silu(
     let out = &mut out[..t_n * ch];
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
         // Several rows: the taps transposed once, for contiguous loads.
-        let mut wt = vec![0f32; k * ch];
-        for (c, wc) in w.chunks_exact(k).enumerate() {
-            for (j, &x) in wc.iter().enumerate() {
-                wt[j * ch + c] = x;
-            }
-        }
+        let wt = by_tap(w, k, ch);
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
         let (window, wt): (&[f32], &[f32]) = (window, &wt);
         out.par_chunks_mut(per * ch)

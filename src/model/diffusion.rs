@@ -31,7 +31,7 @@ use rayon::prelude::*;
 
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
-use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
+use super::deltanet::{self, by_tap, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
 use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
 use super::kv::KvCache;
 use super::linear::MatScratch;
@@ -129,20 +129,6 @@ fn pick<'a>(w: &'a [f32], t: &'a [f32]) -> Taps<'a> {
         true => Taps::ByChannel(w),
         false => Taps::ByTap(t),
     }
-}
-
-/// Taps `w[c][j]` (`k` per channel) as `[j][c]`.
-fn by_tap(w: &[f32], k: usize, ch: usize) -> Vec<f32> {
-    if k == 0 {
-        return Vec::new();
-    }
-    let mut t = vec![0f32; k * ch];
-    for (c, wc) in w.chunks_exact(k).take(ch).enumerate() {
-        for (j, &x) in wc.iter().enumerate() {
-            t[j * ch + c] = x;
-        }
-    }
-    t
 }
 
 /// What every row of [`conv_two_sided`] reads.
@@ -622,14 +608,8 @@ impl Model<'_> {
 #[test]
 fn the_two_sided_conv_is_the_same_from_either_tap_layout() {
     let (ch, k, kr, t) = (40, 4, 3, 6);
-    let mut x = 0x1234_5678u32;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        (x % 2000) as f32 / 1000.0 - 1.0
-    };
-    let mut vec = |n: usize| (0..n).map(|_| next()).collect::<Vec<f32>>();
+    let mut r = super::tiny::Rng::new(41);
+    let mut vec = |n: usize| r.vec(n, 1.0);
     let (w, wr, window, mixed) = (vec(ch * k), vec(ch * kr), vec((k - 1) * ch), vec(t * ch));
     let (wt, wrt) = (by_tap(&w, k, ch), by_tap(&wr, kr, ch));
     let run = |w: Taps, wr: Taps| {
