@@ -396,30 +396,66 @@ fn chat_without_a_model_writes_and_uses_the_default_model_in_the_cache_dir() {
     assert!(!first.stdout.is_empty());
 }
 
-#[test]
-fn run_without_a_model_uses_the_default_model() {
-    let cache = tempfile::tempdir().unwrap();
+/// `clover ARGS` with no `-m`, its default model written to / read from the
+/// cache dir `cache`; the run must succeed.
+fn default_model_run(args: &[&str], cache: &Path) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_clover"))
-        .args([
-            "run",
-            "-p",
-            "In the beginning",
-            "-n",
-            "6",
-            "--temp",
-            "0",
-            "-t",
-            "1",
-            "--json",
-        ])
-        .env("XDG_CACHE_HOME", cache.path())
+        .args(args)
+        .env("XDG_CACHE_HOME", cache)
+        .stdin(Stdio::null())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
-        "{}",
+        "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    out
+}
+
+#[test]
+fn run_without_a_model_uses_the_default_model() {
+    let cache = tempfile::tempdir().unwrap();
+    let args = [
+        "run",
+        "-p",
+        "In the beginning",
+        "-n",
+        "6",
+        "--temp",
+        "0",
+        "-t",
+        "1",
+        "--json",
+    ];
+    let out = default_model_run(&args, cache.path());
     let s = summary(&out);
     assert_eq!(ids(&s["generated_tokens"]).len(), 6, "{s}");
+}
+
+/// `--mlock` reaches the model however it was named (a file, the default
+/// model): each run says it locked the file, or warns that the
+/// locked-memory limit is too small and goes on; either way it answers the
+/// same as without the flag.
+#[test]
+fn mlock_locks_the_model_or_warns_and_answers_the_same() {
+    let path = tiny(Arch::CloverMoe, Recipe::Q8_0);
+    let plain = run_ok(&path, &["-p", PROMPT, "-n", "6", "--temp", "0"]);
+    let locked = run_ok(&path, &["-p", PROMPT, "-n", "6", "--temp", "0", "--mlock"]);
+    assert_eq!(plain.stdout, locked.stdout);
+    let said = |out: &Output| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let locked = err
+            .lines()
+            .any(|l| l.starts_with("mlock: ") && l.contains("locked in memory"));
+        let warned = err
+            .lines()
+            .any(|l| l.starts_with("warning: --mlock: could not lock"));
+        assert!(locked != warned, "exactly one of the two lines: {err}");
+    };
+    said(&locked);
+    assert!(!String::from_utf8_lossy(&plain.stderr).contains("mlock"));
+    let cache = tempfile::tempdir().unwrap();
+    let args = ["run", "-p", "hello", "-n", "2", "-t", "1", "--mlock"];
+    said(&default_model_run(&args, cache.path()));
 }

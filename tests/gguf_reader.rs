@@ -629,3 +629,45 @@ fn populating_with_progress_reports_every_byte_and_gives_the_same_file() {
     assert!(GgufFile::open_populated_with(&path, &mut |_, _| calls += 1).is_err());
     assert_eq!(calls, 0);
 }
+
+/// This process's locked memory (`VmLck` in /proc/self/status), in KiB.
+fn locked_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmLck:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// `--mlock`: a mapped file and a file read into memory are both locked
+/// whole (the process's locked memory grows by at least their size), and
+/// unlocked when dropped. The files are a few hundred KiB, well inside the
+/// smallest default locked-memory limit (8 MiB), so this holds unprivileged.
+#[test]
+fn a_locked_file_counts_whole_in_the_locked_memory_until_dropped() {
+    let Some(before) = locked_kib() else {
+        eprintln!("SKIPPED: no /proc/self/status VmLck on this system");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.gguf");
+    let mut raw = Raw::header(3, 0, 1);
+    raw.kv_u32("x", 7);
+    raw.zeros(300 << 10);
+    std::fs::write(&path, raw.done()).unwrap();
+    let size = std::fs::metadata(&path).unwrap().len();
+    for (how, f) in [
+        ("mapped", GgufFile::open(&path).unwrap()),
+        ("read", GgufFile::read(&path).unwrap()),
+    ] {
+        assert_eq!(f.lock_in_memory().unwrap(), size, "{how}");
+        let locked = locked_kib().unwrap();
+        assert!(
+            locked >= before + size / 1024,
+            "{how}: {locked} KiB locked, was {before}"
+        );
+        drop(f);
+        assert!(
+            locked_kib().unwrap() < before + size / 1024,
+            "{how}: still locked after drop"
+        );
+    }
+}

@@ -130,6 +130,11 @@ pub struct BenchArgs {
     /// the load note)
     #[arg(long)]
     pub recache: bool,
+    /// Lock the model in memory after loading it (mlock, as llama-bench's
+    /// `-lm mmap+mlock`): its pages cannot be evicted between or during the
+    /// tests
+    #[arg(long)]
+    pub mlock: bool,
 }
 
 /// A plain greedy tg result: (threads, n_gen, depth), t/s, the tokens.
@@ -262,10 +267,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
     };
     crate::gguf::pages::set_recache(args.recache);
+    crate::gguf::pages::set_mlock(args.mlock);
     let t_open = Instant::now();
     let file = GgufFile::open_populated(path).with_context(|| format!("{}", path.display()))?;
     let open_ms = ms(t_open.elapsed().as_nanos() as u64);
     super::common::report_pages(&file, path);
+    super::common::lock_if_asked(&file, path);
     let t_bind = Instant::now();
     let mut model = Model::load(&file).with_context(|| format!("{}", path.display()))?;
     args.spec.apply_draft_pool(&mut model)?;

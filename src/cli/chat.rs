@@ -107,6 +107,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     }
     let mmap = !args.context.no_mmap;
     crate::gguf::pages::set_recache(args.context.recache);
+    crate::gguf::pages::set_mlock(args.context.mlock);
     let (mut model, default) = match &args.model {
         Some(path) => (super::common::load_model_file(path, mmap)?, None),
         None => super::common::load_default(mmap)?,

@@ -146,6 +146,13 @@ pub struct ContextArgs {
     /// the load note)
     #[arg(long)]
     pub recache: bool,
+    /// Lock the model in memory (mlock, as llama.cpp's --mlock): its pages
+    /// are never evicted and read back from the disk mid-reply (memory
+    /// pressure; VMs that page out what was idle for a minute). Needs a
+    /// locked-memory limit (ulimit -l) as large as the file; short of one,
+    /// a warning and the model stays unlocked
+    #[arg(long)]
+    pub mlock: bool,
     /// Logical batch: most prompt tokens per forward call
     #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
     pub batch_size: usize,
@@ -220,18 +227,22 @@ pub fn load_default(
     };
     let d = default_model::ensure(false).context("default model")?;
     announce(&d);
-    match LoadedModel::open_with(&d.path, mmap) {
-        Ok(m) => Ok((m, Some(d))),
+    let (m, d) = match LoadedModel::open_with(&d.path, mmap) {
+        Ok(m) => (m, d),
         Err(_) if !d.created => {
             let d = default_model::ensure(true).context("default model")?;
             announce(&d);
             let m = LoadedModel::open_with(&d.path, mmap)
                 .with_context(|| format!("loading the default model {}", d.path.display()))?;
-            Ok((m, Some(d)))
+            (m, d)
         }
-        Err(e) => Err(anyhow::Error::new(e)
-            .context(format!("loading the default model {}", d.path.display()))),
-    }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)
+                .context(format!("loading the default model {}", d.path.display())))
+        }
+    };
+    lock_if_asked(m.file, &d.path);
+    Ok((m, Some(d)))
 }
 
 /// Opens `path` (or the built-in default model), mapped or with `--no-mmap`
@@ -277,7 +288,31 @@ pub fn load_model_file(path: &std::path::Path, mmap: bool) -> anyhow::Result<Loa
     }
     let loaded = loaded.with_context(|| format!("loading {}", path.display()))?;
     report_pages(loaded.file, path);
+    lock_if_asked(loaded.file, path);
     Ok(loaded)
+}
+
+/// With `--mlock` ([`crate::gguf::pages::set_mlock`]): locks the loaded file
+/// in memory and says so on stderr, or warns that it could not (the run goes
+/// on unlocked, as llama.cpp's does).
+pub fn lock_if_asked(file: &crate::gguf::GgufFile, path: &std::path::Path) {
+    if !crate::gguf::pages::mlock() {
+        return;
+    }
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let size = gib(file.file_size());
+    match file.lock_in_memory() {
+        Ok(b) => eprintln!(
+            "mlock: {:.2} GiB of {} locked in memory",
+            gib(b),
+            path.display()
+        ),
+        Err(e) => eprintln!(
+            "warning: --mlock: could not lock the {size:.2} GiB of {} in memory ({e}); \
+             raise the locked-memory limit (ulimit -l) to lock it; going on unlocked",
+            path.display()
+        ),
+    }
 }
 
 /// After a mapped load, on stderr: with `--recache`, how much of the file is

@@ -88,6 +88,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     let (path, no_mmap) = (args.model.clone(), args.context.no_mmap);
     crate::gguf::pages::set_recache(args.context.recache);
+    crate::gguf::pages::set_mlock(args.context.mlock);
     let has_spec = spec.is_some();
     let spec_args = args.spec.clone();
     let load = Box::new(move || {

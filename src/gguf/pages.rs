@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static RECACHE: AtomicBool = AtomicBool::new(false);
+static MLOCK: AtomicBool = AtomicBool::new(false);
 
 /// Makes every later populated open ([`super::GgufFile::open_populated_with`])
 /// first drop the file's pages from the page cache (`--recache`).
@@ -30,6 +31,17 @@ pub fn set_recache(on: bool) {
 /// Whether populated opens drop the file's cached pages first.
 pub fn recache() -> bool {
     RECACHE.load(Ordering::Relaxed)
+}
+
+/// Makes the commands that run a model lock its file in memory after
+/// loading it (`--mlock`, [`super::GgufFile::lock_in_memory`]).
+pub fn set_mlock(on: bool) {
+    MLOCK.store(on, Ordering::Relaxed);
+}
+
+/// Whether loaded models are locked in memory.
+pub fn mlock() -> bool {
+    MLOCK.load(Ordering::Relaxed)
 }
 
 /// Writes back `path`'s dirty pages and evicts all of its pages from the page

@@ -39,8 +39,17 @@ enum Storage {
 
 impl Drop for Storage {
     fn drop(&mut self) {
-        if let Storage::Mmap(_, Some(slot)) = self {
-            crate::signals::forget_mapping(*slot);
+        match self {
+            Storage::Mmap(_, Some(slot)) => crate::signals::forget_mapping(*slot),
+            // A buffer locked by `lock_in_memory` goes back to the allocator,
+            // which may keep its pages: unlock them first (a no-op when they
+            // were never locked). A mapping's lock ends with the mapping.
+            #[cfg(unix)]
+            Storage::Owned { words, len } if *len > 0 => {
+                // SAFETY: `words` is live for this call; munlock only unpins.
+                unsafe { libc::munlock(words.as_ptr().cast(), *len) };
+            }
+            _ => {}
         }
     }
 }
@@ -153,6 +162,37 @@ impl GgufFile {
         match &self.storage {
             Storage::Mmap(map, _) => super::pages::mapping_pages(map.as_ptr()),
             Storage::Owned { .. } => None,
+        }
+    }
+
+    /// Locks the file's bytes in memory (`mlock`, `--mlock`): from here on
+    /// its pages are never evicted — by memory pressure or by a proactive
+    /// reclaimer that pages out what was idle for a minute — and read back
+    /// from the disk in the middle of a reply. The lock ends with the
+    /// mapping. Returns the bytes locked.
+    pub fn lock_in_memory(&self) -> std::io::Result<u64> {
+        match &self.storage {
+            Storage::Mmap(map, _) => map.lock().map(|()| map.len() as u64),
+            Storage::Owned { words, len } => {
+                #[cfg(unix)]
+                {
+                    // SAFETY: `words` is this file's live buffer of at least
+                    // `len` bytes; mlock only pins its pages.
+                    let rc = unsafe { libc::mlock(words.as_ptr().cast(), *len) };
+                    if rc != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(*len as u64)
+                }
+                #[cfg(not(unix))]
+                {
+                    let _ = (words, len);
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::Unsupported,
+                        "this system has no mlock",
+                    ))
+                }
+            }
         }
     }
 
