@@ -89,14 +89,26 @@ else
 fi
 echo "warm: $(load_line)"
 
+# Before each clover and llama.cpp run the file is read back into the page
+# cache in 2 MiB pages (clover --recache): ik_llama.cpp's -rtr copy of a
+# full-size file does not fit beside the page cache, so after its run the
+# file comes back from the disk page by page, in 4 KiB pages, which stream
+# markedly slower (and a VM's proactive reclaim pages out what sat idle);
+# ik's copy is anonymous memory and never meets either.
+recache() {
+  "$CLOVER_BIN" bench -m "$model" --recache -p 1 -n 0 -r 1 -t 1 2>&1 >/dev/null | grep '^recache' >&2 || true
+}
+
 # Alternate the tools: per round and thread count, clover then llama.
 IFS=, read -r -a tlist <<<"$threads"
 for round in $(seq 1 "$rounds"); do
   for t in "${tlist[@]}"; do
+    recache
     echo "round $round, -t $t: clover" >&2
     "$CLOVER_BIN" bench -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$t" -o json \
       >"$out/clover-$round-$t.json" 2>"$out/clover-$round-$t.err"
     grep -E 'traffic|bandwidth' "$out/clover-$round-$t.err" >&2 || true
+    recache
     echo "round $round, -t $t: llama" >&2
     "$LLAMA_BIN/llama-bench" -m "$model" -p "$n_prompt" -n "$n_gen" -r "$reps" -t "$t" -o json \
       >"$out/llama-$round-$t.json" 2>"$out/llama-$round-$t.err" \

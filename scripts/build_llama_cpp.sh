@@ -32,7 +32,7 @@ if $fixtures; then
   fi
 fi
 if [ -x "$bin/llama-completion" ] && [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-perplexity" ] \
-  && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-imatrix" ]; then
+  && [ -x "$bin/llama-quantize" ] && [ -x "$bin/llama-imatrix" ] && [ -x "$bin/llama-server" ]; then
   echo "$bin"; exit 0
 fi
 mkdir -p "$LLAMA_DIR"
@@ -53,5 +53,5 @@ fi
 cmake -S "$src" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >&2
 cmake --build build -j"$(nproc)" --target llama-bench llama-completion llama-perplexity llama-quantize \
-  llama-imatrix >&2
+  llama-imatrix llama-server >&2
 echo "$bin"
