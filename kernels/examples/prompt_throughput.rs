@@ -1,12 +1,14 @@
 //! Single-thread throughput of prompt-batch products ([`Mode::Prompt`]) on
 //! an in-cache weight matrix (default 512 rows of 2048: a routed expert's
-//! gate at full size), with 8, 16, 32 and 512 activation rows (a routed
-//! expert in a 512-token prefill sees about 16). The figure is the minimum
-//! over many repetitions, so it is the compute ceiling on one core. Q4_K and
-//! IQ4_XS are shown both repacked (`r8`, what the loader does) and plain.
-//! GFLOP/s counts 2·n_in·n_out·rows.
+//! gate at full size), with 1, 4, 8, 16, 32 and 512 activation rows (a
+//! routed expert in a 512-token prefill sees about 16). The figure is the
+//! minimum over many repetitions, so it is the compute ceiling on one core.
+//! Q4_K and IQ4_XS are shown both repacked (`r8`, what the loader does) and
+//! plain. GFLOP/s counts 2·n_in·n_out·rows. A third argument `decode` times
+//! [`Mode::Decode`] instead: the products of a decode step (1 row) and of a
+//! verify pass or a server step (several rows, each with decoding's bits).
 //!
-//! `cargo run -p kernels --release --example prompt_throughput [n_out [reps]]`
+//! `cargo run -p kernels --release --example prompt_throughput [n_out [reps [decode]]]`
 
 mod common;
 
@@ -24,6 +26,10 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let n_out: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(512);
     let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(40);
+    let mode = match args.next().as_deref() {
+        Some("decode") => Mode::Decode,
+        _ => Mode::Prompt,
+    };
     let mut rnd = common::rng();
     let one = common::one_thread();
     let kt = KernelTable::new(Isa::detect());
@@ -60,14 +66,14 @@ fn main() {
         let ab: &[u8] = &bytemuck::cast_slice(&a)[..alen * max_rows];
         let name = format!("{ty}{}", if packed { " r8" } else { "" });
         let mut line = format!("{name:10}");
-        for rows in [8usize, 16, 32, 512] {
+        for rows in [1usize, 4, 8, 16, 32, 512] {
             let x = QActs::new(act_ty, N, rows, &ab[..alen * rows]).unwrap();
             let mut out = vec![0f32; rows * n_out];
             let mut tile = vec![0f32; matmul_tile_len(rows)];
             let reps = if rows >= 512 { reps.div_ceil(8) } else { reps };
             let t = one.install(|| {
                 min_time(reps, || {
-                    matmul(&kt, &m, &x, &mut out, &mut tile, Mode::Prompt);
+                    matmul(&kt, &m, &x, &mut out, &mut tile, mode);
                     black_box(&out);
                 })
             });
