@@ -638,14 +638,14 @@ fn locked_kib() -> Option<u64> {
 }
 
 /// The locked-memory limit (`RLIMIT_MEMLOCK`), in bytes.
-fn memlock_limit() -> u64 {
+fn memlock_limit() -> libc::rlim_t {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `r` is a valid rlimit to write into.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut r) }, 0);
-    r.rlim_cur as u64
+    r.rlim_cur
 }
 
 /// `--mlock`: a mapped file and a file read into memory are both locked
