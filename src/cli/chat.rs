@@ -106,8 +106,7 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         return front_end(engine, &opts);
     }
     let mmap = !args.context.no_mmap;
-    crate::gguf::pages::set_recache(args.context.recache);
-    crate::gguf::pages::set_mlock(args.context.mlock);
+    args.context.apply_page_options();
     let (mut model, default) = match &args.model {
         Some(path) => (super::common::load_model_file(path, mmap)?, None),
         None => super::common::load_default(mmap)?,

@@ -171,6 +171,12 @@ pub struct ContextArgs {
 pub const DEFAULT_CTX: usize = 4096;
 
 impl ContextArgs {
+    /// Hands `--recache` and `--mlock` to the loader ([`crate::gguf::pages`]).
+    pub fn apply_page_options(&self) {
+        crate::gguf::pages::set_recache(self.recache);
+        crate::gguf::pages::set_mlock(self.mlock);
+    }
+
     /// `-c`, or [`DEFAULT_CTX`].
     pub fn ctx(&self) -> usize {
         self.ctx_size.unwrap_or(DEFAULT_CTX)

@@ -95,8 +95,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     if text.is_empty() {
         return Err(EngineError::EmptyPrompt.into());
     }
-    crate::gguf::pages::set_recache(args.context.recache);
-    crate::gguf::pages::set_mlock(args.context.mlock);
+    args.context.apply_page_options();
     let mut model = open_model(args.model.as_deref(), args.context.no_mmap)?;
     args.spec.apply_draft_pool(&mut model.model)?;
     let (prompt_text, starts_thinking) = if args.chat {

@@ -87,8 +87,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         None => "clover-tiny-kjv".into(),
     });
     let (path, no_mmap) = (args.model.clone(), args.context.no_mmap);
-    crate::gguf::pages::set_recache(args.context.recache);
-    crate::gguf::pages::set_mlock(args.context.mlock);
+    args.context.apply_page_options();
     let has_spec = spec.is_some();
     let spec_args = args.spec.clone();
     let load = Box::new(move || {
