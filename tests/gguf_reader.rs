@@ -698,3 +698,56 @@ fn a_locked_file_counts_whole_in_the_locked_memory_until_dropped() {
         );
     }
 }
+
+/// Whether any 4 KiB page of `bytes` (in a file mapping) is in the page
+/// cache.
+#[cfg(target_os = "linux")]
+fn any_page_resident(bytes: &[u8]) -> bool {
+    const PAGE: usize = 4096;
+    let start = (bytes.as_ptr() as usize).next_multiple_of(PAGE);
+    let end = (bytes.as_ptr() as usize + bytes.len()) / PAGE * PAGE;
+    let mut vec = vec![0u8; (end - start) / PAGE];
+    // SAFETY: the range lies inside the live mapping `bytes` points into;
+    // mincore writes one byte per page into `vec`, which has that many.
+    let rc = unsafe { libc::mincore(start as *mut libc::c_void, end - start, vec.as_mut_ptr()) };
+    assert_eq!(rc, 0, "mincore");
+    vec.iter().any(|v| v & 1 == 1)
+}
+
+/// `evict_tensor` (what the loader does to a tensor it has repacked) takes
+/// the tensor's pages out of the page cache, leaves its neighbours, and a
+/// later read still gives the file's bytes.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_evicted_tensor_leaves_the_page_cache_and_reads_back_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("e.gguf");
+    let mut w = clover::gguf::GgufWriter::new();
+    w.set("general.architecture", Value::str("test"));
+    // 16 MiB each: past the 2 MiB folios a page cache may hold a file in,
+    // so the middle of the first shares no folio with the second.
+    w.add_tensor("a", GgmlType::F32, &[1 << 22]);
+    w.add_tensor("b", GgmlType::F32, &[1 << 22]);
+    w.write_to_path(&path, |i, _, out| {
+        let bytes: Vec<u8> = (0..16usize << 20).map(|k| (k * 7 + i) as u8).collect();
+        out.write_all(&bytes)
+    })
+    .unwrap();
+    // The page cache lets go of written-back (clean) pages only.
+    std::fs::File::open(&path).unwrap().sync_all().unwrap();
+    let f = GgufFile::open(&path).unwrap();
+    let sum = |name: &str| -> u64 { f.tensor(name).unwrap().data.iter().map(|&b| b as u64).sum() };
+    let (a, b) = (sum("a"), sum("b"));
+    let middle = |name: &str| {
+        let d = f.tensor(name).unwrap().data;
+        &d[2 << 20..d.len() - (2 << 20)]
+    };
+    assert!(any_page_resident(middle("a")) && any_page_resident(middle("b")));
+    f.evict_tensor("a");
+    assert!(any_page_resident(middle("b")), "b left with a");
+    assert!(
+        !any_page_resident(middle("a")),
+        "a stayed in the page cache"
+    );
+    assert_eq!((sum("a"), sum("b")), (a, b), "the bytes read back");
+}

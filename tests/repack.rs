@@ -1,7 +1,7 @@
-//! Q4_K and IQ4_XS tensors repacked at load (`kernels::repack`): the loader
-//! repacks the matrices and expert stacks of those types when the kernel
-//! table has the product, and the model's outputs stay those of the file's
-//! layout to rounding. (Speculative greedy decoding on such files is exact:
+//! Q3_K, Q4_K, Q6_K and IQ4_XS tensors repacked at load (`kernels::repack`):
+//! the loader repacks the matrices and expert stacks of those types when the
+//! kernel table has the product, and the model's outputs stay those of the
+//! file's layout to rounding. (Speculative greedy decoding on such files is exact:
 //! `tests/spec_greedy.rs`.)
 
 use clover::gguf::GgufFile;
@@ -125,11 +125,35 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
         return;
     }
     // Every Q4_K matrix but the token embedding (a lookup; the file has its
-    // own output head), the 8-row ssm_beta included.
+    // own output head), the 8-row ssm_beta included; the Q6_K ones too where
+    // that product exists.
+    let q6 = repack_available(GgmlType::Q6_K);
     for t in file.tensors() {
-        let want = t.ty == GgmlType::Q4_K && t.name != "token_embd.weight";
+        let want = (t.ty == GgmlType::Q4_K || (q6 && t.ty == GgmlType::Q6_K))
+            && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
     assert!(packed.contains_key("blk.0.ssm_beta.weight"));
+    one_layer_logits_agree(&file);
+}
+
+#[test]
+fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
+    // The full apex-miniplus mix: Q3_K experts, Q6_K projections and head.
+    // The loader evicts a mapped file's repacked tensors from memory
+    // (`tests/gguf_reader.rs` checks the eviction); the file's layout
+    // read afterwards comes back from the disk, the same bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let file = GgufFile::open(&small(dir.path(), Recipe::ApexMiniPlus)).unwrap();
+    Model::load(&file).unwrap();
+    let packed = file.derived_tensors().expect("the file was loaded");
+    if !(repack_available(GgmlType::Q3_K) && repack_available(GgmlType::Q6_K)) {
+        eprintln!("###  SKIPPED: no repacked Q3_K / Q6_K kernel on this CPU (AVX-512 VNNI, GFNI)");
+        return;
+    }
+    for t in file.tensors() {
+        let want = matches!(t.ty, GgmlType::Q3_K | GgmlType::Q6_K) && t.name != "token_embd.weight";
+        assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
+    }
     one_layer_logits_agree(&file);
 }

@@ -230,6 +230,28 @@ fn speculative_greedy_equals_plain_greedy_on_a_repacked_iq4_xs_file() {
 }
 
 #[test]
+fn speculative_greedy_equals_plain_greedy_on_a_repacked_apex_miniplus_file() {
+    // Q3_K experts and Q6_K projections and head, repacked where the CPU
+    // has those products: verify batches take them as decoding does.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small-apex.gguf");
+    synth::plan(SynthOptions {
+        arch: Arch::CloverMoe,
+        preset: Preset::Small,
+        recipe: Recipe::ApexMiniPlus,
+        seed: 9,
+    })
+    .unwrap()
+    .write(&path, None)
+    .unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    let model = Model::load(&file).unwrap();
+    let repacked = file.derived_tensors().map_or(0, |p| p.len());
+    eprintln!("{repacked} Q3_K / Q6_K tensors repacked");
+    check_model(&model, &[1, 12, 25], &[1, 3, 15]);
+}
+
+#[test]
 fn generation_stops_at_a_stop_token_and_at_n_predict() {
     let tm = TinyModel::random(tiny_config(4, 2), 5);
     let model = tm.model();

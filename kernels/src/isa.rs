@@ -215,6 +215,10 @@ fn tier_packed_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
         (Isa::Avx512, GgmlType::IQ4_XS) => crate::x86::avx512::iq4_r8::gemm_fn(),
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx512, GgmlType::Q4_K) => crate::x86::avx512::q4k_r8::gemm_fn(),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, GgmlType::Q3_K) => crate::x86::avx512::q3k_r8::gemm_fn(),
+        #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, GgmlType::Q6_K) => crate::x86::avx512::q6k_r8::gemm_fn(),
         _ => None,
     }
 }

@@ -2,7 +2,12 @@ use super::*;
 use crate::matmul::{self, QActs, QExperts, QMatrix};
 use crate::{scalar, GgmlType, Isa, KernelTable, Mode};
 
-const TYPES: [GgmlType; 2] = [GgmlType::IQ4_XS, GgmlType::Q4_K];
+const TYPES: [GgmlType; 4] = [
+    GgmlType::IQ4_XS,
+    GgmlType::Q4_K,
+    GgmlType::Q3_K,
+    GgmlType::Q6_K,
+];
 
 fn rnd_stream(mut s: u64) -> impl FnMut() -> f32 {
     move || {

@@ -31,8 +31,9 @@ pub struct TensorView<'a> {
 
 enum Storage {
     /// The mapping and its slot in [`crate::signals`]' table of model mappings
-    /// (a `SIGBUS` inside it means the file shrank underneath).
-    Mmap(Mmap, Option<usize>),
+    /// (a `SIGBUS` inside it means the file shrank underneath), and the
+    /// open file (for page-cache advice).
+    Mmap(Mmap, Option<usize>, File),
     /// u64 words so that the bytes are 8-byte aligned, like a mapping.
     Owned { words: Vec<u64>, len: usize },
 }
@@ -40,7 +41,7 @@ enum Storage {
 impl Drop for Storage {
     fn drop(&mut self) {
         match self {
-            Storage::Mmap(_, Some(slot)) => crate::signals::forget_mapping(*slot),
+            Storage::Mmap(_, Some(slot), _) => crate::signals::forget_mapping(*slot),
             // A buffer locked by `lock_in_memory` goes back to the allocator,
             // which may keep its pages: unlock them first (a no-op when they
             // were never locked). A mapping's lock ends with the mapping.
@@ -57,7 +58,7 @@ impl Drop for Storage {
 impl Storage {
     fn bytes(&self) -> &[u8] {
         match self {
-            Storage::Mmap(m, _) => m,
+            Storage::Mmap(m, _, _) => m,
             Storage::Owned { words, len } => &bytemuck::cast_slice(words)[..*len],
         }
     }
@@ -133,7 +134,7 @@ impl GgufFile {
     ) -> Result<GgufFile, GgufError> {
         GgufFile::recache_first(path)?;
         let file = GgufFile::open_with(path, false)?;
-        if let Storage::Mmap(map, _) = &file.storage {
+        if let Storage::Mmap(map, _, _) = &file.storage {
             let total = map.len();
             let mut done = 0;
             while done < total {
@@ -160,7 +161,7 @@ impl GgufFile {
     /// where the system tells (`None` for a file read into memory).
     pub fn mapping_pages(&self) -> Option<super::pages::MappingPages> {
         match &self.storage {
-            Storage::Mmap(map, _) => super::pages::mapping_pages(map.as_ptr()),
+            Storage::Mmap(map, _, _) => super::pages::mapping_pages(map.as_ptr()),
             Storage::Owned { .. } => None,
         }
     }
@@ -172,7 +173,7 @@ impl GgufFile {
     /// mapping. Returns the bytes locked.
     pub fn lock_in_memory(&self) -> std::io::Result<u64> {
         match &self.storage {
-            Storage::Mmap(map, _) => map.lock().map(|()| map.len() as u64),
+            Storage::Mmap(map, _, _) => map.lock().map(|()| map.len() as u64),
             Storage::Owned { words, len } => {
                 #[cfg(unix)]
                 {
@@ -202,12 +203,10 @@ impl GgufFile {
     /// quantize`) whose memory should stay near one tensor, not the file.
     /// Nothing happens for a file read into memory.
     pub fn release_tensor(&self, name: &str) {
-        let (Storage::Mmap(map, _), Some(t)) = (&self.storage, self.tensor_info(name)) else {
+        let (Storage::Mmap(map, _, _), Some((start, end))) = (&self.storage, self.pages_of(name))
+        else {
             return;
         };
-        const PAGE: u64 = 4096;
-        let start = t.offset.div_ceil(PAGE) * PAGE;
-        let end = (t.offset + t.n_bytes) / PAGE * PAGE;
         if end > start {
             // SAFETY: the mapping is a read-only, never-written file mapping,
             // so MADV_DONTNEED only drops page-table entries: a later read
@@ -223,9 +222,50 @@ impl GgufFile {
         }
     }
 
+    /// The whole 4 KiB pages inside `name`'s data, as a byte range of the file.
+    fn pages_of(&self, name: &str) -> Option<(u64, u64)> {
+        const PAGE: u64 = 4096;
+        let t = self.tensor_info(name)?;
+        Some((
+            t.offset.div_ceil(PAGE) * PAGE,
+            (t.offset + t.n_bytes) / PAGE * PAGE,
+        ))
+    }
+
+    /// Whether the bytes are a mapping of the file (not read into memory).
+    pub fn is_mapped(&self) -> bool {
+        matches!(self.storage, Storage::Mmap(..))
+    }
+
+    /// [`GgufFile::release_tensor`], and then `name`'s pages leave the page
+    /// cache too (`POSIX_FADV_DONTNEED`; pages another process maps stay):
+    /// for a tensor the model reads from a copy made at load (repacked), so
+    /// that the file's bytes and the copy need not fit in memory together.
+    /// A later read of the tensor still works; it comes from the disk.
+    pub fn evict_tensor(&self, name: &str) {
+        self.release_tensor(name);
+        #[cfg(target_os = "linux")]
+        if let (Storage::Mmap(_, _, file), Some((start, end))) =
+            (&self.storage, self.pages_of(name))
+        {
+            use std::os::fd::AsRawFd;
+            if end > start {
+                // SAFETY: a valid open descriptor; the advice reads no memory.
+                unsafe {
+                    libc::posix_fadvise(
+                        file.as_raw_fd(),
+                        start as libc::off_t,
+                        (end - start) as libc::off_t,
+                        libc::POSIX_FADV_DONTNEED,
+                    )
+                };
+            }
+        }
+    }
+
     /// Maps `path` read-only (populated at once with `populate`), registered
     /// with [`crate::signals`] so that a `SIGBUS` inside it is one error line.
-    fn map(path: &Path, populate: bool) -> Result<(Mmap, Option<usize>), GgufError> {
+    fn map(path: &Path, populate: bool) -> Result<Storage, GgufError> {
         let io = |cause| GgufError::Io {
             path: path.to_path_buf(),
             cause,
@@ -247,12 +287,11 @@ impl GgufFile {
         // parsing below is bounds-checked against the mapping's length.
         let map = unsafe { options.map(&file) }.map_err(io)?;
         let slot = crate::signals::register_mapping(map.as_ptr(), map.len());
-        Ok((map, slot))
+        Ok(Storage::Mmap(map, slot, file))
     }
 
     fn open_with(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
-        let (map, slot) = GgufFile::map(path, populate)?;
-        GgufFile::parse(Storage::Mmap(map, slot))
+        GgufFile::parse(GgufFile::map(path, populate)?)
     }
 
     /// Reads the whole file into memory (`--no-mmap`, like llama.cpp's): no

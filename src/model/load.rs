@@ -58,7 +58,15 @@ const REPACK_ROWS: usize = 64 * repack::ROWS;
 /// head (no `output.weight`): a lookup reads the file's rows.
 ///
 /// `CLOVER_REPACK=0` never repacks, `1` always does; by default a file is
-/// repacked only when it and the copy fit in 80 % of the machine's memory.
+/// repacked only when what stays of it and the copy fit in 80 % of the
+/// machine's memory. Of a mapped file (not locked by `--mlock`) the tensors
+/// repacked leave memory as they are copied ([`GgufFile::evict_tensor`]):
+/// the full apex-miniplus file (14.8 GiB, 12.9 of them Q3_K experts) then
+/// holds 13.4 GiB of copies and 1.9 GiB of the file, where the file and the
+/// copies would not fit on 24 GiB together. A read file (`--no-mmap`) and a
+/// locked one keep all their bytes, so they count whole. The copies ask for
+/// 2 MiB pages (`MADV_HUGEPAGE`): the experts are read at random, and in
+/// 4 KiB pages every one of them is a run of TLB misses.
 pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
     let mut out = HashMap::new();
     let mode = std::env::var("CLOVER_REPACK").ok();
@@ -68,6 +76,9 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
         return out;
     }
     let tied = file.tensor("output.weight").is_none();
+    // The tied embedding is also read row by row for lookups: it stays.
+    let evict = file.is_mapped() && !crate::gguf::pages::mlock();
+    let evictable = |t: &crate::gguf::TensorInfo| evict && t.name != "token_embd.weight";
     let todo: Vec<(&crate::gguf::TensorInfo, usize, usize, usize)> = file
         .tensors()
         .iter()
@@ -90,8 +101,13 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
         .iter()
         .map(|&(t, n_in, rows, _)| repack::packed_bytes(t.ty, n_in, rows))
         .sum();
+    let freed: u64 = todo
+        .iter()
+        .filter(|(t, ..)| evictable(t))
+        .map(|(t, ..)| t.n_bytes)
+        .sum();
     if mode.as_deref() != Some("1") {
-        let need = file.file_size() as u128 + total as u128;
+        let need = (file.file_size() - freed) as u128 + total as u128;
         if mem_total().is_some_and(|m| need * 10 > m as u128 * 8) {
             return out;
         }
@@ -99,7 +115,7 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
     for (t, n_in, rows, rb) in todo {
         let src = file.view(t).data;
         let size = repack::packed_bytes(t.ty, n_in, rows);
-        let mut words = vec![0u64; size.div_ceil(8)];
+        let mut words = huge_page_words(size.div_ceil(8));
         let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
         let per_group = repack::packed_bytes(t.ty, n_in, repack::ROWS);
         dst[..size]
@@ -111,9 +127,33 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
                 let src = &src[first * rb..(first + n_rows) * rb];
                 repack::repack(t.ty, n_in, n_rows, src, d);
             });
+        if evictable(t) {
+            file.evict_tensor(&t.name);
+        }
         out.insert(t.name.clone(), words);
     }
     out
+}
+
+/// `len` zeroed words, their memory asked to come in 2 MiB pages
+/// (`MADV_HUGEPAGE`, before the first touch) where the system has them.
+fn huge_page_words(len: usize) -> Vec<u64> {
+    let mut words: Vec<u64> = Vec::with_capacity(len);
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let (p, bytes) = (words.as_mut_ptr() as usize, len * 8);
+        let start = p.next_multiple_of(HUGE);
+        let end = (p + bytes) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside this vector's own allocation (its
+            // capacity); the advice changes how pages are provided, not
+            // their contents, and none has been touched yet.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    words.resize(len, 0);
+    words
 }
 
 /// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`), if known.

@@ -13,7 +13,9 @@ pub mod kquants;
 pub mod legacy;
 pub mod lowbit;
 pub mod prompt;
+pub mod q3k_r8;
 pub mod q4k_r8;
+pub mod q6k_r8;
 pub mod quant;
 mod repack;
 

@@ -1,0 +1,116 @@
+//! AVX-512 (VNNI, GFNI) products of repacked Q6_K weights
+//! ([`crate::q6k_r8`]) with Q8_K activations: lane r of every vector is
+//! weight row r of a group of eight.
+//!
+//! Sub-blocks j and j + 8 go together: per element quad, one 32-byte load
+//! of the low bits serves both (low and high nibbles), one
+//! `gf2p8affineqb` moves a quad's two high bits (from a load shared by four
+//! quads) to bits 4-5, and one `vpternlogd` joins `(low & 0xF) | high` into
+//! the unsigned levels (0..=63) of eight rows; each activation row adds one
+//! `vpdpbusd` with its four activations broadcast. The sums start at
+//! `−32·Σa` of the sub-block (the levels' bias), take the scale with one
+//! `mullo`, and stay exact in i32 over the block; then one convert and one
+//! FMA by `d_w · d_a` per block: [`crate::q6k_r8::gemm_ref`]'s arithmetic,
+//! so its bits, for any number of activation rows.
+
+use std::arch::x86_64::*;
+
+use crate::q6k_r8::Group;
+use crate::repack::ROWS;
+use crate::scalar::q8_k::BlockQ8K;
+use crate::sig::GemmFn;
+use crate::GgmlType;
+
+use super::repack::repacked_product;
+
+/// The repacked Q6_K product, when the host has the AVX-512 tier with VNNI
+/// and GFNI.
+pub fn gemm_fn() -> Option<GemmFn> {
+    let ok = crate::Isa::Avx512.available()
+        && is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("gfni");
+    ok.then_some(product as GemmFn)
+}
+
+repacked_product!(Group, GgmlType::Q6_K, rows8, 8);
+
+/// A `gf2p8affineqb` matrix moving input bits `2m`, `2m + 1` of every byte to
+/// bits 4, 5 and clearing the rest (output bit i is the parity of matrix
+/// byte 7 − i AND the input byte).
+const fn gf_pair_to_4(m: u32) -> i64 {
+    ((1u64 << (2 * m)) << 24 | (1u64 << (2 * m + 1)) << 16) as i64
+}
+
+/// `(a & 0xF) | b` for `vpternlogd` with `c` = 0x0F in every byte: the
+/// truth table of `(a & c) | b`, whose bit `4a + 2b + c` is the result for
+/// those input bits (set for 2, 3, 5, 6, 7).
+const LOW_OR: i32 = 0xEC;
+
+/// One group row (`gs`, one group per block) against `C` Q8_K rows.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
+fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] {
+    for yc in y {
+        assert!(yc.len() >= gs.len(), "repacked Q6_K: short activation row");
+    }
+    // SAFETY: every load reads a whole field of a block in bounds (the
+    // activation rows are as long as the group row, checked above); this
+    // function enables every feature used.
+    unsafe {
+        let pair: [__m256i; 4] =
+            std::array::from_fn(|m| _mm256_set1_epi64x(gf_pair_to_4(m as u32)));
+        let m4 = _mm256_set1_epi8(0x0F);
+        let mut acc = [_mm256_setzero_ps(); C];
+        for (b, g) in gs.iter().enumerate() {
+            super::repack::prefetch_ahead(g);
+            let mut isum = [_mm256_setzero_si256(); C];
+            for j in 0..8 {
+                let bias = |c: usize, s: usize| _mm256_set1_epi32(-32 * y[c][b].bsums[s] as i32);
+                let mut s_lo: [__m256i; C] = std::array::from_fn(|c| bias(c, j));
+                let mut s_hi: [__m256i; C] = std::array::from_fn(|c| bias(c, j + 8));
+                for i in 0..4 {
+                    let q = 4 * j + i;
+                    let lo = _mm256_loadu_si256(g.lo[q].as_ptr().cast());
+                    let hi = _mm256_loadu_si256(g.hi[q % 16].as_ptr().cast());
+                    let (m_lo, m_hi) = (pair[q / 16], pair[q / 16 + 2]);
+                    let u_lo = _mm256_ternarylogic_epi32::<LOW_OR>(
+                        lo,
+                        _mm256_gf2p8affine_epi64_epi8::<0>(hi, m_lo),
+                        m4,
+                    );
+                    let u_hi = _mm256_ternarylogic_epi32::<LOW_OR>(
+                        _mm256_srli_epi16::<4>(lo),
+                        _mm256_gf2p8affine_epi64_epi8::<0>(hi, m_hi),
+                        m4,
+                    );
+                    for c in 0..C {
+                        let a = y[c][b].qs.as_ptr();
+                        let a_lo = a.add(4 * q).cast::<i32>().read_unaligned();
+                        let a_hi = a.add(4 * q + 128).cast::<i32>().read_unaligned();
+                        s_lo[c] = _mm256_dpbusd_epi32(s_lo[c], u_lo, _mm256_set1_epi32(a_lo));
+                        s_hi[c] = _mm256_dpbusd_epi32(s_hi[c], u_hi, _mm256_set1_epi32(a_hi));
+                    }
+                }
+                let scale =
+                    |s: usize| _mm256_cvtepi8_epi32(_mm_loadl_epi64(g.scales[s].as_ptr().cast()));
+                let (sc_lo, sc_hi) = (scale(j), scale(j + 8));
+                for c in 0..C {
+                    let t = _mm256_add_epi32(
+                        _mm256_mullo_epi32(s_lo[c], sc_lo),
+                        _mm256_mullo_epi32(s_hi[c], sc_hi),
+                    );
+                    isum[c] = _mm256_add_epi32(isum[c], t);
+                }
+            }
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
+            for c in 0..C {
+                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y[c][b].d));
+                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), dd, acc[c]);
+            }
+        }
+        std::array::from_fn(|c| {
+            let mut o = [0f32; ROWS];
+            _mm256_storeu_ps(o.as_mut_ptr(), acc[c]);
+            o
+        })
+    }
+}
