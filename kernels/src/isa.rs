@@ -27,6 +27,7 @@ pub struct KernelTable {
     repacked_rows: [Option<GemmFn>; GgmlType::ALL.len()],
     prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
     packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
+    packed_prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     delta_replay: Option<DeltaReplayFn>,
 }
@@ -208,6 +209,19 @@ fn tier_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<PromptFn> {
     }
 }
 
+/// The tier's prompt-batch product reading weights repacked for it
+/// ([`crate::repack`]), with [`tier_prompt_gemm`]'s bits.
+fn tier_packed_prompt_gemm(isa: Isa, ty: GgmlType) -> Option<PromptFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::x86::avx512::prompt::packed_gemm_fn(ty),
+        _ => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
 /// The tier's product on weights repacked for it ([`crate::repack`]).
 fn tier_packed_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match (isa, ty) {
@@ -262,6 +276,7 @@ impl KernelTable {
             delta_replay: tier_delta_replay(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
             packed_gemm: GgmlType::ALL.map(|t| tier_packed_gemm(isa, t)),
+            packed_prompt_gemm: GgmlType::ALL.map(|t| tier_packed_prompt_gemm(isa, t)),
         }
     }
 
@@ -386,6 +401,18 @@ impl KernelTable {
             return None;
         }
         self.prompt_gemm[type_index(ty)]
+    }
+
+    /// The prompt-batch product ([`Mode::Prompt`] only) reading weights of
+    /// type `ty` repacked eight rows at a time: [`KernelTable::prompt_gemm`]'s
+    /// outputs from the repacked copy, so a mapped file's original rows may
+    /// leave memory.
+    #[inline]
+    pub fn packed_prompt_gemm(&self, ty: GgmlType, mode: Mode) -> Option<PromptFn> {
+        if mode != Mode::Prompt {
+            return None;
+        }
+        self.packed_prompt_gemm[type_index(ty)]
     }
 
     /// The product on weights of type `ty` repacked eight rows at a time

@@ -340,7 +340,7 @@ fn check_pair(w: &QMatrix, x_ty: GgmlType, x_n: usize) {
 /// [`Kernel::Packed`], else the file's.
 fn kernel_rows<'a>(k: &Kernel, w: &QMatrix<'a>, first: usize, count: usize) -> &'a [u8] {
     match (k, w.packed) {
-        (Kernel::Packed(_), Some(p)) => w.packed_rows(p, first, count),
+        (Kernel::Packed(_) | Kernel::PackedPrompt(_), Some(p)) => w.packed_rows(p, first, count),
         _ => w.rows(first, count),
     }
 }
@@ -361,7 +361,9 @@ fn matvec_rows(k: &Kernel, w: &QMatrix, first: usize, x: &[u8], ys: &mut [f32]) 
         Kernel::Packed(g) | Kernel::Rows(g) => {
             g(n, kernel_rows(k, w, first, ys.len()), ys.len(), x, 1, ys, 1)
         }
-        Kernel::Prompt(_) => unreachable!("prompt kernels are planned for batches only"),
+        Kernel::Prompt(_) | Kernel::PackedPrompt(_) => {
+            unreachable!("prompt kernels are planned for batches only")
+        }
         Kernel::Dots { dot, .. } => {
             for (i, y) in ys.iter_mut().enumerate() {
                 *y = dot(n, w.row(first + i), x);
@@ -486,8 +488,8 @@ pub fn matmul(
         return;
     }
     // The prompt kernels write `out[t][o]` themselves: no tile.
-    if let Kernel::Prompt(g) = k {
-        prompt_matmul(g, w, x, out);
+    if let Kernel::Prompt(g) | Kernel::PackedPrompt(g) = k {
+        prompt_matmul(&k, g, w, x, out);
         return;
     }
     assert!(
@@ -512,7 +514,9 @@ pub fn matmul(
             for t0 in (0..rows).step_by(ACT_TILE) {
                 let t1 = (t0 + ACT_TILE).min(rows);
                 match k {
-                    Kernel::Prompt(_) => unreachable!("prompt products return above"),
+                    Kernel::Prompt(_) | Kernel::PackedPrompt(_) => {
+                        unreachable!("prompt products return above")
+                    }
                     Kernel::Packed(g) | Kernel::Rows(g) => {
                         let wr = kernel_rows(&k, w, first, n_rows);
                         let xr = x.rows(t0, t1 - t0);
@@ -584,7 +588,7 @@ impl OutPtr {
 
 /// [`matmul`] with a prompt kernel, which writes `out[t][o]` itself: tasks
 /// over blocks of [`PROMPT_ACT_TILE`] tokens × chunks of weight rows.
-fn prompt_matmul(g: crate::sig::PromptFn, w: &QMatrix, x: &QActs, out: &mut [f32]) {
+fn prompt_matmul(k: &Kernel, g: crate::sig::PromptFn, w: &QMatrix, x: &QActs, out: &mut [f32]) {
     let (rows, n_out, n) = (x.rows, w.n_out, w.n_in);
     assert!(out.len() >= rows * n_out, "matmul: output too short");
     // Whole groups of the AVX-512 prompt kernels' 16 lanes of rows.
@@ -601,7 +605,7 @@ fn prompt_matmul(g: crate::sig::PromptFn, w: &QMatrix, x: &QActs, out: &mut [f32
         unsafe {
             g(
                 n,
-                w.rows(first, nr),
+                kernel_rows(k, w, first, nr),
                 nr,
                 x.rows(t0, nt),
                 nt,
@@ -672,6 +676,14 @@ impl KernelTable {
     pub fn plan(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
         let (ty, n_out) = (w.ty, w.n_out);
         if let Some(g) = self.packed_gemm(ty, mode).filter(|_| w.packed().is_some()) {
+            // A prompt batch takes the prompt kernel on the same repacked
+            // rows where the tier has one (faster for many tokens).
+            if let Some(p) = self
+                .packed_prompt_gemm(ty, mode)
+                .filter(|_| rows >= PROMPT_MIN_ROWS)
+            {
+                return Kernel::PackedPrompt(p);
+            }
             return Kernel::Packed(g);
         }
         if rows <= 1 {

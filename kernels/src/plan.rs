@@ -12,7 +12,9 @@
 //!   kernels (faster, in their own f32 order).
 //! * [`Mode::Ggml`]: llama.cpp's x86 orders for batches (llamafile's tinyBLAS
 //!   for F32 / F16, the repacked gemm, the tiled K-quant matmul), for parity
-//!   runs against llama.cpp; single tokens are llama.cpp's in every mode.
+//!   runs against llama.cpp; single tokens are llama.cpp's in every mode,
+//!   except on matrices repacked at load ([`crate::repack`], never in this
+//!   mode), whose one product serves every batch size in its own order.
 //!
 //! The process-wide default of the model's batch order ([`BatchOrder`]) is read
 //! from `CLOVER_BATCH_ORDER` once, here; the model passes a mode per product.
@@ -81,6 +83,10 @@ pub enum Kernel {
     Packed(GemmFn),
     /// The tier's prompt kernel (weight rows as lanes), writing token-major.
     Prompt(PromptFn),
+    /// The tier's prompt kernel reading the rows repacked eight at a time
+    /// ([`crate::repack`]): the same outputs as [`Kernel::Prompt`] on the
+    /// file's rows, bit for bit.
+    PackedPrompt(PromptFn),
     /// A multi-row kernel whose every output equals the per-output dot.
     Rows(GemmFn),
     /// One dot per output: `dot` for activation rows `< split`, `tail` after

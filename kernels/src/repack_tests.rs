@@ -223,6 +223,14 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
                     ("matmul expert", Mode::Decode, &expert),
                 ];
                 for (what, mode, w) in products {
+                    // A prompt batch of a type with a prompt kernel on the
+                    // repacked rows takes that kernel instead (its own
+                    // order: `prompt_kernels_on_repacked_rows_give_the_file_rows_bits`).
+                    let prompt_kernel = kt.packed_prompt_gemm(ty, mode).is_some()
+                        && batch >= matmul::PROMPT_MIN_ROWS;
+                    if prompt_kernel {
+                        continue;
+                    }
                     out.fill(f32::NAN);
                     matmul::matmul(&kt, w, &x, &mut out, &mut tile, mode);
                     for t in 0..batch {
@@ -285,4 +293,47 @@ fn only_packable_matrices_take_repacked_rows() {
     let q8 = QMatrix::new(GgmlType::Q8_0, 256, 8, bytes(&w)).unwrap();
     assert!(q8.with_packed(bytes(&w)).is_err(), "Q8_0");
     assert!(!packable(GgmlType::Q8_0, 256, 8));
+}
+
+#[test]
+fn prompt_kernels_on_repacked_rows_give_the_file_rows_bits() {
+    let mut tested = 0;
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        for ty in TYPES {
+            let (Some(file), Some(packed)) = (
+                kt.prompt_gemm(ty, Mode::Prompt),
+                kt.packed_prompt_gemm(ty, Mode::Prompt),
+            ) else {
+                continue;
+            };
+            // Whole groups of sixteen rows and a last group of eight.
+            for (n, rows, tokens) in [(256, 8, 9), (768, 24, 8), (512, 48, 21)] {
+                let (w, a) = fixture(ty, n, rows, tokens, 31 + rows as u64);
+                let p = packed_of(ty, n, rows, &w);
+                let stride = rows + 3;
+                let run = |g: crate::sig::PromptFn, wb: &[u8]| {
+                    let mut out = vec![f32::NAN; tokens * stride];
+                    // SAFETY: `out` holds `tokens` rows of `stride >= rows`.
+                    unsafe { g(n, wb, rows, bytes(&a), tokens, out.as_mut_ptr(), stride) };
+                    out
+                };
+                let want = run(file, bytes(&w));
+                let got = run(packed, bytes(&p));
+                for t in 0..tokens {
+                    for r in 0..stride {
+                        let (x, y) = (got[t * stride + r], want[t * stride + r]);
+                        assert!(
+                            x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                            "{isa} {ty} n {n} rows {rows}: token {t} row {r}: {x} vs {y}"
+                        );
+                    }
+                }
+                tested += 1;
+            }
+        }
+    }
+    if tested == 0 {
+        eprintln!("###  no tier here has a prompt kernel on repacked rows (AVX-512 VNNI, GFNI)");
+    }
 }

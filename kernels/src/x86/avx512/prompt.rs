@@ -33,6 +33,8 @@
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
+use crate::q3k_r8::Group as Q3Group;
+use crate::q6k_r8::Group as Q6Group;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q3_k::BlockQ3K;
@@ -60,6 +62,22 @@ pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
         GgmlType::IQ4_XS => Some(gemm_iq4_xs_prompt),
         GgmlType::Q8_0 => Some(gemm_q8_0_prompt),
         GgmlType::F32 => Some(gemm_f32_prompt),
+        _ => None,
+    }
+}
+
+/// This tier's prompt-batch product reading weights of type `ty` repacked
+/// eight rows at a time ([`crate::repack`]), if it has one: [`gemm_fn`]'s
+/// outputs bit for bit (the same levels and scales reach the same tiles),
+/// so a prompt need not read the file's rows of a repacked matrix.
+pub fn packed_gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
+    gemm_fn(ty)?;
+    if !gfni() {
+        return None;
+    }
+    match ty {
+        GgmlType::Q6_K => Some(gemm_q6_k_packed_prompt),
+        GgmlType::Q3_K => Some(gemm_q3_k_packed_prompt),
         _ => None,
     }
 }
@@ -440,10 +458,67 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
 ) {
     assert!(n.is_multiple_of(f.qk), "gemm: {n} is not whole blocks");
     let nb = n / f.qk;
-    let (wr, ar) = (nb * size_of::<W>(), nb * size_of::<A>());
+    let wr = nb * size_of::<W>();
     assert!(
-        w.len() >= w_rows * wr && act.len() >= act_rows * ar && w_rows <= out_stride,
-        "gemm: {w_rows} x {act_rows} rows of {n} do not fit the bytes"
+        w.len() >= w_rows * wr,
+        "gemm: {w_rows} rows of {n} do not fit the bytes"
+    );
+    let (q4, ns) = (n / 4, n / f.per_scale);
+    let mut unpack = |i0: usize, nr: usize, rg: &mut RowGroup| {
+        let row = |r: usize| -> &[W] { as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]) };
+        if let Some(group) = f.group {
+            // A short group repeats its last row in the lanes past it.
+            let x: [&[W]; ROWS] = std::array::from_fn(|r| row(r.min(nr - 1)));
+            // SAFETY: `tiles` checked the features.
+            unsafe { group(&x, rg, nb) };
+        } else {
+            for r in 0..nr {
+                // SAFETY: `tiles` checked the features.
+                unsafe { (f.unpack)(row(r), rg, r, n) };
+            }
+            transpose_rows(&rg.levels, q4, &mut rg.t_levels);
+            transpose_rows(bytemuck::cast_slice(&rg.scales), ns, &mut rg.t_scales);
+            if f.mins {
+                transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
+            }
+        }
+        prefetch_l2(&w[(i0 + ROWS).min(w_rows) * wr..(i0 + 2 * ROWS).min(w_rows) * wr]);
+    };
+    // SAFETY: the caller's contract.
+    unsafe { tiles(f, n, act, out, (w_rows, act_rows, out_stride), &mut unpack) }
+}
+
+/// The next group's rows, into L2 while this group's tiles run (a group's
+/// first touch of its rows otherwise waits on memory).
+fn prefetch_l2(next: &[u8]) {
+    for line in next.chunks(64) {
+        // SAFETY: prefetching is a hint with no architectural effect; SSE
+        // is part of x86-64.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+    }
+}
+
+/// What [`prompt_gemm`] and [`prompt_gemm_packed`] share: the activation
+/// rows' per-token values once, then for weight rows sixteen at a time
+/// `unpack(i0, nr, rg)` (rows `i0 .. i0 + nr` into `rg`'s transposed
+/// levels and scales) and the tiles against every block of [`TB`] tokens;
+/// `out[t·out_stride + i]`.
+///
+/// # Safety
+/// As [`crate::sig::PromptFn`].
+unsafe fn tiles<W, A: bytemuck::Pod>(
+    f: &Format<W, A>,
+    n: usize,
+    act: &[u8],
+    out: *mut f32,
+    (w_rows, act_rows, out_stride): (usize, usize, usize),
+    unpack: &mut dyn FnMut(usize, usize, &mut RowGroup),
+) {
+    let nb = n / f.qk;
+    let ar = nb * size_of::<A>();
+    assert!(
+        act.len() >= act_rows * ar && w_rows <= out_stride,
+        "gemm: {act_rows} activation rows of {n} do not fit the bytes"
     );
     if w_rows == 0 || act_rows == 0 {
         return;
@@ -470,31 +545,7 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
         let mut res = [[0f32; ROWS]; TB];
         for i0 in (0..w_rows).step_by(ROWS) {
             let nr = ROWS.min(w_rows - i0);
-            let row = |r: usize| -> &[W] { as_blocks(&w[(i0 + r) * wr..(i0 + r + 1) * wr]) };
-            if let Some(group) = f.group {
-                // A short group repeats its last row in the lanes past it.
-                let x: [&[W]; ROWS] = std::array::from_fn(|r| row(r.min(nr - 1)));
-                // SAFETY: the features were checked above.
-                unsafe { group(&x, rg, nb) };
-            } else {
-                for r in 0..nr {
-                    // SAFETY: the features were checked above.
-                    unsafe { (f.unpack)(row(r), rg, r, n) };
-                }
-                transpose_rows(&rg.levels, q4, &mut rg.t_levels);
-                transpose_rows(bytemuck::cast_slice(&rg.scales), ns, &mut rg.t_scales);
-                if f.mins {
-                    transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
-                }
-            }
-            // The next group's rows, into L2 while this group's tiles run
-            // (a group's first touch of its rows otherwise waits on memory).
-            let next = &w[(i0 + ROWS).min(w_rows) * wr..(i0 + 2 * ROWS).min(w_rows) * wr];
-            for line in next.chunks(64) {
-                // SAFETY: prefetching is a hint with no architectural
-                // effect; SSE is part of x86-64.
-                unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
-            }
+            unpack(i0, nr, rg);
             for t0 in (0..act_rows).step_by(TB) {
                 let nt = TB.min(act_rows - t0);
                 // SAFETY: the features were checked above; the groups hold
@@ -512,6 +563,175 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
         }
     });
 }
+
+/// [`prompt_gemm`] on weights repacked eight rows at a time (groups `G`,
+/// `w_rows` a multiple of 8): `unpack(a, b, rg, nb)` takes the group rows
+/// of weight rows 0-7 and 8-15 of a group of sixteen (`b = a` past the
+/// last) into `rg`'s transposed levels and scales, as `f`'s own unpacker
+/// leaves them from the file's rows.
+///
+/// # Safety
+/// As [`crate::sig::PromptFn`], and `unpack` needs the features `tiles`
+/// checks plus GFNI.
+unsafe fn prompt_gemm_packed<W, G: bytemuck::Pod>(
+    f: &Format<W, BlockQ8K>,
+    unpack: unsafe fn(&[G], &[G], &mut RowGroup, usize),
+    n: usize,
+    w: &[u8],
+    act: &[u8],
+    out: *mut f32,
+    (w_rows, act_rows, out_stride): (usize, usize, usize),
+) {
+    assert!(
+        n.is_multiple_of(256) && w_rows.is_multiple_of(crate::repack::ROWS),
+        "packed gemm: {w_rows} x {n} is not whole groups"
+    );
+    let nb = n / 256;
+    let gr = nb * size_of::<G>();
+    assert!(
+        w.len() >= w_rows / crate::repack::ROWS * gr,
+        "packed gemm: {w_rows} rows of {n} do not fit the bytes"
+    );
+    let group_row = |i: usize| -> &[G] { as_blocks(&w[i * gr..(i + 1) * gr]) };
+    let mut unpack = |i0: usize, nr: usize, rg: &mut RowGroup| {
+        let a = group_row(i0 / crate::repack::ROWS);
+        let b = match nr > crate::repack::ROWS {
+            true => group_row(i0 / crate::repack::ROWS + 1),
+            false => a,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { unpack(a, b, rg, nb) };
+        let next = (i0 + ROWS).min(w_rows) / crate::repack::ROWS;
+        let end = (i0 + 2 * ROWS).min(w_rows) / crate::repack::ROWS;
+        prefetch_l2(&w[next * gr..end * gr]);
+    };
+    // SAFETY: the caller's contract.
+    unsafe { tiles(f, n, act, out, (w_rows, act_rows, out_stride), &mut unpack) }
+}
+
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q3_K into
+/// `rg`: levels + 4 and `d·s`, as [`unpack16_q3_k_gfni`] leaves the file's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
+fn unpack_q3_k_r8(a: &[Q3Group], b: &[Q3Group], rg: &mut RowGroup, nb: usize) {
+    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 16 * ROWS);
+    let low = super::q3k_r8::low_pairs();
+    let (lv, sc) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+    );
+    // SAFETY: every store is within the lengths asserted above (block blk
+    // < nb, quad < 64, sub-block < 16, 16 lanes); the features are enabled.
+    unsafe {
+        for blk in 0..nb {
+            for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
+                for j in 0..16 {
+                    for m in 0..4 {
+                        let u = super::q3k_r8::levels(g, j, m, &low);
+                        let k = blk * 64 + 4 * j + m;
+                        _mm256_storeu_si256(lv.add(k * ROWS + 8 * half).cast(), u);
+                    }
+                }
+                store_scales8(g.d, &g.scales, sc.add(blk * 16 * ROWS + 8 * half));
+            }
+        }
+    }
+}
+
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q6_K into
+/// `rg`: levels + 32 and `d·s`, as [`unpack_q6_k`] and the transposes
+/// leave the file's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
+fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
+    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 16 * ROWS);
+    let pair = super::q6k_r8::high_pairs();
+    let (lv, sc) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+    );
+    // SAFETY: as in `unpack_q3_k_r8`.
+    unsafe {
+        for blk in 0..nb {
+            for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
+                for q in 0..32 {
+                    let (u_lo, u_hi) = super::q6k_r8::levels(g, q, &pair);
+                    let k = blk * 64 + q;
+                    _mm256_storeu_si256(lv.add(k * ROWS + 8 * half).cast(), u_lo);
+                    _mm256_storeu_si256(lv.add((k + 32) * ROWS + 8 * half).cast(), u_hi);
+                }
+                store_scales8(g.d, &g.scales, sc.add(blk * 16 * ROWS + 8 * half));
+            }
+        }
+    }
+}
+
+/// `dst[j·16 + r] = d_r · s[j][r]` for the sixteen sub-blocks of eight rows.
+///
+/// # Safety
+/// `dst` must be writable at those 16 × 8 places; AVX2 and F16C enabled.
+#[inline(always)]
+unsafe fn store_scales8(d: [u16; 8], s: &[[i8; 8]; 16], dst: *mut f32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
+        for (j, sj) in s.iter().enumerate() {
+            let s = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(sj.as_ptr().cast())));
+            _mm256_storeu_ps(dst.add(j * ROWS), _mm256_mul_ps(d, s));
+        }
+    }
+}
+
+/// A `PromptFn` running [`prompt_gemm_packed`] with format `$f`, groups `$g`
+/// and their unpacker `$unpack`.
+macro_rules! packed_prompt_entry {
+    ($(#[$doc:meta])* $name:ident, $w:ty, $g:ty, $f:expr, $unpack:expr) => {
+        $(#[$doc])*
+        ///
+        /// # Safety
+        /// As [`crate::sig::PromptFn`].
+        unsafe fn $name(
+            n: usize,
+            w: &[u8],
+            w_rows: usize,
+            act: &[u8],
+            act_rows: usize,
+            out: *mut f32,
+            out_stride: usize,
+        ) {
+            // SAFETY: the caller's contract is `prompt_gemm_packed`'s;
+            // `packed_gemm_fn` hands this out only with GFNI.
+            unsafe {
+                prompt_gemm_packed::<$w, $g>(
+                    &$f,
+                    $unpack,
+                    n,
+                    w,
+                    act,
+                    out,
+                    (w_rows, act_rows, out_stride),
+                )
+            }
+        }
+    };
+}
+
+packed_prompt_entry!(
+    /// [`gemm_q6_k_prompt`] on repacked rows ([`crate::q6k_r8`]).
+    gemm_q6_k_packed_prompt,
+    BlockQ6K,
+    Q6Group,
+    Format::k256(Acts::k_quant::<32>, q6_k_unpack(), false),
+    unpack_q6_k_r8
+);
+packed_prompt_entry!(
+    /// [`gemm_q3_k_prompt`] on repacked rows ([`crate::q3k_r8`]).
+    gemm_q3_k_packed_prompt,
+    BlockQ3K,
+    Q3Group,
+    Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false),
+    unpack_q3_k_r8
+);
 
 /// Per-thread buffers of [`prompt_gemm`], reused from call to call.
 #[derive(Default)]

@@ -35,6 +35,33 @@ pub fn gemm_fn() -> Option<GemmFn> {
 
 repacked_product!(Group, GgmlType::Q3_K, rows8, 8);
 
+/// The affine matrices [`levels`] takes: `[m]` moves the low bits of quad
+/// m of a `lo` byte to bits 0-1.
+#[inline(always)]
+pub(crate) fn low_pairs() -> [__m256i; 4] {
+    // SAFETY: register-only; the callers enable AVX.
+    std::array::from_fn(|m| unsafe { _mm256_set1_epi64x(gf_low_pair(2 * m as u32)) })
+}
+
+/// The unsigned levels (0..=7) of element quad `4j + m` of the eight rows
+/// of `g`: lane r byte e = row r's element `4(4j + m) + e`.
+///
+/// # Safety
+/// The caller must have AVX2 and GFNI enabled.
+#[inline(always)]
+pub(crate) unsafe fn levels(g: &Group, j: usize, m: usize, low: &[__m256i; 4]) -> __m256i {
+    // SAFETY: whole fields of `g`; the caller enables the features.
+    unsafe {
+        let lo = _mm256_loadu_si256(g.lo[j].as_ptr().cast());
+        let hi = _mm256_loadu_si256(g.hi[4 * (j % 2) + m].as_ptr().cast());
+        let high = _mm256_set1_epi64x(gf_bit2(j as u32 / 2));
+        _mm256_or_si256(
+            _mm256_gf2p8affine_epi64_epi8::<0>(lo, low[m]),
+            _mm256_gf2p8affine_epi64_epi8::<0>(hi, high),
+        )
+    }
+}
+
 /// One group row (`gs`, one group per block) against `C` Q8_K rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] {
@@ -45,23 +72,16 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
     // activation rows are as long as the group row, checked above); this
     // function enables every feature used.
     unsafe {
-        let low: [__m256i; 4] =
-            std::array::from_fn(|m| _mm256_set1_epi64x(gf_low_pair(2 * m as u32)));
+        let low = low_pairs();
         let mut acc = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
             super::repack::prefetch_ahead(g);
             let mut isum = [_mm256_setzero_si256(); C];
             for j in 0..16 {
-                let high = _mm256_set1_epi64x(gf_bit2(j as u32 / 2));
-                let lo = _mm256_loadu_si256(g.lo[j].as_ptr().cast());
                 let mut s: [__m256i; C] =
                     std::array::from_fn(|c| _mm256_set1_epi32(-4 * y[c][b].bsums[j] as i32));
-                for (m, lm) in low.iter().enumerate() {
-                    let hi = _mm256_loadu_si256(g.hi[4 * (j % 2) + m].as_ptr().cast());
-                    let u = _mm256_or_si256(
-                        _mm256_gf2p8affine_epi64_epi8::<0>(lo, *lm),
-                        _mm256_gf2p8affine_epi64_epi8::<0>(hi, high),
-                    );
+                for m in 0..4 {
+                    let u = levels(g, j, m, &low);
                     for c in 0..C {
                         let a = y[c][b].qs.as_ptr().add(16 * j + 4 * m);
                         let a = _mm256_set1_epi32(a.cast::<i32>().read_unaligned());

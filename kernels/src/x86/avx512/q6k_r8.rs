@@ -46,6 +46,42 @@ const fn gf_pair_to_4(m: u32) -> i64 {
 /// those input bits (set for 2, 3, 5, 6, 7).
 const LOW_OR: i32 = 0xEC;
 
+/// The affine matrices [`levels`] takes: `[m]` moves bits 2m, 2m + 1 of a
+/// `hi` byte to bits 4-5.
+#[inline(always)]
+pub(crate) fn high_pairs() -> [__m256i; 4] {
+    // SAFETY: register-only; the callers enable AVX.
+    std::array::from_fn(|m| unsafe { _mm256_set1_epi64x(gf_pair_to_4(m as u32)) })
+}
+
+/// The unsigned levels (0..=63) of element quads q and q + 32 (q < 32) of
+/// the eight rows of `g`: lane r byte e = row r's element `4q + e`, and
+/// the same for quad q + 32.
+///
+/// # Safety
+/// The caller must have AVX-512 F/VL, AVX2 and GFNI enabled.
+#[inline(always)]
+pub(crate) unsafe fn levels(g: &Group, q: usize, pair: &[__m256i; 4]) -> (__m256i, __m256i) {
+    // SAFETY: whole fields of `g`; the caller enables the features.
+    unsafe {
+        let m4 = _mm256_set1_epi8(0x0F);
+        let lo = _mm256_loadu_si256(g.lo[q].as_ptr().cast());
+        let hi = _mm256_loadu_si256(g.hi[q % 16].as_ptr().cast());
+        let (m_lo, m_hi) = (pair[q / 16], pair[q / 16 + 2]);
+        let u_lo = _mm256_ternarylogic_epi32::<LOW_OR>(
+            lo,
+            _mm256_gf2p8affine_epi64_epi8::<0>(hi, m_lo),
+            m4,
+        );
+        let u_hi = _mm256_ternarylogic_epi32::<LOW_OR>(
+            _mm256_srli_epi16::<4>(lo),
+            _mm256_gf2p8affine_epi64_epi8::<0>(hi, m_hi),
+            m4,
+        );
+        (u_lo, u_hi)
+    }
+}
+
 /// One group row (`gs`, one group per block) against `C` Q8_K rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] {
@@ -56,9 +92,7 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
     // activation rows are as long as the group row, checked above); this
     // function enables every feature used.
     unsafe {
-        let pair: [__m256i; 4] =
-            std::array::from_fn(|m| _mm256_set1_epi64x(gf_pair_to_4(m as u32)));
-        let m4 = _mm256_set1_epi8(0x0F);
+        let pair = high_pairs();
         let mut acc = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
             super::repack::prefetch_ahead(g);
@@ -69,19 +103,7 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
                 let mut s_hi: [__m256i; C] = std::array::from_fn(|c| bias(c, j + 8));
                 for i in 0..4 {
                     let q = 4 * j + i;
-                    let lo = _mm256_loadu_si256(g.lo[q].as_ptr().cast());
-                    let hi = _mm256_loadu_si256(g.hi[q % 16].as_ptr().cast());
-                    let (m_lo, m_hi) = (pair[q / 16], pair[q / 16 + 2]);
-                    let u_lo = _mm256_ternarylogic_epi32::<LOW_OR>(
-                        lo,
-                        _mm256_gf2p8affine_epi64_epi8::<0>(hi, m_lo),
-                        m4,
-                    );
-                    let u_hi = _mm256_ternarylogic_epi32::<LOW_OR>(
-                        _mm256_srli_epi16::<4>(lo),
-                        _mm256_gf2p8affine_epi64_epi8::<0>(hi, m_hi),
-                        m4,
-                    );
+                    let (u_lo, u_hi) = levels(g, q, &pair);
                     for c in 0..C {
                         let a = y[c][b].qs.as_ptr();
                         let a_lo = a.add(4 * q).cast::<i32>().read_unaligned();
