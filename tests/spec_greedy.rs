@@ -207,17 +207,17 @@ fn speculative_greedy_equals_plain_greedy_on_a_synth_clover_file() {
     check_pooled(&mut model, &[12, 25], &[3, 15]);
 }
 
-#[test]
-fn speculative_greedy_equals_plain_greedy_on_a_repacked_iq4_xs_file() {
-    // Where the CPU has the repacked IQ4_XS product, the loader repacks the
-    // experts and verify batches take the same product: still exact.
+/// Plain and speculative greedy agree on a small synthesized file of
+/// `recipe`, whose `what` tensors the loader repacks where the CPU has
+/// those products: verify batches then take the same products as decoding.
+fn check_repacked_file(recipe: Recipe, seed: u64, what: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("small-iq4.gguf");
+    let path = dir.path().join("small.gguf");
     synth::plan(SynthOptions {
         arch: Arch::CloverMoe,
         preset: Preset::Small,
-        recipe: Recipe::Iq4XsExpsHq,
-        seed: 8,
+        recipe,
+        seed,
     })
     .unwrap()
     .write(&path, None)
@@ -225,30 +225,19 @@ fn speculative_greedy_equals_plain_greedy_on_a_repacked_iq4_xs_file() {
     let file = GgufFile::open(&path).unwrap();
     let model = Model::load(&file).unwrap();
     let repacked = file.derived_tensors().map_or(0, |p| p.len());
-    eprintln!("{repacked} IQ4_XS tensors repacked");
+    eprintln!("{repacked} {what} tensors repacked");
     check_model(&model, &[1, 12, 25], &[1, 3, 15]);
 }
 
 #[test]
+fn speculative_greedy_equals_plain_greedy_on_a_repacked_iq4_xs_file() {
+    check_repacked_file(Recipe::Iq4XsExpsHq, 8, "IQ4_XS");
+}
+
+#[test]
 fn speculative_greedy_equals_plain_greedy_on_a_repacked_apex_miniplus_file() {
-    // Q3_K experts and Q6_K projections and head, repacked where the CPU
-    // has those products: verify batches take them as decoding does.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("small-apex.gguf");
-    synth::plan(SynthOptions {
-        arch: Arch::CloverMoe,
-        preset: Preset::Small,
-        recipe: Recipe::ApexMiniPlus,
-        seed: 9,
-    })
-    .unwrap()
-    .write(&path, None)
-    .unwrap();
-    let file = GgufFile::open(&path).unwrap();
-    let model = Model::load(&file).unwrap();
-    let repacked = file.derived_tensors().map_or(0, |p| p.len());
-    eprintln!("{repacked} Q3_K / Q6_K tensors repacked");
-    check_model(&model, &[1, 12, 25], &[1, 3, 15]);
+    // Q3_K experts, Q6_K projections and head.
+    check_repacked_file(Recipe::ApexMiniPlus, 9, "Q3_K / Q6_K");
 }
 
 #[test]

@@ -45,7 +45,8 @@ fn main() {
     let total = 768usize << 20;
     println!("-- {} MiB of matrices, one thread, {}", total >> 20, kt.isa);
     for (ty, n, n_out, what) in [
-        (GgmlType::Q3_K, 2048, 512, "routed expert"),
+        (GgmlType::Q3_K, 2048, 512, "routed expert gate"),
+        (GgmlType::Q3_K, 512, 2048, "routed expert down"),
         (GgmlType::Q6_K, 2048, 4096, "dense"),
     ] {
         let rb = ty.row_bytes(n as u64).unwrap() as usize;

@@ -28,7 +28,6 @@
 //! reproduces single-token decoding.
 
 use bytemuck::{Pod, Zeroable};
-use half::f16;
 
 use crate::scalar::q3_k::{unpack_scales, BlockQ3K};
 use crate::scalar::q8_k::BlockQ8K;
@@ -105,20 +104,8 @@ pub fn gemm_ref(
     out_stride: usize,
 ) {
     let row = |gs: &[Group], y: &[BlockQ8K], r: usize| {
-        let mut acc = 0f32;
-        for (g, yb) in gs.iter().zip(y) {
-            let mut isum = 0i32;
-            for j in 0..16 {
-                let mut s = -4 * yb.bsums[j] as i32;
-                for i in 16 * j..16 * j + 16 {
-                    s += level(g, r, i) as i32 * yb.qs[i] as i32;
-                }
-                isum += g.scales[j][r] as i32 * s;
-            }
-            let dd = f16::from_bits(g.d[r]).to_f32() * yb.d;
-            acc = (isum as f32).mul_add(dd, acc);
-        }
-        acc
+        let level = |g: &Group, i| level(g, r, i);
+        crate::r8::biased_row(gs, y, 4, level, |g, j| g.scales[j][r], |g| g.d[r])
     };
     crate::r8::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
 }

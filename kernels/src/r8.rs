@@ -42,6 +42,36 @@ pub(crate) fn interleave_quads(dst: &mut [[u8; 32]; 32], r: usize, qs: &[u8; 128
     }
 }
 
+/// The per-row sum of the biased K-quant layouts ([`crate::q3k_r8`],
+/// [`crate::q6k_r8`]): row r of the group row `gs` against the Q8_K row `y`,
+/// per block the exact integer `Σ_j s_j · (Σ_{e ∈ j} u_e·a_e − bias·Σ_{e ∈ j}
+/// a_e)` over sixteen sub-blocks of sixteen (`level(g, i)`: row r's unsigned
+/// level of element i; `scale(g, j)`: its sub-block scale; `d(g)`: its `d`
+/// bits), then `acc = fma(isum, d_w · d_a, acc)`.
+pub(crate) fn biased_row<G>(
+    gs: &[G],
+    y: &[BlockQ8K],
+    bias: i32,
+    level: impl Fn(&G, usize) -> u8,
+    scale: impl Fn(&G, usize) -> i8,
+    d: impl Fn(&G) -> u16,
+) -> f32 {
+    let mut acc = 0f32;
+    for (g, yb) in gs.iter().zip(y) {
+        let mut isum = 0i32;
+        for j in 0..16 {
+            let mut s = -bias * yb.bsums[j] as i32;
+            for i in 16 * j..16 * j + 16 {
+                s += level(g, i) as i32 * yb.qs[i] as i32;
+            }
+            isum += scale(g, j) as i32 * s;
+        }
+        let dd = half::f16::from_bits(d(g)).to_f32() * yb.d;
+        acc = (isum as f32).mul_add(dd, acc);
+    }
+    acc
+}
+
 /// The loops of the plain-Rust definitions: `out[(8·gr + r)·stride + t] =
 /// row(group row gr, activation row t, r)` for every group row of the
 /// `w_rows` rows of `w` (groups of `G`) and every one of the `act_rows` Q8_K

@@ -22,7 +22,7 @@ use crate::sig::GemmFn;
 use crate::GgmlType;
 
 use super::lowbit::{gf_bit2, gf_low_pair};
-use super::repack::repacked_product;
+use super::repack::{fma_block, lanes, repacked_product};
 
 /// The repacked Q3_K product, when the host has the AVX-512 tier with VNNI
 /// and GFNI.
@@ -93,16 +93,8 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
                     isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(s[c], sc));
                 }
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
-            for c in 0..C {
-                let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y[c][b].d));
-                acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), dd, acc[c]);
-            }
+            fma_block(&mut acc, &isum, &g.d, &y, b);
         }
-        std::array::from_fn(|c| {
-            let mut o = [0f32; ROWS];
-            _mm256_storeu_ps(o.as_mut_ptr(), acc[c]);
-            o
-        })
+        lanes(&acc)
     }
 }

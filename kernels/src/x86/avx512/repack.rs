@@ -3,6 +3,8 @@
 //! kernel over every group row and tiles of up to [`GroupRows::COLS`]
 //! activation rows.
 
+use std::arch::x86_64::*;
+
 use bytemuck::Pod;
 
 use crate::blocks::as_blocks;
@@ -30,6 +32,45 @@ pub(crate) fn prefetch_ahead<G>(g: &G) {
         // any allocation.
         unsafe { _mm_prefetch::<_MM_HINT_T1>(p.wrapping_add(off)) };
     }
+}
+
+/// The one float step per block of the biased K-quant layouts
+/// ([`crate::r8::biased_row`]): `acc[c] = fma(cvt(isum[c]), d_w · d_a,
+/// acc[c])` for the eight rows' `d` bits and block `b` of each activation
+/// row.
+///
+/// # Safety
+/// The caller must have AVX2, FMA and F16C enabled; `y[c]` holds block `b`.
+#[inline(always)]
+pub(crate) unsafe fn fma_block<const C: usize>(
+    acc: &mut [__m256; C],
+    isum: &[__m256i; C],
+    d: &[u16; 8],
+    y: &[&[BlockQ8K]; C],
+    b: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let dw = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
+        for c in 0..C {
+            let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y[c][b].d));
+            acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[c]), dd, acc[c]);
+        }
+    }
+}
+
+/// The lanes of `acc`, as the group-row kernels return them.
+///
+/// # Safety
+/// The caller must have AVX enabled.
+#[inline(always)]
+pub(crate) unsafe fn lanes<const C: usize>(acc: &[__m256; C]) -> [[f32; ROWS]; C] {
+    std::array::from_fn(|c| {
+        let mut o = [0f32; ROWS];
+        // SAFETY: eight floats into `o`; the caller enables AVX.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), acc[c]) };
+        o
+    })
 }
 
 /// A repacked group type and its group-row kernel.
