@@ -26,8 +26,8 @@ pub enum LoadError {
 impl<'a> Model<'a> {
     /// The model stored in `file` (weights borrowed from its mapping).
     ///
-    /// Q4_K and IQ4_XS matrices are also repacked for the active kernel
-    /// table's product when it has one ([`repack_for_kernels`]): a second
+    /// Q3_K, Q4_K, Q6_K and IQ4_XS matrices are also repacked for the active
+    /// kernel table's product when it has one ([`repack_for_kernels`]): a
     /// copy of those tensors in memory, made once per file.
     pub fn load(file: &'a GgufFile) -> Result<Model<'a>, LoadError> {
         let config = ModelConfig::from_metadata(|k| file.get(k))?;
@@ -51,7 +51,7 @@ const REPACK_ROWS: usize = 64 * repack::ROWS;
 /// The file's matrices and expert stacks (`{n_in, n_out}` or
 /// `{n_in, n_out, n_expert}`, `n_in % 256 == 0`, `n_out % 8 == 0`) of the
 /// types the active kernel table has a repacked product for (on AVX-512 with
-/// VNNI: Q4_K, and IQ4_XS with VBMI too), in the layout of
+/// VNNI: Q4_K, IQ4_XS with VBMI too, Q3_K and Q6_K with GFNI), in the layout of
 /// `kernels::repack`, by tensor name; else nothing. A stack's experts are
 /// consecutive rows, so the whole stack repacks as one matrix, expert after
 /// expert. The token embedding is left alone unless it is also the output
@@ -61,8 +61,8 @@ const REPACK_ROWS: usize = 64 * repack::ROWS;
 /// repacked only when what stays of it and the copy fit in 80 % of the
 /// machine's memory. Of a mapped file (not locked by `--mlock`) the tensors
 /// repacked leave memory as they are copied ([`GgufFile::evict_tensor`]):
-/// the full apex-miniplus file (14.8 GiB, 12.9 of them Q3_K experts) then
-/// holds 13.4 GiB of copies and 1.9 GiB of the file, where the file and the
+/// the full apex-miniplus file (14.8 GiB, 14.1 of them Q3_K and Q6_K) then
+/// holds 14.5 GiB of copies and 0.7 GiB of the file, where the file and the
 /// copies would not fit on 24 GiB together. A read file (`--no-mmap`) and a
 /// locked one keep all their bytes, so they count whole. The copies ask for
 /// 2 MiB pages (`MADV_HUGEPAGE`): the experts are read at random, and in
