@@ -252,7 +252,15 @@ pub fn forward(
     let distinct = (0..ne)
         .filter(|&x| sc.offsets[x + 1] > sc.offsets[x])
         .count();
+    // Repacked experts take any number of rows in one weight stream at the
+    // same bits, so an expert shared by two rows already pays grouped: on
+    // the full apex-miniplus file (`--pass-costs 4,16 -t 2`, two A/B
+    // pairs) verify(4) went 177 / 160 → 171 / 148 ms and verify(16) 613 /
+    // 526 → 581 / 481 ms. Otherwise grouping pays from two rows per expert
+    // on average.
+    let packed = w.down.q().packed().is_some() && kt.packed_gemm(w.down.ty, mode).is_some();
     let flat = match sc.path {
+        ExpertPath::Auto if packed => t * k == distinct,
         ExpertPath::Auto => t * k <= 2 * distinct,
         ExpertPath::Grouped => false,
         ExpertPath::Flat => true,
