@@ -1,4 +1,4 @@
-//! Q3_K, Q4_K, Q6_K and IQ4_XS tensors repacked at load (`kernels::repack`):
+//! Q3_K, Q4_K, Q6_K, Q8_0 and IQ4_XS tensors repacked at load (`kernels::repack`):
 //! the loader repacks the matrices and expert stacks of those types when the
 //! kernel table has the product, and the model's outputs stay those of the
 //! file's layout to rounding. (Speculative greedy decoding on such files is exact:
@@ -102,14 +102,20 @@ fn repacked_iq4_xs_experts_give_the_file_layouts_logits_to_rounding() {
         eprintln!("###  SKIPPED: no repacked IQ4_XS kernel on this CPU (AVX-512 VNNI + VBMI)");
         return;
     }
-    // Three IQ4_XS expert stacks per layer; nothing else is IQ4_XS.
-    assert_eq!(
-        packed.len(),
-        3 * n_layer,
-        "{:?}",
-        packed.keys().collect::<Vec<_>>()
-    );
-    assert!(packed.keys().all(|k| k.contains("_exps.")));
+    // Three IQ4_XS expert stacks per layer; nothing else is IQ4_XS (the
+    // file's Q8_0 projections are repacked too where that product exists).
+    let q8 = repack_available(GgmlType::Q8_0);
+    let iq4: Vec<&String> = packed
+        .keys()
+        .filter(|k| file.tensor(k).unwrap().ty == GgmlType::IQ4_XS)
+        .collect();
+    assert_eq!(iq4.len(), 3 * n_layer, "{iq4:?}");
+    assert!(iq4.iter().all(|k| k.contains("_exps.")));
+    for t in file.tensors() {
+        if t.ty == GgmlType::Q8_0 && t.name != "token_embd.weight" {
+            assert_eq!(packed.contains_key(&t.name), q8, "{}", t.name);
+        }
+    }
     one_layer_logits_agree(&file);
 }
 
@@ -125,11 +131,14 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
         return;
     }
     // Every Q4_K matrix but the token embedding (a lookup; the file has its
-    // own output head), the 8-row ssm_beta included; the Q6_K ones too where
-    // that product exists.
+    // own output head), the 8-row ssm_beta included; the Q6_K and Q8_0 ones
+    // too where those products exist.
     let q6 = repack_available(GgmlType::Q6_K);
+    let q8 = repack_available(GgmlType::Q8_0);
     for t in file.tensors() {
-        let want = (t.ty == GgmlType::Q4_K || (q6 && t.ty == GgmlType::Q6_K))
+        let want = (t.ty == GgmlType::Q4_K
+            || (q6 && t.ty == GgmlType::Q6_K)
+            || (q8 && t.ty == GgmlType::Q8_0))
             && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
@@ -151,8 +160,11 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
         eprintln!("###  SKIPPED: no repacked Q3_K / Q6_K kernel on this CPU (AVX-512 VNNI, GFNI)");
         return;
     }
+    let q8 = repack_available(GgmlType::Q8_0);
     for t in file.tensors() {
-        let want = matches!(t.ty, GgmlType::Q3_K | GgmlType::Q6_K) && t.name != "token_embd.weight";
+        let want = (matches!(t.ty, GgmlType::Q3_K | GgmlType::Q6_K)
+            || (q8 && t.ty == GgmlType::Q8_0))
+            && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
     one_layer_logits_agree(&file);

@@ -2,11 +2,12 @@ use super::*;
 use crate::matmul::{self, QActs, QExperts, QMatrix};
 use crate::{scalar, GgmlType, Isa, KernelTable, Mode};
 
-const TYPES: [GgmlType; 4] = [
+const TYPES: [GgmlType; 5] = [
     GgmlType::IQ4_XS,
     GgmlType::Q4_K,
     GgmlType::Q3_K,
     GgmlType::Q6_K,
+    GgmlType::Q8_0,
 ];
 
 fn rnd_stream(mut s: u64) -> impl FnMut() -> f32 {
@@ -32,7 +33,7 @@ fn row_bytes(ty: GgmlType, n: usize) -> usize {
 }
 
 /// `rows` random rows of `ty` (a few with one large weight, so that scales,
-/// mins and `d` vary) and `tokens` Q8_K rows.
+/// mins and `d` vary) and `tokens` activation rows (its `vec_dot_type`).
 fn fixture(ty: GgmlType, n: usize, rows: usize, tokens: usize, seed: u64) -> (Vec<u64>, Vec<u64>) {
     let mut rnd = rnd_stream(seed);
     let rb = row_bytes(ty, n);
@@ -43,12 +44,13 @@ fn fixture(ty: GgmlType, n: usize, rows: usize, tokens: usize, seed: u64) -> (Ve
         src[i % n] *= 1.0 + (i % 5) as f32 * 20.0;
         scalar::quantize_row(ty, &src, r, None);
     }
-    let ab = row_bytes(GgmlType::Q8_K, n);
+    let act = ty.vec_dot_type();
+    let ab = row_bytes(act, n);
     let mut a = words(ab * tokens);
     let abytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut a)[..ab * tokens];
     for r in abytes.chunks_exact_mut(ab) {
         let src: Vec<f32> = (0..n).map(|_| rnd() * 3.0).collect();
-        scalar::quantize_row(GgmlType::Q8_K, &src, r, None);
+        scalar::quantize_row(act, &src, r, None);
     }
     (w, a)
 }
@@ -82,7 +84,7 @@ fn the_repacked_sums_are_the_dots_of_the_dequantised_rows() {
             let (w, a) = fixture(ty, n, rows, tokens, 7 + n as u64);
             let p = packed_of(ty, n, rows, &w);
             let got = reference(ty, n, rows, tokens, &p, &a);
-            let (rb, ab) = (row_bytes(ty, n), row_bytes(GgmlType::Q8_K, n));
+            let (rb, ab) = (row_bytes(ty, n), row_bytes(ty.vec_dot_type(), n));
             let mut wf = vec![0f32; n];
             let mut af = vec![0f32; n];
             for r in 0..rows {
@@ -90,7 +92,7 @@ fn the_repacked_sums_are_the_dots_of_the_dequantised_rows() {
                 scalar::dequantize_row(ty, wr, &mut wf);
                 for t in 0..tokens {
                     let ar = &bytes(&a)[t * ab..(t + 1) * ab];
-                    scalar::dequantize_row(GgmlType::Q8_K, ar, &mut af);
+                    scalar::dequantize_row(ty.vec_dot_type(), ar, &mut af);
                     let terms = wf.iter().zip(&af).map(|(x, y)| *x as f64 * *y as f64);
                     let exact: f64 = terms.clone().sum();
                     let size: f64 = terms.map(f64::abs).sum();
@@ -191,7 +193,7 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
                 .unwrap()
                 .with_packed(bytes(&p))
                 .unwrap();
-            let ab = row_bytes(GgmlType::Q8_K, n);
+            let ab = row_bytes(ty.vec_dot_type(), n);
             let check = |got: &[f32], t: usize, what: &str| {
                 for r in 0..rows {
                     assert_eq!(
@@ -210,7 +212,7 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
                 check(&out, t, "matvec_serial");
             }
             for batch in [2, 3, 8, 10] {
-                let x = QActs::new(GgmlType::Q8_K, n, batch, bytes(&a)).unwrap();
+                let x = QActs::new(ty.vec_dot_type(), n, batch, bytes(&a)).unwrap();
                 let mut tile = vec![0f32; matmul::matmul_tile_len(batch)];
                 let mut out = vec![0f32; batch * rows];
                 // Every mode and a routed expert's (MUL_MAT_ID) matrix: the
@@ -261,7 +263,7 @@ fn the_expert_gather_takes_each_experts_repacked_rows() {
                 .with_packed(bytes(&p))
                 .unwrap();
             let expert_of = [2, 0, 2, 3, 1, 2];
-            let x = QActs::new(GgmlType::Q8_K, n, tokens, bytes(&a)).unwrap();
+            let x = QActs::new(ty.vec_dot_type(), n, tokens, bytes(&a)).unwrap();
             let mut out = vec![f32::NAN; tokens * n_out];
             matmul::expert_gather(&kt, &stack, &expert_of, &x, &mut out, Mode::Decode);
             for (t, &e) in expert_of.iter().enumerate() {
@@ -289,10 +291,10 @@ fn only_packable_matrices_take_repacked_rows() {
         assert!(odd.with_packed(bytes(&p)).is_err(), "12 rows");
         assert!(!packable(ty, 128, 8) && !packable(ty, 256, 4) && packable(ty, 512, 24));
     }
-    let (w, _) = fixture(GgmlType::Q8_0, 256, 8, 1, 3);
-    let q8 = QMatrix::new(GgmlType::Q8_0, 256, 8, bytes(&w)).unwrap();
-    assert!(q8.with_packed(bytes(&w)).is_err(), "Q8_0");
-    assert!(!packable(GgmlType::Q8_0, 256, 8));
+    let (w, _) = fixture(GgmlType::Q5_K, 256, 8, 1, 3);
+    let q5 = QMatrix::new(GgmlType::Q5_K, 256, 8, bytes(&w)).unwrap();
+    assert!(q5.with_packed(bytes(&w)).is_err(), "Q5_K");
+    assert!(!packable(GgmlType::Q5_K, 256, 8));
 }
 
 #[test]

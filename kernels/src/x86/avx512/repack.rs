@@ -79,12 +79,28 @@ pub(crate) trait GroupRows: Pod {
     /// Activation rows one group-row kernel call serves at most (4 or 8):
     /// each unpacked weight vector is used that many times.
     const COLS: usize;
+    /// The activation block, and how many of them one group spans.
+    type Act: Pod;
+    const ACTS: usize;
 
-    /// One group row (`gs`, one group per block) against `C` Q8_K rows.
+    /// What each of the activation row `y`'s blocks starts its integer sum
+    /// at, into `out` (one per block), for a layout whose bias needs the
+    /// activations' sums; `false` (nothing written) for the others.
+    fn starts(_y: &[Self::Act], _out: &mut Vec<i32>) -> bool {
+        false
+    }
+
+    /// One group row (`gs`, one group per block) against `C` activation
+    /// rows, with their [`GroupRows::starts`] (empty where the type has
+    /// none).
     ///
     /// # Safety
     /// The host must have the features the type's kernel enables.
-    unsafe fn rows8<const C: usize>(gs: &[Self], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C];
+    unsafe fn rows8<const C: usize>(
+        gs: &[Self],
+        y: [&[Self::Act]; C],
+        st: [&[i32]; C],
+    ) -> [[f32; ROWS]; C];
 }
 
 /// A [`crate::sig::GemmFn`] over groups of `G`: `out[i·stride + t] = W[i] ·
@@ -107,7 +123,7 @@ pub(crate) unsafe fn gemm<G: GroupRows>(
         "repacked {ty}: {w_rows} x {n} is not whole groups"
     );
     let nb = n / 256;
-    let ab = nb * size_of::<BlockQ8K>();
+    let ab = nb * G::ACTS * size_of::<G::Act>();
     assert!(
         act.len() >= ab * act_rows,
         "repacked {ty}: short activations"
@@ -120,7 +136,12 @@ pub(crate) unsafe fn gemm<G: GroupRows>(
         "repacked {ty}: short output"
     );
     let groups: &[G] = as_blocks(&w[..packed_bytes(ty, n, w_rows)]);
-    let y = |t: usize| -> &[BlockQ8K] { as_blocks(&act[t * ab..(t + 1) * ab]) };
+    let y = |t: usize| -> &[G::Act] { as_blocks(&act[t * ab..(t + 1) * ab]) };
+    // Each activation row's block starts, once per call for every group row.
+    let mut starts = Vec::new();
+    let has_starts = (0..act_rows).all(|t| G::starts(y(t), &mut starts));
+    let per = if has_starts { nb * G::ACTS } else { 0 };
+    let st = |t: usize| -> &[i32] { &starts[t * per..(t + 1) * per] };
     for (gr, gs) in groups.chunks_exact(nb).enumerate() {
         let mut t = 0;
         while t < act_rows {
@@ -134,22 +155,29 @@ pub(crate) unsafe fn gemm<G: GroupRows>(
             };
             // SAFETY: the caller guarantees the features `rows8` needs.
             unsafe {
-                let ys =
-                    |k: usize| -> [&[BlockQ8K]; 8] { std::array::from_fn(|i| y(t + i.min(k - 1))) };
                 match c {
-                    8 => put(&G::rows8::<8>(gs, ys(8))),
-                    7 => put(&G::rows8::<7>(gs, ys(7)[..7].try_into().unwrap())),
-                    6 => put(&G::rows8::<6>(gs, ys(6)[..6].try_into().unwrap())),
-                    5 => put(&G::rows8::<5>(gs, ys(5)[..5].try_into().unwrap())),
-                    4 => put(&G::rows8::<4>(gs, [y(t), y(t + 1), y(t + 2), y(t + 3)])),
-                    3 => put(&G::rows8::<3>(gs, [y(t), y(t + 1), y(t + 2)])),
-                    2 => put(&G::rows8::<2>(gs, [y(t), y(t + 1)])),
-                    _ => put(&G::rows8::<1>(gs, [y(t)])),
+                    8 => put(&G::rows8::<8>(gs, cols(y, t, c), cols(st, t, c))),
+                    7 => put(&G::rows8::<7>(gs, cols(y, t, c), cols(st, t, c))),
+                    6 => put(&G::rows8::<6>(gs, cols(y, t, c), cols(st, t, c))),
+                    5 => put(&G::rows8::<5>(gs, cols(y, t, c), cols(st, t, c))),
+                    4 => put(&G::rows8::<4>(gs, cols(y, t, c), cols(st, t, c))),
+                    3 => put(&G::rows8::<3>(gs, cols(y, t, c), cols(st, t, c))),
+                    2 => put(&G::rows8::<2>(gs, cols(y, t, c), cols(st, t, c))),
+                    _ => put(&G::rows8::<1>(gs, cols(y, t, c), cols(st, t, c))),
                 }
             }
             t += c;
         }
     }
+}
+
+/// Columns `t ..` of a tile of `c` (the last one repeated past `c`).
+fn cols<'a, T: ?Sized, const C: usize>(
+    f: impl Fn(usize) -> &'a T,
+    t: usize,
+    c: usize,
+) -> [&'a T; C] {
+    std::array::from_fn(|i| f(t + i.min(c - 1)))
 }
 
 /// The GemmFn `product` over groups of `$group` (the caller's
@@ -177,11 +205,14 @@ macro_rules! repacked_product {
         impl super::repack::GroupRows for $group {
             const TY: crate::GgmlType = $ty;
             const COLS: usize = $cols;
+            type Act = crate::scalar::q8_k::BlockQ8K;
+            const ACTS: usize = 1;
 
             #[inline(always)]
             unsafe fn rows8<const C: usize>(
                 gs: &[$group],
                 y: [&[crate::scalar::q8_k::BlockQ8K]; C],
+                _st: [&[i32]; C],
             ) -> [[f32; crate::repack::ROWS]; C] {
                 // SAFETY: the caller guarantees the features the kernel enables.
                 unsafe { $rows8::<C>(gs, y) }
