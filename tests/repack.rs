@@ -1,4 +1,4 @@
-//! Q3_K, Q4_K, Q6_K, Q8_0 and IQ4_XS tensors repacked at load (`kernels::repack`):
+//! Q3_K, Q4_K, Q5_K, Q6_K, Q8_0 and IQ4_XS tensors repacked at load (`kernels::repack`):
 //! the loader repacks the matrices and expert stacks of those types when the
 //! kernel table has the product, and the model's outputs stay those of the
 //! file's layout to rounding. (Speculative greedy decoding on such files is exact:
@@ -29,6 +29,14 @@ fn repack_available(ty: GgmlType) -> bool {
         && kernels::isa::active()
             .packed_gemm(ty, kernels::Mode::Decode)
             .is_some()
+}
+
+/// Whether the loader repacks matrix `t` (a product for its type, whole
+/// groups of rows).
+fn packs(t: &clover::gguf::TensorInfo) -> bool {
+    repack_available(t.ty)
+        && t.dims.len() > 1
+        && kernels::repack::packable(t.ty, t.dims[0] as usize, t.dims[1] as usize)
 }
 
 /// The file's first `n_layer` layers (and its output head), bound with or
@@ -103,18 +111,16 @@ fn repacked_iq4_xs_experts_give_the_file_layouts_logits_to_rounding() {
         return;
     }
     // Three IQ4_XS expert stacks per layer; nothing else is IQ4_XS (the
-    // file's Q8_0 projections are repacked too where that product exists).
-    let q8 = repack_available(GgmlType::Q8_0);
+    // file's other matrices are repacked too where their products exist).
     let iq4: Vec<&String> = packed
         .keys()
         .filter(|k| file.tensor(k).unwrap().ty == GgmlType::IQ4_XS)
         .collect();
     assert_eq!(iq4.len(), 3 * n_layer, "{iq4:?}");
     assert!(iq4.iter().all(|k| k.contains("_exps.")));
-    for t in file.tensors() {
-        if t.ty == GgmlType::Q8_0 && t.name != "token_embd.weight" {
-            assert_eq!(packed.contains_key(&t.name), q8, "{}", t.name);
-        }
+    for t in file.tensors().iter().filter(|t| t.ty != GgmlType::IQ4_XS) {
+        let want = packs(t) && t.name != "token_embd.weight";
+        assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
     one_layer_logits_agree(&file);
 }
@@ -131,15 +137,10 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
         return;
     }
     // Every Q4_K matrix but the token embedding (a lookup; the file has its
-    // own output head), the 8-row ssm_beta included; the Q6_K and Q8_0 ones
-    // too where those products exist.
-    let q6 = repack_available(GgmlType::Q6_K);
-    let q8 = repack_available(GgmlType::Q8_0);
+    // own output head), the 8-row ssm_beta included; the Q5_K, Q6_K and
+    // Q8_0 ones too where those products exist.
     for t in file.tensors() {
-        let want = (t.ty == GgmlType::Q4_K
-            || (q6 && t.ty == GgmlType::Q6_K)
-            || (q8 && t.ty == GgmlType::Q8_0))
-            && t.name != "token_embd.weight";
+        let want = (t.ty == GgmlType::Q4_K || packs(t)) && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
     assert!(packed.contains_key("blk.0.ssm_beta.weight"));
@@ -148,7 +149,8 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
 
 #[test]
 fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
-    // The full apex-miniplus mix: Q3_K experts, Q6_K projections and head.
+    // The full apex-miniplus mix: Q3_K experts, Q6_K projections and head,
+    // Q8_0 gates and the Q5_K shared expert.
     // The loader evicts a mapped file's repacked tensors from memory
     // (`tests/gguf_reader.rs` checks the eviction); the file's layout
     // read afterwards comes back from the disk, the same bytes.
@@ -160,10 +162,8 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
         eprintln!("###  SKIPPED: no repacked Q3_K / Q6_K kernel on this CPU (AVX-512 VNNI, GFNI)");
         return;
     }
-    let q8 = repack_available(GgmlType::Q8_0);
     for t in file.tensors() {
-        let want = (matches!(t.ty, GgmlType::Q3_K | GgmlType::Q6_K)
-            || (q8 && t.ty == GgmlType::Q8_0))
+        let want = (matches!(t.ty, GgmlType::Q3_K | GgmlType::Q6_K) || packs(t))
             && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }

@@ -3,7 +3,7 @@
 //! gate at full size), with 1, 4, 8, 16, 32 and 512 activation rows (a
 //! routed expert in a 512-token prefill sees about 16). The figure is the
 //! minimum over many repetitions, so it is the compute ceiling on one core.
-//! Q3_K, Q6_K, Q4_K, IQ4_XS and Q8_0 are shown both repacked (`r8`, what the loader does) and
+//! Q3_K, Q6_K, Q4_K, IQ4_XS, Q5_K and Q8_0 are shown both repacked (`r8`, what the loader does) and
 //! plain. GFLOP/s counts 2·n_in·n_out·rows. A third argument `decode` times
 //! [`Mode::Decode`] instead: the products of a decode step (1 row) and of a
 //! verify pass or a server step (several rows, each with decoding's bits).
@@ -46,6 +46,7 @@ fn main() {
         (GgmlType::Q4_K, false),
         (GgmlType::IQ4_XS, true),
         (GgmlType::IQ4_XS, false),
+        (GgmlType::Q5_K, true),
         (GgmlType::Q5_K, false),
         (GgmlType::Q8_0, true),
         (GgmlType::Q8_0, false),

@@ -234,6 +234,8 @@ fn tier_packed_gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
         #[cfg(target_arch = "x86_64")]
         (Isa::Avx512, GgmlType::Q6_K) => crate::x86::avx512::q6k_r8::gemm_fn(),
         #[cfg(target_arch = "x86_64")]
+        (Isa::Avx512, GgmlType::Q5_K) => crate::x86::avx512::q5k_r8::gemm_fn(),
+        #[cfg(target_arch = "x86_64")]
         (Isa::Avx512, GgmlType::Q8_0) => crate::x86::avx512::q80_r8::gemm_fn(),
         _ => None,
     }

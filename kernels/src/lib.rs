@@ -13,6 +13,7 @@ pub mod matmul;
 pub mod plan;
 pub mod q3k_r8;
 pub mod q4k_r8;
+pub mod q5k_r8;
 pub mod q6k_r8;
 pub mod q80_r8;
 pub mod r8;

@@ -17,7 +17,6 @@
 //! of activation rows.
 
 use bytemuck::{Pod, Zeroable};
-use half::f16;
 
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q4_k::BlockQ4K;
@@ -39,6 +38,20 @@ pub struct Group {
 }
 
 const _: () = assert!(size_of::<Group>() == 1184);
+
+/// Row r's level (0..=15) of element `i` of group `g`: byte quad `4q + e`
+/// of chunk k holds elements `64k + 4q + e` (low nibble) and `64k + 32 + 4q
+/// + e` (high nibble).
+#[inline]
+pub fn level(g: &Group, r: usize, i: usize) -> u8 {
+    let (k, l) = (i / 64, i % 64);
+    let byte = g.qs[8 * k + l % 32 / 4][4 * r + l % 4];
+    if l < 32 {
+        byte & 0xF
+    } else {
+        byte >> 4
+    }
+}
 
 /// Repacks `n_out` rows of `n_in` Q4_K weights (`src`) into `dst`
 /// ([`crate::repack::packed_bytes`] long, 2-byte aligned).
@@ -72,29 +85,13 @@ pub fn gemm_ref(
     out_stride: usize,
 ) {
     let row = |gs: &[Group], y: &[BlockQ8K], r: usize| {
-        let (mut acc, mut acc_min) = (0f32, 0f32);
-        for (g, yb) in gs.iter().zip(y) {
-            let (mut isum, mut imin) = (0i32, 0i32);
-            for j in 0..8 {
-                let (k, high) = (j / 2, j % 2 == 1);
-                let mut s = 0i32;
-                for q in 0..8 {
-                    for e in 0..4 {
-                        let byte = g.qs[8 * k + q][4 * r + e];
-                        let level = if high { byte >> 4 } else { byte & 0xF };
-                        s += level as i32 * yb.qs[32 * j + 4 * q + e] as i32;
-                    }
-                }
-                isum += g.scales[j][r] as i32 * s;
-                let bsum = yb.bsums[2 * j] as i32 + yb.bsums[2 * j + 1] as i32;
-                imin += g.mins[j][r] as i32 * bsum;
-            }
-            let dd = f16::from_bits(g.d[r]).to_f32() * yb.d;
-            let dm = f16::from_bits(g.dmin[r]).to_f32() * yb.d;
-            acc = (isum as f32).mul_add(dd, acc);
-            acc_min = (imin as f32).mul_add(dm, acc_min);
-        }
-        acc - acc_min
+        crate::r8::minned_row(
+            gs,
+            y,
+            |g, i| level(g, r, i),
+            |g, j| (g.scales[j][r], g.mins[j][r]),
+            |g| (g.d[r], g.dmin[r]),
+        )
     };
     crate::r8::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);
 }

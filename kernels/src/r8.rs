@@ -1,4 +1,4 @@
-//! What the eight-row repacked types ([`crate::iq4_r8`], [`crate::q4k_r8`])
+//! What the eight-row repacked types ([`crate::iq4_r8`], [`crate::q4k_r8`], ...)
 //! share: the group height, the repacking loop, the nibble interleave and the
 //! loops of their plain-Rust definitions. [`crate::repack`] dispatches on the
 //! type.
@@ -34,9 +34,11 @@ pub(crate) fn each_group<B: bytemuck::Pod, G: bytemuck::Pod>(
     }
 }
 
-/// Row r's 128 `qs` bytes into lane r of the 32 byte quads: quad i's lane r
-/// is `qs[4i .. 4i + 4]` (both types' layout of the packed nibbles).
-pub(crate) fn interleave_quads(dst: &mut [[u8; 32]; 32], r: usize, qs: &[u8; 128]) {
+/// Row r's bytes `qs` (four per quad of `dst`) into lane r of the 32-byte
+/// quads: quad i's lane r is `qs[4i .. 4i + 4]` (the layout of the packed
+/// nibbles, and of Q5_K's fifth bits).
+pub(crate) fn interleave_quads(dst: &mut [[u8; 32]], r: usize, qs: &[u8]) {
+    assert_eq!(qs.len(), 4 * dst.len());
     for (i, quad) in dst.iter_mut().enumerate() {
         quad[4 * r..4 * r + 4].copy_from_slice(&qs[4 * i..4 * i + 4]);
     }
@@ -70,6 +72,42 @@ pub(crate) fn biased_row<G>(
         acc = (isum as f32).mul_add(dd, acc);
     }
     acc
+}
+
+/// The per-row sum of the layouts with mins ([`crate::q4k_r8`],
+/// [`crate::q5k_r8`]): row r of the group row `gs` against the Q8_K row `y`,
+/// per block the exact integers `isum = Σ_j sc_j · Σ_{e ∈ j} u_e·a_e` and
+/// `imin = Σ_j m_j · Σ_{e ∈ j} a_e` over eight sub-blocks of 32 (`level(g,
+/// i)`: row r's level of element i; `scale_min(g, j)`: its sub-block scale
+/// and min; `d(g)`: its `d` and `dmin` bits), then `acc = fma(isum, d_w ·
+/// d_a, acc)`, `acc_min = fma(imin, dmin_w · d_a, acc_min)`, and `acc −
+/// acc_min` at the end.
+pub(crate) fn minned_row<G>(
+    gs: &[G],
+    y: &[BlockQ8K],
+    level: impl Fn(&G, usize) -> u8,
+    scale_min: impl Fn(&G, usize) -> (u8, u8),
+    d: impl Fn(&G) -> (u16, u16),
+) -> f32 {
+    let (mut acc, mut acc_min) = (0f32, 0f32);
+    for (g, yb) in gs.iter().zip(y) {
+        let (mut isum, mut imin) = (0i32, 0i32);
+        for j in 0..8 {
+            let s: i32 = (32 * j..32 * j + 32)
+                .map(|i| level(g, i) as i32 * yb.qs[i] as i32)
+                .sum();
+            let (sc, m) = scale_min(g, j);
+            isum += sc as i32 * s;
+            let bsum = yb.bsums[2 * j] as i32 + yb.bsums[2 * j + 1] as i32;
+            imin += m as i32 * bsum;
+        }
+        let (dw, dmw) = d(g);
+        let dd = half::f16::from_bits(dw).to_f32() * yb.d;
+        let dm = half::f16::from_bits(dmw).to_f32() * yb.d;
+        acc = (isum as f32).mul_add(dd, acc);
+        acc_min = (imin as f32).mul_add(dm, acc_min);
+    }
+    acc - acc_min
 }
 
 /// The loops of the plain-Rust definitions: `out[(8·gr + r)·stride + t] =

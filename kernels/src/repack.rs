@@ -1,6 +1,6 @@
 //! Weights repacked eight rows at a time for the products (lane r of every
 //! vector = row r of a group of eight), built once at load: IQ4_XS
-//! ([`crate::iq4_r8`]), Q4_K ([`crate::q4k_r8`]), Q3_K ([`crate::q3k_r8`]),
+//! ([`crate::iq4_r8`]), Q4_K ([`crate::q4k_r8`]), Q5_K ([`crate::q5k_r8`]), Q3_K ([`crate::q3k_r8`]),
 //! Q6_K ([`crate::q6k_r8`]) and Q8_0 ([`crate::q80_r8`]). Each type's module
 //! defines the layout and, in plain Rust, the sum its kernels reproduce bit
 //! for bit for any number of activation rows.
@@ -17,6 +17,7 @@ fn group_bytes(ty: GgmlType) -> Option<usize> {
         GgmlType::Q4_K => Some(size_of::<crate::q4k_r8::Group>()),
         GgmlType::Q3_K => Some(size_of::<crate::q3k_r8::Group>()),
         GgmlType::Q6_K => Some(size_of::<crate::q6k_r8::Group>()),
+        GgmlType::Q5_K => Some(size_of::<crate::q5k_r8::Group>()),
         GgmlType::Q8_0 => Some(size_of::<crate::q80_r8::Group>()),
         _ => None,
     }
@@ -50,6 +51,7 @@ pub fn repack(ty: GgmlType, n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8
         GgmlType::IQ4_XS => crate::iq4_r8::repack(n_in, n_out, src, dst),
         GgmlType::Q3_K => crate::q3k_r8::repack(n_in, n_out, src, dst),
         GgmlType::Q6_K => crate::q6k_r8::repack(n_in, n_out, src, dst),
+        GgmlType::Q5_K => crate::q5k_r8::repack(n_in, n_out, src, dst),
         GgmlType::Q8_0 => crate::q80_r8::repack(n_in, n_out, src, dst),
         _ => crate::q4k_r8::repack(n_in, n_out, src, dst),
     }
@@ -62,6 +64,7 @@ pub fn gemm_ref(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q4_K => Some(crate::q4k_r8::gemm_ref as GemmFn),
         GgmlType::Q3_K => Some(crate::q3k_r8::gemm_ref as GemmFn),
         GgmlType::Q6_K => Some(crate::q6k_r8::gemm_ref as GemmFn),
+        GgmlType::Q5_K => Some(crate::q5k_r8::gemm_ref as GemmFn),
         GgmlType::Q8_0 => Some(crate::q80_r8::gemm_ref as GemmFn),
         _ => None,
     }

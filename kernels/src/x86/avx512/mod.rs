@@ -15,6 +15,7 @@ pub mod lowbit;
 pub mod prompt;
 pub mod q3k_r8;
 pub mod q4k_r8;
+pub mod q5k_r8;
 pub mod q6k_r8;
 pub mod q80_r8;
 pub mod quant;

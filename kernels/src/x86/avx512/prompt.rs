@@ -34,7 +34,9 @@ use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
 use crate::q3k_r8::Group as Q3Group;
+use crate::q5k_r8::Group as Q5Group;
 use crate::q6k_r8::Group as Q6Group;
+use crate::q80_r8::Group as Q80Group;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q3_k::BlockQ3K;
@@ -78,6 +80,8 @@ pub fn packed_gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
     match ty {
         GgmlType::Q6_K => Some(gemm_q6_k_packed_prompt),
         GgmlType::Q3_K => Some(gemm_q3_k_packed_prompt),
+        GgmlType::Q5_K => Some(gemm_q5_k_packed_prompt),
+        GgmlType::Q8_0 => Some(gemm_q8_0_packed_prompt),
         _ => None,
     }
 }
@@ -431,16 +435,19 @@ prompt_entry!(
     gemm_q8_0_prompt,
     BlockQ8_0,
     BlockQ8_0,
-    Format {
-        qk: 32,
-        per_scale: 32,
-        acts: Acts::q8_0,
-        unpack: unpack_q8_0,
-        tile: tile_q8_0,
-        mins: false,
-        group: None,
-    }
+    Q8_0_FORMAT
 );
+
+/// Q8_0 against Q8_0 activations (see [`gemm_q8_0_prompt`]).
+const Q8_0_FORMAT: Format<BlockQ8_0, BlockQ8_0> = Format {
+    qk: 32,
+    per_scale: 32,
+    acts: Acts::q8_0,
+    unpack: unpack_q8_0,
+    tile: tile_q8_0,
+    mins: false,
+    group: None,
+};
 
 /// The driver: the activation rows' per-token values once, then weight
 /// rows sixteen at a time, each group unpacked and transposed once and run
@@ -573,8 +580,8 @@ unsafe fn tiles<W, A: bytemuck::Pod>(
 /// # Safety
 /// As [`crate::sig::PromptFn`], and `unpack` needs the features `tiles`
 /// checks plus GFNI.
-unsafe fn prompt_gemm_packed<W, G: bytemuck::Pod>(
-    f: &Format<W, BlockQ8K>,
+unsafe fn prompt_gemm_packed<W, A: bytemuck::Pod, G: bytemuck::Pod>(
+    f: &Format<W, A>,
     unpack: unsafe fn(&[G], &[G], &mut RowGroup, usize),
     n: usize,
     w: &[u8],
@@ -666,6 +673,80 @@ fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
     }
 }
 
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q5_K into
+/// `rg`: levels 0..=31, `d·sc` and `dmin·m` per 16 elements, as
+/// [`unpack_q5_k`] and the transposes leave the file's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
+fn unpack_q5_k_r8(a: &[Q5Group], b: &[Q5Group], rg: &mut RowGroup, nb: usize) {
+    use super::q4k_r8::Minned;
+    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 16 * ROWS && rg.t_mins.len() >= nb * 16 * ROWS);
+    let (lv, sc, mn) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+        rg.t_mins.as_mut_ptr().cast::<f32>(),
+    );
+    // SAFETY: every store is within the lengths asserted above (block blk
+    // < nb, dword < 64, scale < 16, 16 lanes); the features are enabled.
+    unsafe {
+        for blk in 0..nb {
+            for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
+                for k in 0..4 {
+                    for q in 0..8 {
+                        let w = _mm256_loadu_si256(g.qs[8 * k + q].as_ptr().cast());
+                        let (lo, hi) = g.levels(k, q, w);
+                        let dw = blk * 64 + 16 * k + q;
+                        _mm256_storeu_si256(lv.add(dw * ROWS + 8 * half).cast(), lo);
+                        _mm256_storeu_si256(lv.add((dw + 8) * ROWS + 8 * half).cast(), hi);
+                    }
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.dmin.as_ptr().cast()));
+                for (i, (s, m)) in g.scales.iter().zip(&g.mins).enumerate() {
+                    let u8s = |v: &[u8; 8]| {
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())))
+                    };
+                    let (s, m) = (_mm256_mul_ps(d, u8s(s)), _mm256_mul_ps(dmin, u8s(m)));
+                    for h in 0..2 {
+                        let at = (blk * 16 + 2 * i + h) * ROWS + 8 * half;
+                        _mm256_storeu_ps(sc.add(at), s);
+                        _mm256_storeu_ps(mn.add(at), m);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q8_0 into
+/// `rg`: levels + 128 (the repacked bytes as they are) and `d` per 32
+/// elements, as [`unpack_q8_0`] and the transposes leave the file's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_q8_0_r8(a: &[Q80Group], b: &[Q80Group], rg: &mut RowGroup, nb: usize) {
+    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 8 * ROWS);
+    let (lv, sc) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+    );
+    // SAFETY: every store is within the lengths asserted above (block blk
+    // < nb, dword < 64, scale < 8, 16 lanes); the features are enabled.
+    unsafe {
+        for blk in 0..nb {
+            for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
+                for (q, quad) in g.qs.iter().enumerate() {
+                    let u = _mm256_loadu_si256(quad.as_ptr().cast());
+                    _mm256_storeu_si256(lv.add((blk * 64 + q) * ROWS + 8 * half).cast(), u);
+                }
+                for (k, d) in g.d.iter().enumerate() {
+                    let d = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
+                    _mm256_storeu_ps(sc.add((blk * 8 + k) * ROWS + 8 * half), d);
+                }
+            }
+        }
+    }
+}
+
 /// `dst[j·16 + r] = d_r · s[j][r]` for the sixteen sub-blocks of eight rows.
 ///
 /// # Safety
@@ -685,7 +766,7 @@ unsafe fn store_scales8(d: [u16; 8], s: &[[i8; 8]; 16], dst: *mut f32) {
 /// A `PromptFn` running [`prompt_gemm_packed`] with format `$f`, groups `$g`
 /// and their unpacker `$unpack`.
 macro_rules! packed_prompt_entry {
-    ($(#[$doc:meta])* $name:ident, $w:ty, $g:ty, $f:expr, $unpack:expr) => {
+    ($(#[$doc:meta])* $name:ident, $w:ty, $a:ty, $g:ty, $f:expr, $unpack:expr) => {
         $(#[$doc])*
         ///
         /// # Safety
@@ -702,7 +783,7 @@ macro_rules! packed_prompt_entry {
             // SAFETY: the caller's contract is `prompt_gemm_packed`'s;
             // `packed_gemm_fn` hands this out only with GFNI.
             unsafe {
-                prompt_gemm_packed::<$w, $g>(
+                prompt_gemm_packed::<$w, $a, $g>(
                     &$f,
                     $unpack,
                     n,
@@ -720,6 +801,7 @@ packed_prompt_entry!(
     /// [`gemm_q6_k_prompt`] on repacked rows ([`crate::q6k_r8`]).
     gemm_q6_k_packed_prompt,
     BlockQ6K,
+    BlockQ8K,
     Q6Group,
     Format::k256(Acts::k_quant::<32>, q6_k_unpack(), false),
     unpack_q6_k_r8
@@ -728,9 +810,28 @@ packed_prompt_entry!(
     /// [`gemm_q3_k_prompt`] on repacked rows ([`crate::q3k_r8`]).
     gemm_q3_k_packed_prompt,
     BlockQ3K,
+    BlockQ8K,
     Q3Group,
     Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false),
     unpack_q3_k_r8
+);
+packed_prompt_entry!(
+    /// [`gemm_q5_k_prompt`] on repacked rows ([`crate::q5k_r8`]).
+    gemm_q5_k_packed_prompt,
+    BlockQ5K,
+    BlockQ8K,
+    Q5Group,
+    Format::k256(Acts::k_quant::<-1>, unpack_q5_k, true),
+    unpack_q5_k_r8
+);
+packed_prompt_entry!(
+    /// [`gemm_q8_0_prompt`] on repacked rows ([`crate::q80_r8`]).
+    gemm_q8_0_packed_prompt,
+    BlockQ8_0,
+    BlockQ8_0,
+    Q80Group,
+    Q8_0_FORMAT,
+    unpack_q8_0_r8
 );
 
 /// Per-thread buffers of [`prompt_gemm`], reused from call to call.

@@ -31,27 +31,93 @@ repacked_product!(Group, GgmlType::Q4_K, rows8);
 /// One group row (`gs`, one group per block) against `C` Q8_K rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] {
+    // SAFETY: this function enables every feature `minned_rows8` needs.
+    unsafe { minned_rows8(gs, y) }
+}
+
+/// The layouts with Q4_K's nibble quads, scales and mins ([`crate::q4k_r8`],
+/// [`crate::q5k_r8`]): what [`minned_rows8`] reads of a group.
+pub(crate) trait Minned: bytemuck::Pod {
+    /// The nibble quads, scales, mins, `d` and `dmin`.
+    #[allow(clippy::type_complexity)]
+    fn parts(
+        &self,
+    ) -> (
+        &[[u8; 32]; 32],
+        &[[u8; 8]; 8],
+        &[[u8; 8]; 8],
+        &[u16; 8],
+        &[u16; 8],
+    );
+
+    /// The levels of the low and the high sub-block (2k, 2k + 1) of chunk
+    /// k's byte quad q, given that quad's bytes `w`.
+    ///
+    /// # Safety
+    /// The caller must have AVX2 (and whatever the layout's form needs)
+    /// enabled.
+    unsafe fn levels(&self, k: usize, q: usize, w: __m256i) -> (__m256i, __m256i);
+}
+
+impl Minned for Group {
+    #[inline(always)]
+    fn parts(
+        &self,
+    ) -> (
+        &[[u8; 32]; 32],
+        &[[u8; 8]; 8],
+        &[[u8; 8]; 8],
+        &[u16; 8],
+        &[u16; 8],
+    ) {
+        (&self.qs, &self.scales, &self.mins, &self.d, &self.dmin)
+    }
+
+    #[inline(always)]
+    unsafe fn levels(&self, _k: usize, _q: usize, w: __m256i) -> (__m256i, __m256i) {
+        // SAFETY: register-only; the caller enables AVX2.
+        unsafe {
+            let m4 = _mm256_set1_epi8(0xF);
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+            (_mm256_and_si256(w, m4), hi)
+        }
+    }
+}
+
+/// One group row (`gs`) of a layout with mins against `C` Q8_K rows.
+///
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL, VNNI, AVX2, FMA, F16C and what
+/// `G::levels` needs enabled.
+#[inline(always)]
+pub(crate) unsafe fn minned_rows8<G: Minned, const C: usize>(
+    gs: &[G],
+    y: [&[BlockQ8K]; C],
+) -> [[f32; ROWS]; C] {
     for yc in y {
-        assert!(yc.len() >= gs.len(), "repacked Q4_K: short activation row");
+        assert!(
+            yc.len() >= gs.len(),
+            "repacked K-quant: short activation row"
+        );
     }
     // SAFETY: every load reads a whole field of a block in bounds (the
-    // activation rows are as long as the group row, checked above); this
-    // function enables every feature used.
+    // activation rows are as long as the group row, checked above); the
+    // caller enables every feature used.
     unsafe {
-        let m4 = _mm256_set1_epi8(0xF);
         let ones = _mm256_set1_epi16(1);
         let mut acc = [_mm256_setzero_ps(); C];
         let mut acc_min = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
+            let (qs, scales, mins, d, dmin) = g.parts();
             // The mins first: Σ_j m_j · (sum of sub-block j's activations).
-            let dmw = _mm256_cvtph_ps(_mm_loadu_si128(g.dmin.as_ptr().cast()));
+            let dmw = _mm256_cvtph_ps(_mm_loadu_si128(dmin.as_ptr().cast()));
             for c in 0..C {
                 let yb = &y[c][b];
                 let mut bsum = [0i32; 8];
                 let bs = _mm256_loadu_si256(yb.bsums.as_ptr().cast());
                 _mm256_storeu_si256(bsum.as_mut_ptr().cast(), _mm256_madd_epi16(bs, ones));
                 let mut imin = _mm256_setzero_si256();
-                for (mins, &s) in g.mins.iter().zip(&bsum) {
+                for (mins, &s) in mins.iter().zip(&bsum) {
                     let m = _mm256_cvtepu8_epi32(_mm_loadl_epi64(mins.as_ptr().cast()));
                     imin = _mm256_add_epi32(imin, _mm256_mullo_epi32(m, _mm256_set1_epi32(s)));
                 }
@@ -63,9 +129,8 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
                 let mut s_lo = [_mm256_setzero_si256(); C];
                 let mut s_hi = [_mm256_setzero_si256(); C];
                 for q in 0..8 {
-                    let w = _mm256_loadu_si256(g.qs[8 * k + q].as_ptr().cast());
-                    let lo = _mm256_and_si256(w, m4);
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                    let w = _mm256_loadu_si256(qs[8 * k + q].as_ptr().cast());
+                    let (lo, hi) = g.levels(k, q, w);
                     for c in 0..C {
                         let a = y[c][b].qs.as_ptr().add(64 * k + 4 * q);
                         let a_lo = _mm256_set1_epi32(a.cast::<i32>().read_unaligned());
@@ -74,9 +139,9 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
                         s_hi[c] = _mm256_dpbusd_epi32(s_hi[c], hi, a_hi);
                     }
                 }
-                let sc_lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(g.scales[2 * k].as_ptr().cast()));
+                let sc_lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64(scales[2 * k].as_ptr().cast()));
                 let sc_hi =
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(g.scales[2 * k + 1].as_ptr().cast()));
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64(scales[2 * k + 1].as_ptr().cast()));
                 for c in 0..C {
                     let s = _mm256_add_epi32(
                         _mm256_mullo_epi32(s_lo[c], sc_lo),
@@ -85,7 +150,7 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
                     isum[c] = _mm256_add_epi32(isum[c], s);
                 }
             }
-            let dw = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
             for c in 0..C {
                 let dd = _mm256_mul_ps(dw, _mm256_set1_ps(y[c][b].d));
                 acc[c] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(isum[c]), acc[c]);
