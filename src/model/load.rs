@@ -61,8 +61,8 @@ const REPACK_ROWS: usize = 64 * repack::ROWS;
 /// repacked only when what stays of it and the copy fit in 80 % of the
 /// machine's memory. Of a mapped file (not locked by `--mlock`) the tensors
 /// repacked leave memory as they are copied ([`GgufFile::evict_tensor`]):
-/// the full apex-miniplus file (14.8 GiB, 14.1 of them Q3_K and Q6_K) then
-/// holds 14.5 GiB of copies and 0.7 GiB of the file, where the file and the
+/// the full apex-miniplus file (14.8 GiB, 14.4 of them Q3_K, Q5_K, Q6_K and
+/// Q8_0) then holds 14.9 GiB of copies and 0.3 GiB of the file, where the file and the
 /// copies would not fit on 24 GiB together. A read file (`--no-mmap`) and a
 /// locked one keep all their bytes, so they count whole. The copies ask for
 /// 2 MiB pages (`MADV_HUGEPAGE`): the experts are read at random, and in
