@@ -17,6 +17,7 @@
 //! of activation rows.
 
 use bytemuck::{Pod, Zeroable};
+use half::f16;
 
 use crate::scalar::kquant_search::get_scale_min_k4;
 use crate::scalar::q4_k::BlockQ4K;
@@ -60,16 +61,26 @@ pub fn level(g: &Group, r: usize, i: usize) -> u8 {
 /// When the matrix is not packable or a length is wrong.
 pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
     crate::r8::each_group(n_in, n_out, src, dst, |g: &mut Group, r, blk: &BlockQ4K| {
-        // Byte quad 8k + q of a row is chunk k's qs[4q .. 4q + 4].
-        crate::r8::interleave_quads(&mut g.qs, r, &blk.qs);
-        for j in 0..8 {
-            let (sc, m) = get_scale_min_k4(j, &blk.scales);
-            g.scales[j][r] = sc;
-            g.mins[j][r] = m;
-        }
-        g.d[r] = blk.d.to_bits();
-        g.dmin[r] = blk.dmin.to_bits();
+        fill(g, r, (blk.d, blk.dmin, &blk.scales, &blk.qs));
     });
+}
+
+/// Row r of `g` from a block's `d`, `dmin`, twelve scale bytes and nibbles
+/// (Q4_K's, and Q5_K's low four bits).
+pub(crate) fn fill(
+    g: &mut Group,
+    r: usize,
+    (d, dmin, scales, qs): (f16, f16, &[u8; 12], &[u8; 128]),
+) {
+    // Byte quad 8k + q of a row is chunk k's qs[4q .. 4q + 4].
+    crate::r8::interleave_quads(&mut g.qs, r, qs);
+    for j in 0..8 {
+        let (sc, m) = get_scale_min_k4(j, scales);
+        g.scales[j][r] = sc;
+        g.mins[j][r] = m;
+    }
+    g.d[r] = d.to_bits();
+    g.dmin[r] = dmin.to_bits();
 }
 
 /// The reference (the module docs' sum), with the signature of
@@ -84,13 +95,27 @@ pub fn gemm_ref(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let row = |gs: &[Group], y: &[BlockQ8K], r: usize| {
+    let dims = (n, w_rows, act_rows, out_stride);
+    minned_gemm_ref::<Group>(dims, w, act, out, level, |g| g);
+}
+
+/// [`gemm_ref`] of a layout built on [`Group`] (`k4(g)`), with its own
+/// levels (`level(g, r, i)`).
+pub(crate) fn minned_gemm_ref<G: bytemuck::Pod>(
+    (n, w_rows, act_rows, out_stride): (usize, usize, usize, usize),
+    w: &[u8],
+    act: &[u8],
+    out: &mut [f32],
+    level: fn(&G, usize, usize) -> u8,
+    k4: fn(&G) -> &Group,
+) {
+    let row = |gs: &[G], y: &[BlockQ8K], r: usize| {
         crate::r8::minned_row(
             gs,
             y,
             |g, i| level(g, r, i),
-            |g, j| (g.scales[j][r], g.mins[j][r]),
-            |g| (g.d[r], g.dmin[r]),
+            |g, j| (k4(g).scales[j][r], k4(g).mins[j][r]),
+            |g| (k4(g).d[r], k4(g).dmin[r]),
         )
     };
     crate::r8::each_output(n, w, w_rows, act, act_rows, out, out_stride, row);

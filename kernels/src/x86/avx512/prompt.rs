@@ -693,16 +693,17 @@ fn unpack_q5_k_r8(a: &[Q5Group], b: &[Q5Group], rg: &mut RowGroup, nb: usize) {
             for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
                 for k in 0..4 {
                     for q in 0..8 {
-                        let w = _mm256_loadu_si256(g.qs[8 * k + q].as_ptr().cast());
+                        let w = _mm256_loadu_si256(g.k4.qs[8 * k + q].as_ptr().cast());
                         let (lo, hi) = g.levels(k, q, w);
                         let dw = blk * 64 + 16 * k + q;
                         _mm256_storeu_si256(lv.add(dw * ROWS + 8 * half).cast(), lo);
                         _mm256_storeu_si256(lv.add((dw + 8) * ROWS + 8 * half).cast(), hi);
                     }
                 }
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
-                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(g.dmin.as_ptr().cast()));
-                for (i, (s, m)) in g.scales.iter().zip(&g.mins).enumerate() {
+                let k4 = &g.k4;
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(k4.d.as_ptr().cast()));
+                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(k4.dmin.as_ptr().cast()));
+                for (i, (s, m)) in k4.scales.iter().zip(&k4.mins).enumerate() {
                     let u8s = |v: &[u8; 8]| {
                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())))
                     };

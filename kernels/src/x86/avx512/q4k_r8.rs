@@ -39,16 +39,7 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
 /// [`crate::q5k_r8`]): what [`minned_rows8`] reads of a group.
 pub(crate) trait Minned: bytemuck::Pod {
     /// The nibble quads, scales, mins, `d` and `dmin`.
-    #[allow(clippy::type_complexity)]
-    fn parts(
-        &self,
-    ) -> (
-        &[[u8; 32]; 32],
-        &[[u8; 8]; 8],
-        &[[u8; 8]; 8],
-        &[u16; 8],
-        &[u16; 8],
-    );
+    fn k4(&self) -> &Group;
 
     /// The levels of the low and the high sub-block (2k, 2k + 1) of chunk
     /// k's byte quad q, given that quad's bytes `w`.
@@ -61,16 +52,8 @@ pub(crate) trait Minned: bytemuck::Pod {
 
 impl Minned for Group {
     #[inline(always)]
-    fn parts(
-        &self,
-    ) -> (
-        &[[u8; 32]; 32],
-        &[[u8; 8]; 8],
-        &[[u8; 8]; 8],
-        &[u16; 8],
-        &[u16; 8],
-    ) {
-        (&self.qs, &self.scales, &self.mins, &self.d, &self.dmin)
+    fn k4(&self) -> &Group {
+        self
     }
 
     #[inline(always)]
@@ -108,7 +91,13 @@ pub(crate) unsafe fn minned_rows8<G: Minned, const C: usize>(
         let mut acc = [_mm256_setzero_ps(); C];
         let mut acc_min = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
-            let (qs, scales, mins, d, dmin) = g.parts();
+            let Group {
+                qs,
+                scales,
+                mins,
+                d,
+                dmin,
+            } = g.k4();
             // The mins first: Σ_j m_j · (sum of sub-block j's activations).
             let dmw = _mm256_cvtph_ps(_mm_loadu_si128(dmin.as_ptr().cast()));
             for c in 0..C {

@@ -34,16 +34,8 @@ const fn gf_bit4(b: u32) -> i64 {
 
 impl Minned for Group {
     #[inline(always)]
-    fn parts(
-        &self,
-    ) -> (
-        &[[u8; 32]; 32],
-        &[[u8; 8]; 8],
-        &[[u8; 8]; 8],
-        &[u16; 8],
-        &[u16; 8],
-    ) {
-        (&self.qs, &self.scales, &self.mins, &self.d, &self.dmin)
+    fn k4(&self) -> &crate::q4k_r8::Group {
+        &self.k4
     }
 
     #[inline(always)]
