@@ -26,6 +26,7 @@ fn small(dir: &std::path::Path, recipe: Recipe) -> std::path::PathBuf {
 
 fn repack_available(ty: GgmlType) -> bool {
     std::env::var("CLOVER_REPACK").as_deref() != Ok("0")
+        && clover::model::load::repacked_at_load(ty)
         && kernels::isa::active()
             .packed_gemm(ty, kernels::Mode::Decode)
             .is_some()
