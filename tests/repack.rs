@@ -57,6 +57,10 @@ fn bind(file: &GgufFile, n_layer: usize, packed: bool) -> Model<'_> {
                 .get(name)
                 .filter(|_| packed)
                 .map(|p| bytemuck::cast_slice(p.as_slice())),
+            // As the loader binds them.
+            file_matvec: packed
+                && derived.contains_key(name)
+                && clover::model::load::keeps_file_rows(t.ty, t.dims),
         })
     };
     Model::bind(config, &lookup).unwrap()

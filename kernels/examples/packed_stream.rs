@@ -1,6 +1,7 @@
 //! Single-thread mat-vec from DRAM, the file's rows against the same rows
 //! repacked ([`kernels::repack`]), alternating sweeps so that both see the
-//! same machine: many copies of one matrix laid end to end (default 768
+//! same machine (and, where the tier has it, the file's rows read in the
+//! repacked product's order): many copies of one matrix laid end to end (default 768
 //! MiB, far beyond the last-level cache), each multiplied once per sweep, as
 //! a decode step walks its layers. Both buffers ask for 2 MiB pages, as the
 //! model's mapping (recached) and its repacked copies get. Prints the median
@@ -48,6 +49,7 @@ fn main() {
         (GgmlType::Q3_K, 2048, 512, "routed expert gate"),
         (GgmlType::Q3_K, 512, 2048, "routed expert down"),
         (GgmlType::Q6_K, 2048, 4096, "dense"),
+        (GgmlType::Q8_0, 2048, 4096, "GDN gate"),
     ] {
         let rb = ty.row_bytes(n as u64).unwrap() as usize;
         let size = rb * n_out;
@@ -69,9 +71,9 @@ fn main() {
         }
         let repack_gbs = (size * copies) as f64 / t.elapsed().as_secs_f64() / 1e9;
         let (fb, pb): (&[u8], &[u8]) = (bytemuck::cast_slice(&file), bytemuck::cast_slice(&packed));
-        let act = common::random_rows(GgmlType::Q8_K, n, 1, &mut rnd);
-        let x = &bytemuck::cast_slice::<u64, u8>(&act)
-            [..GgmlType::Q8_K.row_bytes(n as u64).unwrap() as usize];
+        let at = ty.vec_dot_type();
+        let act = common::random_rows(at, n, 1, &mut rnd);
+        let x = &bytemuck::cast_slice::<u64, u8>(&act)[..at.row_bytes(n as u64).unwrap() as usize];
         let mut out = vec![0f32; n_out];
         let mats = |packed: bool| -> Vec<QMatrix> {
             (0..copies)
@@ -85,12 +87,19 @@ fn main() {
                 .collect()
         };
         let (plain, rep) = (mats(false), mats(true));
-        let mut gbs = [vec![], vec![]];
+        // The file's rows read in the repacked product's order, where the
+        // tier has that kernel (what the loader keeps for Q6_K).
+        let ordered: Option<Vec<QMatrix>> = kt
+            .packed_order_rows(ty, kernels::Mode::Decode)
+            .map(|_| rep.iter().map(|m| m.with_file_matvec()).collect());
+        let mut gbs = [vec![], vec![], vec![]];
         let mut ratios = vec![];
         one.install(|| {
             for _ in 0..sweeps {
-                let mut pair = [0f64; 2];
-                for (k, ms) in [&plain, &rep].into_iter().enumerate() {
+                let mut pair = [0f64; 3];
+                let sets = [Some(&plain), Some(&rep), ordered.as_ref()];
+                for (k, ms) in sets.into_iter().enumerate() {
+                    let Some(ms) = ms else { continue };
                     let t = Instant::now();
                     for m in ms {
                         matvec_serial(&kt, m, x, &mut out);
@@ -102,8 +111,15 @@ fn main() {
                 ratios.push(pair[1] / pair[0]);
             }
         });
+        let ordered = match gbs[2].is_empty() {
+            true => String::new(),
+            false => format!(
+                ", file rows in the repacked order {:.1} GB/s",
+                median(&mut gbs[2])
+            ),
+        };
         println!(
-            "{ty} {n_out} x {n} ({what}): file {:.1} GB/s, repacked {:.1} GB/s, repacked / file {:.2}; repacking {repack_gbs:.2} GB/s",
+            "{ty} {n_out} x {n} ({what}): file {:.1} GB/s, repacked {:.1} GB/s{ordered}, repacked / file {:.2}; repacking {repack_gbs:.2} GB/s",
             median(&mut gbs[0]),
             median(&mut gbs[1]),
             median(&mut ratios)

@@ -25,6 +25,7 @@ pub struct KernelTable {
     tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
     repacked_rows: [Option<GemmFn>; GgmlType::ALL.len()],
+    packed_order_rows: [Option<GemmFn>; GgmlType::ALL.len()],
     prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
     packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
     packed_prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
@@ -138,6 +139,19 @@ fn tier_repacked_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 => crate::x86::avx512::gemm::repacked_gemm_fn(ty),
+        _ => {
+            let _ = ty;
+            None
+        }
+    }
+}
+
+/// The tier's product on the file's rows in the order of its repacked
+/// product ([`KernelTable::packed_order_rows`]), where it has one.
+fn tier_packed_order_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => crate::x86::avx512::gemm::packed_order_gemm_fn(ty),
         _ => {
             let _ = ty;
             None
@@ -276,6 +290,7 @@ impl KernelTable {
             tiled: GgmlType::ALL.map(|t| tier_tiled(isa, t)),
             repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
             repacked_rows: GgmlType::ALL.map(|t| tier_repacked_rows(isa, t)),
+            packed_order_rows: GgmlType::ALL.map(|t| tier_packed_order_rows(isa, t)),
             delta_rows: tier_delta_rows(isa),
             delta_replay: tier_delta_replay(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
@@ -431,6 +446,19 @@ impl KernelTable {
             return None;
         }
         self.packed_gemm[type_index(ty)]
+    }
+
+    /// A product on the file's rows of `ty` (any number of rows and
+    /// activation rows) that gives every output the bits of
+    /// [`KernelTable::packed_gemm`] on the same rows repacked, when the tier
+    /// has one and `mode` is not llama.cpp's order: a mat-vec whose file rows
+    /// stay in memory beside the repacked copy reads them through it
+    /// ([`crate::matmul::QMatrix::with_file_matvec`]).
+    pub fn packed_order_rows(&self, ty: GgmlType, mode: Mode) -> Option<GemmFn> {
+        if mode == Mode::Ggml || self.packed_gemm(ty, mode).is_none() {
+            return None;
+        }
+        self.packed_order_rows[type_index(ty)]
     }
 
     /// The tier's multi-row kernel for weight type `ty`, when it has one

@@ -85,6 +85,9 @@ pub struct QMatrix<'a> {
     /// One routed expert of a stack ([`QExperts::expert`]): ggml's
     /// `MUL_MAT_ID`, which in llama.cpp's batch order never takes tinyBLAS.
     pub expert: bool,
+    /// The file's rows stay in memory beside the repacked copy: a mat-vec
+    /// reads them ([`QMatrix::with_file_matvec`]).
+    file_matvec: bool,
 }
 
 impl<'a> QMatrix<'a> {
@@ -114,6 +117,7 @@ impl<'a> QMatrix<'a> {
             data: &data[..need],
             packed: None,
             expert: false,
+            file_matvec: false,
         })
     }
 
@@ -148,6 +152,24 @@ impl<'a> QMatrix<'a> {
     /// The repacked rows, if any.
     pub fn packed(&self) -> Option<&'a [u8]> {
         self.packed
+    }
+
+    /// The same matrix, telling the planner that its file rows stay in
+    /// memory beside the repacked copy: a mat-vec (one activation row) then
+    /// reads the file's rows through [`KernelTable::packed_order_rows`],
+    /// with the repacked product's bits, where the tier has that kernel (on
+    /// AVX-512 Q6_K: its file rows stream faster from memory). Batches keep
+    /// the repacked product.
+    pub fn with_file_matvec(self) -> Self {
+        QMatrix {
+            file_matvec: true,
+            ..self
+        }
+    }
+
+    /// Whether [`QMatrix::with_file_matvec`] was asked for.
+    pub fn file_matvec(&self) -> bool {
+        self.file_matvec
     }
 
     /// Repacked bytes of the `count` rows from row `o` (both multiples of 8).
@@ -299,6 +321,7 @@ impl<'a> QExperts<'a> {
             data: &self.data[e * size..(e + 1) * size],
             packed: self.packed.map(|p| &p[e * one..(e + 1) * one]),
             expert: true,
+            file_matvec: false,
         }
     }
 }
@@ -676,6 +699,14 @@ impl KernelTable {
     pub fn plan(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
         let (ty, n_out) = (w.ty, w.n_out);
         if let Some(g) = self.packed_gemm(ty, mode).filter(|_| w.packed().is_some()) {
+            // A mat-vec on rows kept in the file's layout too: those, in the
+            // repacked product's arithmetic (the same bits).
+            if let Some(f) = self
+                .packed_order_rows(ty, mode)
+                .filter(|_| rows <= 1 && w.file_matvec)
+            {
+                return Kernel::Rows(f);
+            }
             // A prompt batch takes the prompt kernel on the same repacked
             // rows where the tier has one (faster for many tokens).
             if let Some(p) = self

@@ -22,6 +22,9 @@ pub struct Matrix<'a> {
     data: &'a [u8],
     /// The rows repacked for the kernels (`kernels::repack`), when loaded so.
     packed: Option<&'a [u8]>,
+    /// The file's rows stay in memory beside `packed`: mat-vecs read them
+    /// (`kernels::matmul::QMatrix::with_file_matvec`).
+    file_matvec: bool,
     /// One routed expert of a stack (ggml's `MUL_MAT_ID`; see
     /// `kernels::QMatrix::expert`).
     expert: bool,
@@ -42,6 +45,7 @@ impl<'a> Matrix<'a> {
             row_bytes,
             data,
             packed: None,
+            file_matvec: false,
             expert: false,
             name: "",
         }
@@ -69,6 +73,15 @@ impl<'a> Matrix<'a> {
         }
     }
 
+    /// The same matrix, its file rows kept in memory beside the repacked
+    /// ones for mat-vecs to read.
+    pub fn with_file_matvec(self) -> Matrix<'a> {
+        Matrix {
+            file_matvec: true,
+            ..self
+        }
+    }
+
     #[inline]
     pub fn row(&self, o: usize) -> &'a [u8] {
         &self.data[o * self.row_bytes..(o + 1) * self.row_bytes]
@@ -85,6 +98,10 @@ impl<'a> Matrix<'a> {
             .expect("checked in new_unchecked");
         q.expert = self.expert;
         match self.packed {
+            Some(p) if self.file_matvec => q
+                .with_packed(p)
+                .expect("repacked by the loader")
+                .with_file_matvec(),
             Some(p) => q.with_packed(p).expect("repacked by the loader"),
             None => q,
         }

@@ -39,6 +39,7 @@ impl<'a> Model<'a> {
                 dims: t.dims.to_vec(),
                 data: t.data,
                 packed: packed.get(name).map(|p| bytemuck::cast_slice(p.as_slice())),
+                file_matvec: packed.contains_key(name) && keeps_file_rows(t.ty, t.dims),
             })
         };
         Ok(Model::bind(config, &lookup)?)
@@ -55,6 +56,27 @@ impl<'a> Model<'a> {
 /// the file's layout.
 pub fn repacked_at_load(ty: kernels::GgmlType) -> bool {
     ty != kernels::GgmlType::Q8_0
+}
+
+/// Whether the loader keeps matrix `t`'s file rows in memory beside its
+/// repacked copy, for mat-vecs to read ([`kernels::matmul::QMatrix::with_file_matvec`]):
+/// a plain matrix (not an expert stack, read a few experts at a time) of a
+/// type whose file rows the kernels read with the repacked product's bits.
+/// On AVX-512 that is Q6_K: a mat-vec streams its file rows faster from
+/// memory than the repacked ones (`packed_stream`, one thread: 22–25
+/// against 19–21 GB/s, and 22–24 in the repacked order), while batches of
+/// several rows want the repacked product (on the full apex-miniplus file
+/// the perfect drafter's 16-token passes ran 1.46× and 1.39× plain decoding
+/// with Q6_K repacked, 1.14× and 1.18× without). There the file's Q6_K
+/// projections and head stay, about 0.8 GiB more of the file in memory
+/// (1.2 GiB with the token embedding, which stays anyway); at `-t 1` they
+/// took 7 % less time per token (two alternating pairs), at `-t 2`, where
+/// two threads already saturate memory, the same.
+pub fn keeps_file_rows(ty: kernels::GgmlType, dims: &[u64]) -> bool {
+    dims.len() == 2
+        && kernels::isa::active()
+            .packed_order_rows(ty, Mode::Decode)
+            .is_some()
 }
 
 /// Rows repacked per task.
@@ -74,8 +96,9 @@ const REPACK_ROWS: usize = 64 * repack::ROWS;
 /// machine's memory. Of a mapped file (not locked by `--mlock`) the tensors
 /// repacked leave memory as they are copied ([`GgufFile::evict_tensor`]):
 /// the full apex-miniplus file (14.8 GiB, 14.2 of them Q3_K, Q5_K and Q6_K)
-/// then holds about 14.6 GiB of copies and 0.6 GiB of the file, where the file and the
-/// copies would not fit on 24 GiB together. A read file (`--no-mmap`) and a
+/// then holds about 14.6 GiB of copies and 1.5 GiB of the file (its Q8_0,
+/// f32 and embedding tensors, and the Q6_K matrices [`keeps_file_rows`]
+/// keeps), where the file and the copies would not fit on 24 GiB together. A read file (`--no-mmap`) and a
 /// locked one keep all their bytes, so they count whole. The copies ask for
 /// 2 MiB pages (`MADV_HUGEPAGE`): the experts are read at random, and in
 /// 4 KiB pages every one of them is a run of TLB misses.
@@ -90,7 +113,9 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
     let tied = file.tensor("output.weight").is_none();
     // The tied embedding is also read row by row for lookups: it stays.
     let evict = file.is_mapped() && !crate::gguf::pages::mlock();
-    let evictable = |t: &crate::gguf::TensorInfo| evict && t.name != "token_embd.weight";
+    let evictable = |t: &crate::gguf::TensorInfo| {
+        evict && t.name != "token_embd.weight" && !keeps_file_rows(t.ty, &t.dims)
+    };
     let todo: Vec<(&crate::gguf::TensorInfo, usize, usize, usize)> = file
         .tensors()
         .iter()

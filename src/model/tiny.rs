@@ -338,6 +338,7 @@ impl TinyModel {
         self.tensors.get_key_value(name).map(|(name, t)| WeightRef {
             name: name.as_str(),
             packed: None,
+            file_matvec: false,
             ty: t.ty,
             dims: t.dims.clone(),
             data: t.data(),

@@ -24,6 +24,9 @@ pub struct WeightRef<'a> {
     /// The same tensor repacked for the kernels (`kernels::repack`), when
     /// the loader made it.
     pub packed: Option<&'a [u8]>,
+    /// With `packed`: the loader keeps the file's rows in memory too, for
+    /// mat-vecs (`load::keeps_file_rows`).
+    pub file_matvec: bool,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -250,6 +253,7 @@ impl<'a> Binder<'_, 'a> {
         let w = self.get(name, &[n_in as u64, n_out as u64])?;
         let m = Matrix::new_unchecked(w.ty, n_in, n_out, w.data).named(w.name);
         Ok(match w.packed {
+            Some(p) if w.file_matvec => m.with_packed(p).with_file_matvec(),
             Some(p) => m.with_packed(p),
             None => m,
         })

@@ -35,7 +35,8 @@ use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8, q4_k_repacked};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{
     iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni, q4_k_repacked_rows2,
-    q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_rows2, q6_k_rows2_gfni,
+    q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_r8_cols, q6_k_r8_rows2, q6_k_rows2,
+    q6_k_rows2_gfni,
 };
 use crate::x86::avx512::kquants::{
     hsum128, iq4_xs_cols, iq4_xs_prepare, k4_mins, k4_scale_bytes, k4_unpack, Iq4Acts,
@@ -390,6 +391,36 @@ pub fn repacked_gemm_fn(ty: GgmlType) -> Option<GemmFn> {
     }
     match ty {
         GgmlType::Q4_K => Some(gemm_q4_k_repacked),
+        _ => None,
+    }
+}
+
+// Q6_K in the file's layout with the repacked product's arithmetic
+// (`crate::q6k_r8`): the two-row kernel for a mat-vec, the one-row kernel
+// per output for the rest.
+gemm_entry!(
+    gemm_q6_k_r8_order,
+    BlockQ6K,
+    BlockQ8K,
+    256,
+    q6_k_r8_cols,
+    rows2 |x: &[&[BlockQ6K]; 2], y: &[BlockQ8K]| {
+        // SAFETY: `packed_order_gemm_fn` hands the entry out only after
+        // detecting AVX512-VNNI, GFNI and `Isa::Avx512.available()`.
+        Some(unsafe { q6_k_r8_rows2(x[0], x[1], y) })
+    }
+);
+
+/// A product on the file's rows of `ty` that gives the repacked product's
+/// bits ([`crate::repack`]; `KernelTable::packed_order_rows`), where this
+/// tier has one: Q6_K, whose file rows stream faster from memory in a
+/// mat-vec than the repacked ones.
+pub fn packed_order_gemm_fn(ty: GgmlType) -> Option<GemmFn> {
+    let ok = crate::Isa::Avx512.available()
+        && is_x86_feature_detected!("avx512vnni")
+        && is_x86_feature_detected!("gfni");
+    match ty {
+        GgmlType::Q6_K if ok => Some(gemm_q6_k_r8_order),
         _ => None,
     }
 }

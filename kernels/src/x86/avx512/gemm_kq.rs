@@ -298,7 +298,7 @@ pub(crate) fn q6_k_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q6_k_rows2(x0: &[BlockQ6K], x1: &[BlockQ6K], y: &[BlockQ8K]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.
-    unsafe { q6_k_rows2_body::<false>(x0, x1, y) }
+    unsafe { q6_k_rows2_body::<false, false>(x0, x1, y) }
 }
 
 /// [`q6_k_rows2`] unpacking levels with GFNI ([`q6_k_levels_gfni`]): the
@@ -306,14 +306,74 @@ pub(crate) fn q6_k_rows2(x0: &[BlockQ6K], x1: &[BlockQ6K], y: &[BlockQ8K]) -> [f
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
 pub(crate) fn q6_k_rows2_gfni(x0: &[BlockQ6K], x1: &[BlockQ6K], y: &[BlockQ8K]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.
-    unsafe { q6_k_rows2_body::<true>(x0, x1, y) }
+    unsafe { q6_k_rows2_body::<true, false>(x0, x1, y) }
 }
 
+/// Two Q6_K rows in the file's layout against one Q8_K row with the
+/// arithmetic of the repacked product ([`crate::q6k_r8`]): per block the
+/// exact integer sum (the lanes of [`q6_k_row_block`], added), converted
+/// once and fused as `acc = fma(isum, d_w · d_a, acc)` block after block.
+/// Its bits are [`crate::q6k_r8::gemm_ref`]'s, so a mat-vec may stream the
+/// file's rows (faster from memory than the repacked ones) while batches
+/// take the repacked product.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+pub(crate) fn q6_k_r8_rows2(x0: &[BlockQ6K], x1: &[BlockQ6K], y: &[BlockQ8K]) -> [f32; 2] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { q6_k_rows2_body::<true, true>(x0, x1, y) }
+}
+
+/// One Q6_K row in the file's layout against `C` Q8_K rows in the
+/// repacked product's arithmetic ([`q6_k_r8_rows2`] per output; the rows a
+/// mat-vec's pairs leave).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
+pub(crate) fn q6_k_r8_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    // SAFETY: loads read whole block fields (bounds-checked by the zip);
+    // this function enables every feature needed.
+    unsafe {
+        let k6 = (
+            _mm512_set1_epi8(0xF),
+            _mm512_set1_epi8(3),
+            halves_i16(0, 2),
+            halves_i16(4, 6),
+        );
+        let g6 = Q6Affine::new();
+        let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
+        std::array::from_fn(|c| {
+            let mut acc = 0f32;
+            for (xb, yb) in x.iter().zip(y[c]) {
+                let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
+                let s = q6_k_row_block::<true>(xb, &a, load_bsums(&yb.bsums), &k6, &g6, &idxs);
+                let dd = f16_to_f32(xb.d) * yb.d;
+                acc = (hsum_i32_8(s) as f32).mul_add(dd, acc);
+            }
+            acc
+        })
+    }
+}
+
+/// The sum of eight i32 lanes (exact: integer addition).
+///
+/// # Safety
+/// The caller must have AVX2 enabled.
+#[inline(always)]
+unsafe fn hsum_i32_8(v: __m256i) -> i32 {
+    // SAFETY: register-only; the caller enables AVX2.
+    unsafe {
+        hsum_i32_4(_mm_add_epi32(
+            _mm256_castsi256_si128(v),
+            _mm256_extracti128_si256::<1>(v),
+        ))
+    }
+}
+
+/// `R8`: the repacked product's arithmetic ([`q6_k_r8_rows2`]), else
+/// `kquants::q6_k`'s.
+///
 /// # Safety
 /// The caller must have AVX512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled,
 /// and GFNI when `GFNI`.
 #[inline(always)]
-unsafe fn q6_k_rows2_body<const GFNI: bool>(
+unsafe fn q6_k_rows2_body<const GFNI: bool, const R8: bool>(
     x0: &[BlockQ6K],
     x1: &[BlockQ6K],
     y: &[BlockQ8K],
@@ -330,6 +390,7 @@ unsafe fn q6_k_rows2_body<const GFNI: bool>(
         let g6 = Q6Affine::new();
         let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut acc_r8 = [0f32; 2];
         for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
             prefetch_rows2(x0, x1, b);
             let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
@@ -338,8 +399,16 @@ unsafe fn q6_k_rows2_body<const GFNI: bool>(
             let d1 = yb.d * f16_to_f32(xb.d);
             let s0 = q6_k_row_block::<GFNI>(xa, &a, bsums, &k6, &g6, &idxs);
             let s1 = q6_k_row_block::<GFNI>(xb, &a, bsums, &k6, &g6, &idxs);
-            acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(s0), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(s1), acc1);
+            if R8 {
+                acc_r8[0] = (hsum_i32_8(s0) as f32).mul_add(d0, acc_r8[0]);
+                acc_r8[1] = (hsum_i32_8(s1) as f32).mul_add(d1, acc_r8[1]);
+            } else {
+                acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(s0), acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(s1), acc1);
+            }
+        }
+        if R8 {
+            return acc_r8;
         }
         [hsum_ps(acc0), hsum_ps(acc1)]
     }
