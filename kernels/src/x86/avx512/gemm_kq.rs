@@ -330,14 +330,7 @@ pub(crate) fn q6_k_r8_cols<const C: usize>(x: &[BlockQ6K], y: [&[BlockQ8K]; C]) 
     // SAFETY: loads read whole block fields (bounds-checked by the zip);
     // this function enables every feature needed.
     unsafe {
-        let k6 = (
-            _mm512_set1_epi8(0xF),
-            _mm512_set1_epi8(3),
-            halves_i16(0, 2),
-            halves_i16(4, 6),
-        );
-        let g6 = Q6Affine::new();
-        let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
+        let (k6, g6, idxs) = q6_constants();
         std::array::from_fn(|c| {
             let mut acc = 0f32;
             for (xb, yb) in x.iter().zip(y[c]) {
@@ -381,14 +374,7 @@ unsafe fn q6_k_rows2_body<const GFNI: bool, const R8: bool>(
     // SAFETY: loads read whole block fields (bounds-checked); the caller
     // enables every feature needed.
     unsafe {
-        let k6 = (
-            _mm512_set1_epi8(0xF),
-            _mm512_set1_epi8(3),
-            halves_i16(0, 2),
-            halves_i16(4, 6),
-        );
-        let g6 = Q6Affine::new();
-        let idxs = [q6_index(0), q6_index(4), q6_index(8), q6_index(12)];
+        let (k6, g6, idxs) = q6_constants();
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let mut acc_r8 = [0f32; 2];
         for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
@@ -411,6 +397,30 @@ unsafe fn q6_k_rows2_body<const GFNI: bool, const R8: bool>(
             return acc_r8;
         }
         [hsum_ps(acc0), hsum_ps(acc1)]
+    }
+}
+
+/// The constants [`q6_k_row_block`] takes: the masks and shuffles of the
+/// plain level unpacking, the affine matrices of the GFNI one, and the four
+/// pieces' scale indices.
+///
+/// # Safety
+/// The caller must have AVX512 F/BW and AVX2 enabled.
+#[inline(always)]
+unsafe fn q6_constants() -> ((__m512i, __m512i, __m512i, __m512i), Q6Affine, [__m512i; 4]) {
+    // SAFETY: register-only; the caller enables the features.
+    unsafe {
+        let k6 = (
+            _mm512_set1_epi8(0xF),
+            _mm512_set1_epi8(3),
+            halves_i16(0, 2),
+            halves_i16(4, 6),
+        );
+        (
+            k6,
+            Q6Affine::new(),
+            [q6_index(0), q6_index(4), q6_index(8), q6_index(12)],
+        )
     }
 }
 
