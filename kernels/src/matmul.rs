@@ -167,11 +167,6 @@ impl<'a> QMatrix<'a> {
         }
     }
 
-    /// Whether [`QMatrix::with_file_matvec`] was asked for.
-    pub fn file_matvec(&self) -> bool {
-        self.file_matvec
-    }
-
     /// Repacked bytes of the `count` rows from row `o` (both multiples of 8).
     fn packed_rows(&self, p: &'a [u8], o: usize, count: usize) -> &'a [u8] {
         let per_row = crate::repack::packed_bytes(self.ty, self.n_in, crate::repack::ROWS)

@@ -58,8 +58,8 @@ pub fn repacked_at_load(ty: kernels::GgmlType) -> bool {
     ty != kernels::GgmlType::Q8_0
 }
 
-/// Whether the loader keeps matrix `t`'s file rows in memory beside its
-/// repacked copy, for mat-vecs to read ([`kernels::matmul::QMatrix::with_file_matvec`]):
+/// Whether the loader keeps the file rows of a tensor of type `ty` and shape
+/// `dims` in memory beside its repacked copy, for mat-vecs to read ([`kernels::matmul::QMatrix::with_file_matvec`]):
 /// a plain matrix (not an expert stack, read a few experts at a time) of a
 /// type whose file rows the kernels read with the repacked product's bits.
 /// On AVX-512 that is Q6_K: a mat-vec streams its file rows faster from
