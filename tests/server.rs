@@ -326,6 +326,83 @@ fn a_client_that_leaves_mid_stream_frees_its_slot_and_sigterm_exits_0() {
     let _ = h.join();
 }
 
+/// Prompts evaluated a batch per step beside decoding slots (`-ub 12`: a
+/// prompt of dozens of tokens takes many steps) give each request the greedy
+/// text it gets alone, and the server says it mixed them.
+#[test]
+fn prompts_evaluated_beside_decoding_slots_keep_their_greedy_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    let body = |prompt: &str, n: usize, stream: bool| {
+        format!(
+            r#"{{"prompt":"{prompt}","max_tokens":{n},"temperature":0,"ignore_eos":true,"stream":{stream}}}"#
+        )
+    };
+    let text = |resp: &str| {
+        json(resp)["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let prompts = [
+        "Once upon a time there was a small house by the river and a garden full of beans",
+        "The committee met on a Tuesday to discuss the budget, the roads, the school and the old mill",
+        "Numbers: one two three four five six seven eight nine ten eleven twelve thirteen",
+    ];
+    // Alone, each on a fresh server (no prefix to reuse).
+    let mut alone = Vec::new();
+    for p in prompts {
+        let s = start(&model, &["-np", "3", "-ub", "12"]);
+        let (code, resp) = post(&s, "/v1/completions", &body(p, 24, false), &[]);
+        assert_eq!(code, 200, "{resp}");
+        alone.push(text(&resp));
+    }
+    // Together: a long generation decodes while the prompts arrive.
+    let s = start(&model, &["-np", "3", "-ub", "12"]);
+    let long = body("In the beginning", 400, true);
+    let mut first = Command::new("curl")
+        .args([
+            "-s",
+            "-N",
+            &format!("{}/v1/completions", s.base),
+            "-d",
+            &long,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(first.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert!(line.starts_with("data: "), "{line}");
+    let handles: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let (base, b) = (s.base.clone(), body(p, 24, false));
+            std::thread::spawn(move || {
+                let out = Command::new("curl")
+                    .args(["-s", &format!("{base}/v1/completions"), "-d", &b])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).to_string()
+            })
+        })
+        .collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let resp = h.join().unwrap();
+        assert_eq!(text(&resp), alone[i], "prompt {i} beside the others");
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    let mixed = metric(&s, "clover_batch_mixed_steps_total");
+    let prompt_tokens = metric(&s, "clover_batch_prompt_tokens_total");
+    eprintln!("{mixed} mixed steps, {prompt_tokens} prompt tokens in batched steps");
+    assert!(
+        mixed > 0.0,
+        "no step decoded and evaluated a prompt together"
+    );
+}
+
 #[test]
 fn the_openai_python_client_works_against_it() {
     let have = Command::new("python3")

@@ -44,7 +44,7 @@ pub use generate::{
     generate, GenEvent, GenOptions, Generation, PlainStep, Step, StepStats, StopReason, Timings,
 };
 pub use load::LoadedModel;
-pub use session::{Prefill, Session, SessionOptions};
+pub use session::{Prefill, PromptEval, Session, SessionOptions};
 pub use spec_step::SpecStep;
 pub use tokens::{generate_tokens, generate_tokens_with, TokenGeneration};
 

@@ -153,6 +153,17 @@ struct Checkpoint {
     recurrent: Vec<DeltaNetState>,
 }
 
+/// Where a session evaluates its prompt batches: by default [`Model::forward`]
+/// on the session's pool. The server's slots hand them to its batcher
+/// instead, which runs them inside its batched steps beside the decoding
+/// sequences (`crate::server::slots`).
+pub trait PromptEval: Send {
+    /// Evaluates `tokens` at the next position of `state` as
+    /// [`Model::forward`] does, leaving the last token's logits in
+    /// [`State::logits`] when `logits`.
+    fn eval(&mut self, state: &mut State, tokens: &[u32], logits: bool) -> Result<(), EngineError>;
+}
+
 /// A sequence on a loaded model.
 pub struct Session {
     model: Arc<LoadedModel>,
@@ -169,6 +180,8 @@ pub struct Session {
     pool_batch: Option<Arc<rayon::ThreadPool>>,
     threads: usize,
     n_batch: usize,
+    /// Set by [`Session::set_prompt_eval`]; else the session's own pool.
+    prompt_eval: Option<Box<dyn PromptEval>>,
 }
 
 impl Session {
@@ -240,11 +253,40 @@ impl Session {
             pool_batch,
             threads,
             n_batch: opts.n_batch,
+            prompt_eval: None,
         })
     }
 
     pub fn model(&self) -> &Arc<LoadedModel> {
         &self.model
+    }
+
+    /// Evaluates prompt batches through `eval` from now on (`None`: on the
+    /// session's own pool again).
+    pub fn set_prompt_eval(&mut self, eval: Option<Box<dyn PromptEval>>) {
+        self.prompt_eval = eval;
+    }
+
+    /// One logical batch of the prompt at the next position, through the
+    /// [`PromptEval`] when one is set; the last token's logits when `logits`.
+    fn eval_prompt(&mut self, tokens: &[u32], logits: bool) -> Result<(), EngineError> {
+        if let Some(e) = self.prompt_eval.as_mut() {
+            e.eval(&mut self.state, tokens, logits)?;
+        } else {
+            let pos = self.tokens.len();
+            let (model, state) = (&self.model.model, &mut self.state);
+            let pool = match tokens.len() {
+                1 => &self.pool,
+                _ => self.pool_batch.as_ref().unwrap_or(&self.pool),
+            };
+            let lf = match logits {
+                true => LogitsFor::Last,
+                false => LogitsFor::Indices(&[]),
+            };
+            pool.install(|| model.forward(state, tokens, pos, lf).map(|_| ()))?;
+        }
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
     }
 
     /// Threads of the session's pool.
@@ -322,14 +364,7 @@ impl Session {
         let n_shared = self.shared.len();
         if keep < n_shared && n_shared < prompt.len() && prompt.starts_with(&self.shared) {
             for chunk in prompt[keep..n_shared].chunks(self.n_batch) {
-                let pos = self.tokens.len();
-                let (model, state) = (&self.model.model, &mut self.state);
-                self.pool.install(|| {
-                    model
-                        .forward(state, chunk, pos, LogitsFor::Indices(&[]))
-                        .map(|_| ())
-                })?;
-                self.tokens.extend_from_slice(chunk);
+                self.eval_prompt(chunk, false)?;
             }
             self.shared_state = Some(Checkpoint {
                 pos: n_shared,
@@ -343,35 +378,19 @@ impl Session {
             true => rest.len() - 1,
             false => (rest.len() - 1) / self.n_batch * self.n_batch,
         };
-        let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);
         for chunk in rest[..split].chunks(self.n_batch) {
-            let pos = self.tokens.len();
-            let (model, state) = (&self.model.model, &mut self.state);
-            pool.install(|| {
-                model
-                    .forward(state, chunk, pos, LogitsFor::Indices(&[]))
-                    .map(|_| ())
-            })?;
-            self.tokens.extend_from_slice(chunk);
+            self.eval_prompt(chunk, false)?;
         }
         if checkpoint {
             self.checkpoint();
         }
-        let last = &rest[split..];
-        let pos = self.tokens.len();
-        let (model, state) = (&self.model.model, &mut self.state);
-        let pool = match last.len() {
-            1 => &self.pool,
-            _ => self.pool_batch.as_ref().unwrap_or(&self.pool),
-        };
-        let logits = pool.install(|| model.forward(state, last, pos, LogitsFor::Last))?;
-        self.tokens.extend_from_slice(last);
+        self.eval_prompt(&rest[split..], true)?;
         let info = Prefill {
             reused: keep,
             evaluated: prompt.len() - keep,
             ms: t0.elapsed().as_secs_f64() * 1000.0,
         };
-        Ok((info, logits))
+        Ok((info, self.state.logits(self.model.model.n_vocab())))
     }
 
     /// How much of `prompt` can stay: all the state holds when `prompt` extends it

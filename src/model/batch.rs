@@ -13,6 +13,16 @@
 //! the same bits whether it was decoded alone or beside others. (Under
 //! `CLOVER_BATCH_ORDER=ggml` a batch is summed as ggml sums one, which, as in
 //! llama.cpp itself, differs from a single row in the last bits.)
+//!
+//! A step may also carry one [`PromptChunk`]: up to a batch of another
+//! sequence's prompt, evaluated exactly as [`Model::forward`] evaluates that
+//! batch (the prompt kernels, its own scratch), layer by layer beside the
+//! decoding rows: each layer's mixer and MoE run first for the chunk, then
+//! for the decoding rows, so the decoding rows read weights the chunk has
+//! just brought into the cache, and a prompt no longer holds the decoding
+//! sequences back for the whole of its evaluation. Neither side's
+//! arithmetic depends on the other, so every row keeps the bits it would
+//! have alone.
 
 use super::attention;
 use super::deltanet;
@@ -39,6 +49,15 @@ impl BatchScratch {
     }
 }
 
+/// One batch of a sequence's prompt riding along a batched step.
+pub struct PromptChunk<'a> {
+    pub state: &'a mut State,
+    /// At most the state's batch (`max_batch`), at its next position.
+    pub tokens: &'a [u32],
+    /// Logits for the last of `tokens` (`State::logits`); else none.
+    pub logits: bool,
+}
+
 impl Model<'_> {
     /// Decodes `tokens[i]` at the next position of `states[i]` for every i,
     /// leaving each sequence's logits where [`Model::forward`] leaves them
@@ -49,12 +68,61 @@ impl Model<'_> {
         states: &mut [&mut State],
         tokens: &[u32],
     ) -> Result<(), ForwardError> {
+        if tokens.is_empty() {
+            return Err(ForwardError::Empty);
+        }
+        self.step_batch(bs, states, tokens, None).map(|_| ())
+    }
+
+    /// Checks that `tokens` may be evaluated at the next position of
+    /// `state`, with the last one's logits when `logits`, as
+    /// [`Model::forward`] checks its input before it runs any of it.
+    pub fn check_prompt(
+        &self,
+        state: &mut State,
+        tokens: &[u32],
+        logits: bool,
+    ) -> Result<(), ForwardError> {
+        if state.verify_pending() {
+            return Err(ForwardError::VerifyPending);
+        }
+        let lf = match logits {
+            true => super::LogitsFor::Last,
+            false => super::LogitsFor::Indices(&[]),
+        };
+        self.check_batch(state, tokens, state.n_past(), lf)
+            .map(|_| ())
+    }
+
+    /// What [`Model::forward`] reports at the end of a prompt whose batches
+    /// ran as [`PromptChunk`]s: `first_bad` is where the residual stream first
+    /// held a NaN or an infinity (each chunk's `step_batch` result, the first
+    /// one that was not `None`); with `logits`, whether the last token's are
+    /// finite.
+    pub fn prompt_result(
+        &self,
+        state: &State,
+        logits: bool,
+        first_bad: Option<Option<usize>>,
+    ) -> Result<(), ForwardError> {
+        self.check_finite(state, logits as usize, first_bad)
+    }
+
+    /// [`Model::decode_batch`] over `tokens` (possibly none) and, in the same
+    /// pass, one batch of a prompt (see the module docs). The chunk must have
+    /// passed [`Model::check_prompt`] (as the prompt it belongs to). Returns
+    /// where the chunk's residual stream first held a NaN or an infinity, as
+    /// [`Model::prompt_result`] takes it; errors are the decoding rows'.
+    pub fn step_batch(
+        &self,
+        bs: &mut BatchScratch,
+        states: &mut [&mut State],
+        tokens: &[u32],
+        chunk: Option<PromptChunk<'_>>,
+    ) -> Result<Option<Option<usize>>, ForwardError> {
         let n = tokens.len();
         assert_eq!(n, states.len(), "one token per state");
         assert!(n <= bs.rows, "more sequences than the batch scratch holds");
-        if n == 0 {
-            return Err(ForwardError::Empty);
-        }
         let (cfg, kt) = (&self.config, self.kt);
         let (e, v) = (cfg.n_embd, self.n_vocab());
         for (st, &tok) in states.iter_mut().zip(tokens) {
@@ -63,72 +131,49 @@ impl Model<'_> {
             }
             self.check_batch(st, &[tok], st.n_past(), super::LogitsFor::Last)?;
         }
+        // The chunk as `Model::forward` runs one of its batches.
+        let mut chunk = chunk.map(|c| {
+            let t = c.tokens.len();
+            assert!(
+                t > 0 && t <= c.state.max_batch,
+                "a prompt chunk is one batch"
+            );
+            let pos0 = c.state.n_past();
+            c.state.scratch.moe.pool = 0;
+            let lf = match c.logits {
+                true => super::LogitsFor::Last,
+                false => super::LogitsFor::Indices(&[]),
+            };
+            super::forward::set_head_rows(&mut c.state.scratch.head_rows, lf, t, 0, t);
+            let first_bad = self.batch_embed(c.state, c.tokens);
+            (c.state, pos0, t, first_bad)
+        });
+        let prompt_mode = self.order.mode(true);
         let mode = self.order.mode(false);
         let s = &mut bs.s;
         self.embed(tokens, &mut s.x[..n * e]);
         for il in 0..cfg.n_layer {
-            let lw = &self.weights.layers[il];
-            norm_rows(
-                &s.x[..n * e],
-                &lw.attn_norm,
-                cfg.rms_eps,
-                &mut s.xn[..n * e],
-            );
-            match &lw.mixer {
-                MixerWeights::DeltaNet(w) => {
-                    deltanet::project(kt, mode, cfg, w, &s.xn[..n * e], n, &mut s.gdn, &mut s.lin);
-                    for (i, st) in states.iter_mut().enumerate() {
-                        let LayerSlot::DeltaNet(r) = st.slots[il] else {
-                            unreachable!("layer slots follow the layer kinds")
-                        };
-                        let g = &mut st.scratch.gdn;
-                        g.take_row(cfg, &s.gdn, i);
-                        deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, g, None);
-                        s.gdn.put_heads(cfg, g, i, n);
-                    }
-                    deltanet::finish(kt, mode, cfg, w, n, &mut s.gdn, &mut s.lin, &mut s.y);
-                }
-                MixerWeights::Attention(w) => {
-                    attention::project_qkv(
-                        kt,
-                        mode,
-                        cfg,
-                        w,
-                        &s.xn[..n * e],
-                        n,
-                        &mut s.attn,
-                        &mut s.lin,
-                    );
-                    for (i, st) in states.iter_mut().enumerate() {
-                        let LayerSlot::Attention(a) = st.slots[il] else {
-                            unreachable!("layer slots follow the layer kinds")
-                        };
-                        let pos = st.n_past();
-                        let (kv, one) = (&mut st.kv, &mut st.scratch.attn);
-                        attention::decode_row(kt, mode, cfg, w, kv, a, pos, &mut s.attn, i, one);
-                    }
-                    attention::project_out(kt, mode, cfg, w, n, &s.attn, &mut s.lin, &mut s.y);
-                }
+            if let Some((st, pos0, t, _)) = &mut chunk {
+                super::dump::set_layer(il);
+                self.mixer_block(kt, prompt_mode, st, il, *pos0, *t, false);
             }
-            add_into(&mut s.x[..n * e], &s.y[..n * e]);
-            let fw = &lw.ffn;
-            norm_rows(&s.x[..n * e], &fw.norm, cfg.rms_eps, &mut s.xn[..n * e]);
-            moe::forward(
-                kt,
-                mode,
-                cfg,
-                fw,
-                &s.xn[..n * e],
-                n,
-                &mut s.moe,
-                &mut s.lin,
-                &mut s.y,
-            );
-            add_into(&mut s.x[..n * e], &s.y[..n * e]);
-            let k = cfg.n_expert_used;
-            for (i, st) in states.iter_mut().enumerate() {
-                st.stats.record(il, &s.moe.sel[i * k..(i + 1) * k]);
+            if n > 0 {
+                self.batch_mixer(mode, s, states, il, n);
             }
+            if let Some((st, _, t, first_bad)) = &mut chunk {
+                self.moe_block(kt, prompt_mode, st, il, *t);
+                self.note_finite(st, il, *t, first_bad);
+            }
+            if n > 0 {
+                self.batch_moe(mode, s, states, il, n);
+            }
+        }
+        let chunk_bad = chunk.map(|(st, pos0, t, first_bad)| {
+            self.batch_end(kt, st, pos0, t);
+            first_bad
+        });
+        if n == 0 {
+            return Ok(chunk_bad.flatten());
         }
         // The output head over every row, in decoding's numerics.
         for i in 0..n {
@@ -164,7 +209,96 @@ impl Model<'_> {
                 layer: Some(cfg.n_layer - 1),
             });
         }
-        Ok(())
+        Ok(chunk_bad.flatten())
+    }
+
+    /// Layer `il`'s mixer over the `n` decoding rows of a batched step.
+    fn batch_mixer(
+        &self,
+        mode: kernels::Mode,
+        s: &mut Scratch,
+        states: &mut [&mut State],
+        il: usize,
+        n: usize,
+    ) {
+        let (cfg, kt) = (&self.config, self.kt);
+        let e = cfg.n_embd;
+        let lw = &self.weights.layers[il];
+        norm_rows(
+            &s.x[..n * e],
+            &lw.attn_norm,
+            cfg.rms_eps,
+            &mut s.xn[..n * e],
+        );
+        match &lw.mixer {
+            MixerWeights::DeltaNet(w) => {
+                deltanet::project(kt, mode, cfg, w, &s.xn[..n * e], n, &mut s.gdn, &mut s.lin);
+                for (i, st) in states.iter_mut().enumerate() {
+                    let LayerSlot::DeltaNet(r) = st.slots[il] else {
+                        unreachable!("layer slots follow the layer kinds")
+                    };
+                    let g = &mut st.scratch.gdn;
+                    g.take_row(cfg, &s.gdn, i);
+                    deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, g, None);
+                    s.gdn.put_heads(cfg, g, i, n);
+                }
+                deltanet::finish(kt, mode, cfg, w, n, &mut s.gdn, &mut s.lin, &mut s.y);
+            }
+            MixerWeights::Attention(w) => {
+                attention::project_qkv(
+                    kt,
+                    mode,
+                    cfg,
+                    w,
+                    &s.xn[..n * e],
+                    n,
+                    &mut s.attn,
+                    &mut s.lin,
+                );
+                for (i, st) in states.iter_mut().enumerate() {
+                    let LayerSlot::Attention(a) = st.slots[il] else {
+                        unreachable!("layer slots follow the layer kinds")
+                    };
+                    let pos = st.n_past();
+                    let (kv, one) = (&mut st.kv, &mut st.scratch.attn);
+                    attention::decode_row(kt, mode, cfg, w, kv, a, pos, &mut s.attn, i, one);
+                }
+                attention::project_out(kt, mode, cfg, w, n, &s.attn, &mut s.lin, &mut s.y);
+            }
+        }
+        add_into(&mut s.x[..n * e], &s.y[..n * e]);
+    }
+
+    /// Layer `il`'s MoE over the `n` decoding rows of a batched step.
+    fn batch_moe(
+        &self,
+        mode: kernels::Mode,
+        s: &mut Scratch,
+        states: &mut [&mut State],
+        il: usize,
+        n: usize,
+    ) {
+        let (cfg, kt) = (&self.config, self.kt);
+        let e = cfg.n_embd;
+        let lw = &self.weights.layers[il];
+        let fw = &lw.ffn;
+        norm_rows(&s.x[..n * e], &fw.norm, cfg.rms_eps, &mut s.xn[..n * e]);
+        moe::forward(
+            kt,
+            mode,
+            cfg,
+            fw,
+            &s.xn[..n * e],
+            n,
+            &mut s.moe,
+            &mut s.lin,
+            &mut s.y,
+        );
+        add_into(&mut s.x[..n * e], &s.y[..n * e]);
+        let k = cfg.n_expert_used;
+        for (i, st) in states.iter_mut().enumerate() {
+            st.stats.record(il, &s.moe.sel[i * k..(i + 1) * k]);
+        }
     }
 }
 
@@ -239,6 +373,119 @@ mod tests {
                         assert_eq!(batched[i].n_past(), alone[i].n_past());
                     }
                 }
+            }
+        }
+    }
+
+    /// A prompt evaluated chunk by chunk inside batched steps, beside two
+    /// decoding sequences (and once with none), leaves the same state and
+    /// logits as `Model::forward` over the whole prompt: its last token's
+    /// logits and every later decoding step are the same bits. The decoding
+    /// sequences keep their lone decoding bits meanwhile.
+    #[test]
+    fn a_prompt_chunk_beside_decoding_rows_keeps_every_rows_bits() {
+        let mut tm = TinyModel::random(tiny_config(4, 2), 43);
+        tm.to_f16(256);
+        prompt_chunks_keep_the_bits(&tm.model());
+        // Quantized weights, whose prompt kernels sum in another order than
+        // decoding's: a chunk that took decoding's numerics would show.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tiny-q4_k_m.gguf");
+        let plan = crate::synth::plan(crate::synth::SynthOptions {
+            arch: crate::synth::Arch::Qwen35Moe,
+            preset: crate::synth::Preset::Tiny,
+            recipe: crate::synth::Recipe::Q4KM,
+            seed: 5,
+        })
+        .unwrap();
+        plan.write(&path, Some(1)).unwrap();
+        let file = crate::gguf::GgufFile::open(&path).unwrap();
+        prompt_chunks_keep_the_bits(&Model::load(&file).unwrap());
+    }
+
+    fn prompt_chunks_keep_the_bits(model: &Model) {
+        let v = model.n_vocab();
+        // Batches of 12 rows take the prompt kernels (`PROMPT_MIN_ROWS`).
+        let opts = StateOptions {
+            max_batch: 12,
+            ..StateOptions::new(64)
+        };
+        let prompt: Vec<u32> = (0..29u32).map(|i| (i * 5 + 2) % v as u32).collect();
+        for decoders in [2usize, 0] {
+            let mut alone: Vec<State> = (0..decoders)
+                .map(|_| model.new_state(opts).unwrap())
+                .collect();
+            let mut batched: Vec<State> = (0..decoders)
+                .map(|_| model.new_state(opts).unwrap())
+                .collect();
+            for (i, (a, b)) in alone.iter_mut().zip(&mut batched).enumerate() {
+                let p = [i as u32 + 1, 7, 9];
+                model.forward(a, &p, 0, LogitsFor::Last).unwrap();
+                model.forward(b, &p, 0, LogitsFor::Last).unwrap();
+            }
+            let mut want = model.new_state(opts).unwrap();
+            let want_logits = model
+                .forward(&mut want, &prompt, 0, LogitsFor::Last)
+                .unwrap()
+                .to_vec();
+            let mut got = model.new_state(opts).unwrap();
+            model.check_prompt(&mut got, &prompt, true).unwrap();
+            let mut bs = BatchScratch::new(model, 2);
+            let mut first_bad = None;
+            for (step, c) in prompt.chunks(12).enumerate() {
+                let last = (step + 1) * 12 >= prompt.len();
+                let tokens: Vec<u32> = (0..decoders as u32)
+                    .map(|i| (step as u32 * 3 + i) % v as u32)
+                    .collect();
+                let mut lone = Vec::new();
+                for (a, &t) in alone.iter_mut().zip(&tokens) {
+                    let pos = a.n_past();
+                    lone.push(
+                        model
+                            .forward(a, &[t], pos, LogitsFor::Last)
+                            .unwrap()
+                            .to_vec(),
+                    );
+                }
+                let mut refs: Vec<&mut State> = batched.iter_mut().collect();
+                let chunk = PromptChunk {
+                    state: &mut got,
+                    tokens: c,
+                    logits: last,
+                };
+                let bad = model
+                    .step_batch(&mut bs, &mut refs, &tokens, Some(chunk))
+                    .unwrap();
+                first_bad = first_bad.or(bad);
+                for (i, w) in lone.iter().enumerate() {
+                    let g = batched[i].logits(v);
+                    assert!(
+                        g.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "decoders {decoders} step {step} sequence {i}"
+                    );
+                }
+            }
+            model.prompt_result(&got, true, first_bad).unwrap();
+            assert_eq!(got.n_past(), prompt.len());
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(got.logits(v)),
+                bits(&want_logits),
+                "decoders {decoders}"
+            );
+            // The states match too: the next tokens decode to the same bits.
+            for (i, t) in [3u32, 8, 1].into_iter().enumerate() {
+                let pos = want.n_past();
+                let w = model
+                    .forward(&mut want, &[t], pos, LogitsFor::Last)
+                    .unwrap()
+                    .to_vec();
+                let g = model.forward(&mut got, &[t], pos, LogitsFor::Last).unwrap();
+                assert_eq!(
+                    bits(g),
+                    bits(&w),
+                    "decoders {decoders} after the prompt, step {i}"
+                );
             }
         }
     }

@@ -155,7 +155,7 @@ impl<'a> Model<'a> {
     /// right after the cached positions, within the context, every id in the
     /// vocabulary, every index inside the input — and grows the logits
     /// buffer to the rows asked for. Returns that number of rows.
-    pub(super) fn check_batch(
+    pub(crate) fn check_batch(
         &self,
         state: &mut State,
         tokens: &[u32],
@@ -224,14 +224,28 @@ impl<'a> Model<'a> {
             first_bad = first_bad.or(bad);
             c0 += t;
         }
-        let logits = &state.scratch.logits[..rows * v];
+        self.check_finite(state, rows, first_bad)?;
+        Ok(&state.scratch.logits[..rows * v])
+    }
+
+    /// The end of a forward call: an error naming where the residual stream
+    /// first held a NaN or an infinity (`first_bad`, as [`Model::run_batch`]
+    /// reports it per batch), or, when the layers were finite, whether the
+    /// `rows` logits rows are.
+    pub(super) fn check_finite(
+        &self,
+        state: &State,
+        rows: usize,
+        first_bad: Option<Option<usize>>,
+    ) -> Result<(), ForwardError> {
+        let logits = &state.scratch.logits[..rows * self.n_vocab()];
         if first_bad.is_some() || !all_finite(logits) {
             // The layers' outputs were finite yet the logits are not: the output
             // head did it, reported as the last layer's.
             let layer = first_bad.unwrap_or(Some(self.config.n_layer - 1));
             return Err(ForwardError::NonFinite { layer });
         }
-        Ok(logits)
+        Ok(())
     }
 
     /// One batch: embed, every layer, the output head for `head_rows`.
@@ -246,9 +260,7 @@ impl<'a> Model<'a> {
         verify: bool,
     ) -> Option<Option<usize>> {
         let t = tokens.len();
-        let e = self.config.n_embd;
-        self.embed(tokens, &mut state.scratch.x[..t * e]);
-        let mut first_bad = (!all_finite(&state.scratch.x[..t * e])).then_some(None);
+        let mut first_bad = self.batch_embed(state, tokens);
         // A prompt batch may take the prompt kernels; a verify pass must
         // give every row single-token decoding's bits (DESIGN §4.1).
         let mode = self.order.mode(!verify);
@@ -256,15 +268,42 @@ impl<'a> Model<'a> {
             dump::set_layer(il);
             self.mixer_block(kt, mode, state, il, pos0, t, verify);
             self.moe_block(kt, mode, state, il, t);
-            if first_bad.is_none() && !all_finite(&state.scratch.x[..t * e]) {
-                first_bad = Some(Some(il));
-            }
+            self.note_finite(state, il, t, &mut first_bad);
         }
+        self.batch_end(kt, state, pos0, t);
+        first_bad
+    }
+
+    /// [`Model::run_batch`]'s start: the embeddings of `tokens`, and
+    /// `Some(None)` when they are not finite.
+    pub(super) fn batch_embed(&self, state: &mut State, tokens: &[u32]) -> Option<Option<usize>> {
+        let e = self.config.n_embd;
+        let x = &mut state.scratch.x[..tokens.len() * e];
+        self.embed(tokens, x);
+        (!all_finite(x)).then_some(None)
+    }
+
+    /// Records layer `il` in `first_bad` if it is the first whose output
+    /// (the batch's `t` rows of the residual stream) is not finite.
+    pub(super) fn note_finite(
+        &self,
+        state: &State,
+        il: usize,
+        t: usize,
+        first_bad: &mut Option<Option<usize>>,
+    ) {
+        let e = self.config.n_embd;
+        if first_bad.is_none() && !all_finite(&state.scratch.x[..t * e]) {
+            *first_bad = Some(Some(il));
+        }
+    }
+
+    /// [`Model::run_batch`]'s end: the cache holds the batch, and the output
+    /// head, in decoding's numerics for every batch, runs on `head_rows`.
+    pub(super) fn batch_end(&self, kt: &KernelTable, state: &mut State, pos0: usize, t: usize) {
         state.kv.set_len(pos0 + t);
         state.stats.tokens += t as u64;
-        // The output head in decoding's numerics for every batch.
         self.head(kt, self.order.mode(false), state);
-        first_bad
     }
 
     pub(crate) fn embed(&self, tokens: &[u32], x: &mut [f32]) {
@@ -277,7 +316,7 @@ impl<'a> Model<'a> {
     /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)`. In a verify pass a GDN layer
     /// runs on a scratch copy of its state and stashes its inputs.
     #[allow(clippy::too_many_arguments)]
-    fn mixer_block(
+    pub(super) fn mixer_block(
         &self,
         kt: &KernelTable,
         mode: Mode,

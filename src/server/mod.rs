@@ -528,12 +528,20 @@ async fn metrics_text(State(app): State<Arc<App>>) -> Response {
     if let Some(r) = app.ready.get() {
         let steps = r.batcher.steps.load(Ordering::Relaxed);
         let rows = r.batcher.rows.load(Ordering::Relaxed);
-        body += "# HELP clover_batch_steps_total Batched decoding steps (one forward pass each)\n";
+        body += "# HELP clover_batch_steps_total Batched steps (one forward pass each)\n";
         body += "# TYPE clover_batch_steps_total counter\n";
         body += &format!("clover_batch_steps_total {steps}\n");
         body += "# HELP clover_batch_rows_total Sequences decoded by batched steps\n";
         body += "# TYPE clover_batch_rows_total counter\n";
         body += &format!("clover_batch_rows_total {rows}\n");
+        let prompt = r.batcher.prompt_rows.load(Ordering::Relaxed);
+        body += "# HELP clover_batch_prompt_tokens_total Prompt tokens evaluated inside batched steps\n";
+        body += "# TYPE clover_batch_prompt_tokens_total counter\n";
+        body += &format!("clover_batch_prompt_tokens_total {prompt}\n");
+        let mixed = r.batcher.mixed_steps.load(Ordering::Relaxed);
+        body += "# HELP clover_batch_mixed_steps_total Batched steps that decoded and evaluated a prompt batch in one pass\n";
+        body += "# TYPE clover_batch_mixed_steps_total counter\n";
+        body += &format!("clover_batch_mixed_steps_total {mixed}\n");
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
