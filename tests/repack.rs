@@ -26,16 +26,16 @@ fn small(dir: &std::path::Path, recipe: Recipe) -> std::path::PathBuf {
 
 fn repack_available(ty: GgmlType) -> bool {
     std::env::var("CLOVER_REPACK").as_deref() != Ok("0")
-        && clover::model::load::repacked_at_load(ty)
         && kernels::isa::active()
             .packed_gemm(ty, kernels::Mode::Decode)
             .is_some()
 }
 
 /// Whether the loader repacks matrix `t` (a product for its type, whole
-/// groups of rows).
+/// groups of rows, a type and shape the loader copies).
 fn packs(t: &clover::gguf::TensorInfo) -> bool {
     repack_available(t.ty)
+        && clover::model::load::repacked_at_load(t.ty, &t.dims)
         && t.dims.len() > 1
         && kernels::repack::packable(t.ty, t.dims[0] as usize, t.dims[1] as usize)
 }
@@ -172,5 +172,9 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
             && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
+    // The Q5_K shared expert stays in the file's layout (`repacked_at_load`).
+    let shexp = file.tensor("blk.0.ffn_gate_shexp.weight").unwrap();
+    assert_eq!(shexp.ty, GgmlType::Q5_K);
+    assert!(!packed.contains_key("blk.0.ffn_gate_shexp.weight"));
     one_layer_logits_agree(&file);
 }
