@@ -104,6 +104,29 @@ impl fmt::Display for Isa {
     }
 }
 
+/// Whether the CPU is Intel's (`GenuineIntel` in CPUID leaf 0): the repacked
+/// kernels' software prefetch distance differs between vendors.
+pub fn is_intel() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static INTEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *INTEL.get_or_init(|| {
+            #[allow(unused_unsafe)]
+            // SAFETY: CPUID leaf 0 exists on every x86-64 CPU.
+            let r = unsafe { std::arch::x86_64::__cpuid(0) };
+            let mut v = [0u8; 12];
+            v[..4].copy_from_slice(&r.ebx.to_le_bytes());
+            v[4..8].copy_from_slice(&r.edx.to_le_bytes());
+            v[8..].copy_from_slice(&r.ecx.to_le_bytes());
+            &v == b"GenuineIntel"
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the CPU has FMA (x86; the scalar helpers' fused multiply-add path).
 pub fn has_fma() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -126,5 +149,20 @@ pub fn has_avx2() -> bool {
     #[cfg(not(target_arch = "x86_64"))]
     {
         false
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    /// The vendor read from CPUID is the one the kernel reports.
+    #[test]
+    fn is_intel_agrees_with_proc_cpuinfo() {
+        let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") else {
+            return;
+        };
+        let Some(line) = info.lines().find(|l| l.starts_with("vendor_id")) else {
+            return;
+        };
+        assert_eq!(super::is_intel(), line.contains("GenuineIntel"), "{line}");
     }
 }
