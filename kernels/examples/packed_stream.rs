@@ -50,6 +50,11 @@ fn main() {
         (GgmlType::Q3_K, 512, 2048, "routed expert down"),
         (GgmlType::Q6_K, 2048, 4096, "dense"),
         (GgmlType::Q8_0, 2048, 4096, "GDN gate"),
+        (GgmlType::Q5_K, 2048, 512, "shared expert gate"),
+        (GgmlType::Q5_K, 512, 2048, "shared expert down"),
+        (GgmlType::Q4_K, 2048, 512, "q4_k expert gate"),
+        (GgmlType::Q4_K, 2048, 4096, "q4_k dense"),
+        (GgmlType::IQ4_XS, 2048, 512, "iq4_xs expert gate"),
     ] {
         let rb = ty.row_bytes(n as u64).unwrap() as usize;
         let size = rb * n_out;

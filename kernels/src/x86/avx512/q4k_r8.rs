@@ -91,6 +91,11 @@ pub(crate) unsafe fn minned_rows8<G: Minned, const C: usize>(
         let mut acc = [_mm256_setzero_ps(); C];
         let mut acc_min = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
+            // Mat-vecs stream from memory, where the prefetch pays;
+            // wider tiles are compute-bound.
+            if C <= 2 {
+                super::repack::prefetch_ahead(g);
+            }
             let Group {
                 qs,
                 scales,
