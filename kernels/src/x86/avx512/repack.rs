@@ -21,8 +21,8 @@ use crate::GgmlType;
 const AHEAD: usize = 16 << 10;
 
 /// [`AHEAD`] on Intel cores: 2 KiB, two to three groups. On a Xeon with
-/// AMX (`packed_stream`, one thread, alternating distances, two sweeps
-/// each), repacked Q3_K streamed 11.5–12.2 GB/s at 2 KiB against 9.3–9.6
+/// AMX (`packed_stream`, one thread, three sweeps per run, distances
+/// alternating), repacked Q3_K streamed 11.5–12.2 GB/s at 2 KiB against 9.3–9.6
 /// at 16 KiB (1 KiB 11.0–11.2, 3 KiB 11.3–11.5, 4 KiB 10.0–10.2, 8 and 32
 /// KiB as 16), Q6_K 13.3–13.8 against 12.0–12.2: the file layout's speed.
 const AHEAD_INTEL: usize = 2 << 10;
@@ -30,11 +30,10 @@ const AHEAD_INTEL: usize = 2 << 10;
 /// The prefetch distance for this CPU (see [`AHEAD`], [`AHEAD_INTEL`]).
 #[inline(always)]
 fn ahead() -> usize {
-    static A: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *A.get_or_init(|| match crate::cpu::is_intel() {
+    match crate::cpu::is_intel() {
         true => AHEAD_INTEL,
         false => AHEAD,
-    })
+    }
 }
 
 /// Asks for the group [`ahead`] bytes past the start of `g` into L2: a
