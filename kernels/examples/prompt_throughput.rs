@@ -1,6 +1,6 @@
 //! Single-thread throughput of prompt-batch products ([`Mode::Prompt`]) on
 //! an in-cache weight matrix (default 512 rows of 2048: a routed expert's
-//! gate at full size), with 1, 4, 8, 16, 32 and 512 activation rows (a
+//! gate at full size), with 1, 4, 8, 12, 16, 32 and 512 activation rows (a
 //! routed expert in a 512-token prefill sees about 16). The figure is the
 //! minimum over many repetitions, so it is the compute ceiling on one core.
 //! Q3_K, Q6_K, Q4_K, IQ4_XS, Q5_K and Q8_0 are shown both repacked (`r8`, what the loader does) and
@@ -70,7 +70,7 @@ fn main() {
         let ab: &[u8] = &bytemuck::cast_slice(&a)[..alen * max_rows];
         let name = format!("{ty}{}", if packed { " r8" } else { "" });
         let mut line = format!("{name:10}");
-        for rows in [1usize, 4, 8, 16, 32, 512] {
+        for rows in [1usize, 4, 8, 12, 16, 32, 512] {
             let x = QActs::new(act_ty, N, rows, &ab[..alen * rows]).unwrap();
             let mut out = vec![0f32; rows * n_out];
             let mut tile = vec![0f32; matmul_tile_len(rows)];

@@ -469,6 +469,19 @@ pub fn matmul_tile_len(rows: usize) -> usize {
 /// Fewest activation rows the prompt kernels are planned for.
 pub const PROMPT_MIN_ROWS: usize = 8;
 
+/// Fewest activation rows the prompt kernel on repacked rows of type `ty`
+/// is planned for: below it the repacked multi-row product is as fast or
+/// faster (`examples/prompt_throughput.rs`, one core: at 8 rows Q6_K,
+/// IQ4_XS and Q8_0 ran 15-20 % slower through the prompt kernel, Q4_K and
+/// Q5_K even; at 12 every type ran as fast or faster; Q3_K's prompt kernel
+/// leads from 8).
+pub fn packed_prompt_min_rows(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::Q3_K => PROMPT_MIN_ROWS,
+        _ => 12,
+    }
+}
+
 /// Activation rows per prompt-kernel call (its weight unpacking is shared
 /// by all of them).
 const PROMPT_ACT_TILE: usize = 128;
@@ -706,7 +719,7 @@ impl KernelTable {
             // rows where the tier has one (faster for many tokens).
             if let Some(p) = self
                 .packed_prompt_gemm(ty, mode)
-                .filter(|_| rows >= PROMPT_MIN_ROWS)
+                .filter(|_| rows >= packed_prompt_min_rows(ty))
             {
                 return Kernel::PackedPrompt(p);
             }

@@ -275,7 +275,7 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
                     // repacked rows takes that kernel instead (its own
                     // order: `prompt_kernels_on_repacked_rows_give_the_file_rows_bits`).
                     let prompt_kernel = kt.packed_prompt_gemm(ty, mode).is_some()
-                        && batch >= matmul::PROMPT_MIN_ROWS;
+                        && batch >= matmul::packed_prompt_min_rows(ty);
                     if prompt_kernel {
                         continue;
                     }

@@ -33,7 +33,9 @@
 use std::arch::x86_64::*;
 
 use crate::blocks::as_blocks;
+use crate::iq4_r8::Group as Iq4Group;
 use crate::q3k_r8::Group as Q3Group;
+use crate::q4k_r8::Group as Q4Group;
 use crate::q5k_r8::Group as Q5Group;
 use crate::q6k_r8::Group as Q6Group;
 use crate::q80_r8::Group as Q80Group;
@@ -80,7 +82,9 @@ pub fn packed_gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
     match ty {
         GgmlType::Q6_K => Some(gemm_q6_k_packed_prompt),
         GgmlType::Q3_K => Some(gemm_q3_k_packed_prompt),
+        GgmlType::Q4_K => Some(gemm_q4_k_packed_prompt),
         GgmlType::Q5_K => Some(gemm_q5_k_packed_prompt),
+        GgmlType::IQ4_XS => Some(gemm_iq4_xs_packed_prompt),
         GgmlType::Q8_0 => Some(gemm_q8_0_packed_prompt),
         _ => None,
     }
@@ -101,16 +105,19 @@ struct Acts {
 }
 
 impl Acts {
-    /// Q8_K rows against K-quant levels offset by `BIAS` (16 sub-blocks of
-    /// 16 per block); `BIAS = −1` stores each sub-block's `Σa` (mins).
-    fn k_quant<const BIAS: i32>(&mut self, y: &[&[BlockQ8K]], nb: usize) {
+    /// Q8_K rows against K-quant levels offset by `BIAS`, `SUBS`
+    /// sub-blocks per block (16 of 16 elements, or 8 of 32); `BIAS = −1`
+    /// stores each sub-block's `Σa` (mins).
+    fn k_quant<const BIAS: i32, const SUBS: usize>(&mut self, y: &[&[BlockQ8K]], nb: usize) {
+        let per = 16 / SUBS;
         grow(&mut self.d, y.len() * nb);
-        grow(&mut self.bias, y.len() * nb * 16);
+        grow(&mut self.bias, y.len() * nb * SUBS);
         for (t, row) in y.iter().enumerate() {
             for (b, yb) in row[..nb].iter().enumerate() {
                 self.d[t * nb + b] = yb.d;
-                for (s, &bs) in yb.bsums.iter().enumerate() {
-                    self.bias[(t * nb + b) * 16 + s] = -BIAS * bs as i32;
+                for (s, bs) in yb.bsums.chunks_exact(per).enumerate() {
+                    let sum: i32 = bs.iter().map(|&v| v as i32).sum();
+                    self.bias[(t * nb + b) * SUBS + s] = -BIAS * sum;
                 }
             }
         }
@@ -310,7 +317,7 @@ fn the_sixteen_row_q3_k_unpack_is_the_row_unpack_transposed() {
 struct RowGroup {
     levels: Vec<u32>,
     scales: Vec<f32>,
-    /// Q4_K / Q5_K: `[row][n / 16]` the mins' scales `dmin·mᵢ`.
+    /// Q4_K / Q5_K: `[row][n / 32]` the mins' scales `dmin·mᵢ`.
     mins: Vec<f32>,
     t_levels: Vec<u32>,
     t_scales: Vec<u32>,
@@ -344,18 +351,32 @@ struct Format<W, A> {
 
 impl<W> Format<W, BlockQ8K> {
     /// A 256-element block against Q8_K with a scale per 16 elements: the
-    /// levels offset by `BIAS` (`acts = Acts::k_quant::<BIAS>`), or
-    /// (`mins`) unbiased with the mins' term.
-    fn k256(acts: fn(&mut Acts, &[&[BlockQ8K]], usize), unpack: UnpackFn<W>, mins: bool) -> Self {
+    /// levels offset by `BIAS` (`acts = Acts::k_quant::<BIAS, 16>`).
+    fn k256(acts: fn(&mut Acts, &[&[BlockQ8K]], usize), unpack: UnpackFn<W>) -> Self {
         Format {
             qk: 256,
             per_scale: 16,
             acts,
             unpack,
+            tile: tile_k::<false, 16>,
+            mins: false,
+            group: None,
+        }
+    }
+
+    /// A 256-element block against Q8_K with a scale per 32 elements
+    /// (`acts = Acts::k_quant::<BIAS, 8>`): the levels offset by `BIAS`, or
+    /// (`mins`) unbiased with the mins' term.
+    fn k32(acts: fn(&mut Acts, &[&[BlockQ8K]], usize), unpack: UnpackFn<W>, mins: bool) -> Self {
+        Format {
+            qk: 256,
+            per_scale: 32,
+            acts,
+            unpack,
             tile: if mins {
-                tile_k::<true>
+                tile_k::<true, 8>
             } else {
-                tile_k::<false>
+                tile_k::<false, 8>
             },
             mins,
             group: None,
@@ -397,14 +418,14 @@ prompt_entry!(
     gemm_q6_k_prompt,
     BlockQ6K,
     BlockQ8K,
-    Format::k256(Acts::k_quant::<32>, q6_k_unpack(), false)
+    Format::k256(Acts::k_quant::<32, 16>, q6_k_unpack())
 );
 prompt_entry!(
     /// The same for Q3_K weights (levels + 4, 0..=7; bias 4).
     gemm_q3_k_prompt,
     BlockQ3K,
     BlockQ8K,
-    Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false).with_group(q3_k_group())
+    Format::k256(Acts::k_quant::<4, 16>, q3_k_unpack()).with_group(q3_k_group())
 );
 prompt_entry!(
     /// The same for Q4_K weights: the nibbles (no bias; each token's `Σa`
@@ -412,21 +433,21 @@ prompt_entry!(
     gemm_q4_k_prompt,
     BlockQ4K,
     BlockQ8K,
-    Format::k256(Acts::k_quant::<-1>, unpack_q4_k, true)
+    Format::k32(Acts::k_quant::<-1, 8>, unpack_q4_k, true)
 );
 prompt_entry!(
     /// The same for Q5_K weights (levels 0..=31, mins as Q4_K's).
     gemm_q5_k_prompt,
     BlockQ5K,
     BlockQ8K,
-    Format::k256(Acts::k_quant::<-1>, unpack_q5_k, true)
+    Format::k32(Acts::k_quant::<-1, 8>, unpack_q5_k, true)
 );
 prompt_entry!(
     /// The same for IQ4_XS weights (grid values + 128; bias 128).
     gemm_iq4_xs_prompt,
     BlockIq4Xs,
     BlockQ8K,
-    Format::k256(Acts::k_quant::<128>, unpack_iq4_xs, false)
+    Format::k32(Acts::k_quant::<128, 8>, unpack_iq4_xs, false)
 );
 prompt_entry!(
     /// `out[t·out_stride + i] = W_i · x_t` for Q8_0 weights and activations:
@@ -486,7 +507,7 @@ unsafe fn prompt_gemm<W: bytemuck::Pod, A: bytemuck::Pod>(
             transpose_rows(&rg.levels, q4, &mut rg.t_levels);
             transpose_rows(bytemuck::cast_slice(&rg.scales), ns, &mut rg.t_scales);
             if f.mins {
-                transpose_rows(bytemuck::cast_slice(&rg.mins), n / 16, &mut rg.t_mins);
+                transpose_rows(bytemuck::cast_slice(&rg.mins), ns, &mut rg.t_mins);
             }
         }
         prefetch_l2(&w[(i0 + ROWS).min(w_rows) * wr..(i0 + 2 * ROWS).min(w_rows) * wr]);
@@ -546,8 +567,8 @@ unsafe fn tiles<W, A: bytemuck::Pod>(
         grow(&mut rg.t_levels, ROWS * q4);
         grow(&mut rg.t_scales, ROWS * ns);
         if f.mins {
-            grow(&mut rg.mins, ROWS * n / 16);
-            grow(&mut rg.t_mins, ROWS * n / 16);
+            grow(&mut rg.mins, ROWS * ns);
+            grow(&mut rg.t_mins, ROWS * ns);
         }
         let mut res = [[0f32; ROWS]; TB];
         for i0 in (0..w_rows).step_by(ROWS) {
@@ -673,14 +694,14 @@ fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
     }
 }
 
-/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q5_K into
-/// `rg`: levels 0..=31, `d·sc` and `dmin·m` per 16 elements, as
-/// [`unpack_q5_k`] and the transposes leave the file's.
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q4_K or
+/// Q5_K into `rg`: levels (0..=15, resp. 0..=31), `d·sc` and `dmin·m` per
+/// 32 elements, as [`unpack_q4_k`] / [`unpack_q5_k`] and the transposes
+/// leave the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
-fn unpack_q5_k_r8(a: &[Q5Group], b: &[Q5Group], rg: &mut RowGroup, nb: usize) {
-    use super::q4k_r8::Minned;
+fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, nb: usize) {
     assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 16 * ROWS && rg.t_mins.len() >= nb * 16 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 8 * ROWS && rg.t_mins.len() >= nb * 8 * ROWS);
     let (lv, sc, mn) = (
         rg.t_levels.as_mut_ptr(),
         rg.t_scales.as_mut_ptr().cast::<f32>(),
@@ -693,14 +714,14 @@ fn unpack_q5_k_r8(a: &[Q5Group], b: &[Q5Group], rg: &mut RowGroup, nb: usize) {
             for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
                 for k in 0..4 {
                     for q in 0..8 {
-                        let w = _mm256_loadu_si256(g.k4.qs[8 * k + q].as_ptr().cast());
+                        let w = _mm256_loadu_si256(g.k4().qs[8 * k + q].as_ptr().cast());
                         let (lo, hi) = g.levels(k, q, w);
                         let dw = blk * 64 + 16 * k + q;
                         _mm256_storeu_si256(lv.add(dw * ROWS + 8 * half).cast(), lo);
                         _mm256_storeu_si256(lv.add((dw + 8) * ROWS + 8 * half).cast(), hi);
                     }
                 }
-                let k4 = &g.k4;
+                let k4 = g.k4();
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(k4.d.as_ptr().cast()));
                 let dmin = _mm256_cvtph_ps(_mm_loadu_si128(k4.dmin.as_ptr().cast()));
                 for (i, (s, m)) in k4.scales.iter().zip(&k4.mins).enumerate() {
@@ -708,11 +729,9 @@ fn unpack_q5_k_r8(a: &[Q5Group], b: &[Q5Group], rg: &mut RowGroup, nb: usize) {
                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())))
                     };
                     let (s, m) = (_mm256_mul_ps(d, u8s(s)), _mm256_mul_ps(dmin, u8s(m)));
-                    for h in 0..2 {
-                        let at = (blk * 16 + 2 * i + h) * ROWS + 8 * half;
-                        _mm256_storeu_ps(sc.add(at), s);
-                        _mm256_storeu_ps(mn.add(at), m);
-                    }
+                    let at = (blk * 8 + i) * ROWS + 8 * half;
+                    _mm256_storeu_ps(sc.add(at), s);
+                    _mm256_storeu_ps(mn.add(at), m);
                 }
             }
         }
@@ -742,6 +761,49 @@ fn unpack_q8_0_r8(a: &[Q80Group], b: &[Q80Group], rg: &mut RowGroup, nb: usize) 
                 for (k, d) in g.d.iter().enumerate() {
                     let d = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
                     _mm256_storeu_ps(sc.add((blk * 8 + k) * ROWS + 8 * half), d);
+                }
+            }
+        }
+    }
+}
+
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked IQ4_XS into
+/// `rg`: the grid values + 128 and `d·(lsᵢ − 32)` per 32-element sub-block
+/// i, as [`unpack_iq4_xs`] and the transposes leave the
+/// file's.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_iq4_xs_r8(a: &[Iq4Group], b: &[Iq4Group], rg: &mut RowGroup, nb: usize) {
+    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 8 * ROWS);
+    let (lv, sc) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+    );
+    // SAFETY: every store is within the lengths asserted above (block blk
+    // < nb, dword < 64, scale < 16, 16 lanes); the features are enabled.
+    unsafe {
+        let grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(BIASED_GRID.as_ptr().cast()));
+        let m4 = _mm256_set1_epi8(0xF);
+        for blk in 0..nb {
+            for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
+                // Byte quad 4j + q: elements 32j + 4q.. (low nibbles) and
+                // 32j + 16 + 4q.. (high), that is dwords 8j + q and 8j + 4 + q.
+                for (jq, quad) in g.qs.iter().enumerate() {
+                    let (j, q) = (jq / 4, jq % 4);
+                    let w = _mm256_loadu_si256(quad.as_ptr().cast());
+                    let lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(w, m4));
+                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
+                    let hi = _mm256_shuffle_epi8(grid, hi);
+                    let dw = blk * 64 + 8 * j + q;
+                    _mm256_storeu_si256(lv.add(dw * ROWS + 8 * half).cast(), lo);
+                    _mm256_storeu_si256(lv.add((dw + 4) * ROWS + 8 * half).cast(), hi);
+                }
+                let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
+                for (j, s) in g.scales.iter().enumerate() {
+                    let s = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                        s.as_ptr().cast(),
+                    )));
+                    _mm256_storeu_ps(sc.add((blk * 8 + j) * ROWS + 8 * half), _mm256_mul_ps(d, s));
                 }
             }
         }
@@ -804,7 +866,7 @@ packed_prompt_entry!(
     BlockQ6K,
     BlockQ8K,
     Q6Group,
-    Format::k256(Acts::k_quant::<32>, q6_k_unpack(), false),
+    Format::k256(Acts::k_quant::<32, 16>, q6_k_unpack()),
     unpack_q6_k_r8
 );
 packed_prompt_entry!(
@@ -813,7 +875,7 @@ packed_prompt_entry!(
     BlockQ3K,
     BlockQ8K,
     Q3Group,
-    Format::k256(Acts::k_quant::<4>, q3_k_unpack(), false),
+    Format::k256(Acts::k_quant::<4, 16>, q3_k_unpack()),
     unpack_q3_k_r8
 );
 packed_prompt_entry!(
@@ -822,8 +884,26 @@ packed_prompt_entry!(
     BlockQ5K,
     BlockQ8K,
     Q5Group,
-    Format::k256(Acts::k_quant::<-1>, unpack_q5_k, true),
-    unpack_q5_k_r8
+    Format::k32(Acts::k_quant::<-1, 8>, unpack_q5_k, true),
+    unpack_k4_r8::<Q5Group>
+);
+packed_prompt_entry!(
+    /// [`gemm_q4_k_prompt`] on repacked rows ([`crate::q4k_r8`]).
+    gemm_q4_k_packed_prompt,
+    BlockQ4K,
+    BlockQ8K,
+    Q4Group,
+    Format::k32(Acts::k_quant::<-1, 8>, unpack_q4_k, true),
+    unpack_k4_r8::<Q4Group>
+);
+packed_prompt_entry!(
+    /// [`gemm_iq4_xs_prompt`] on repacked rows ([`crate::iq4_r8`]).
+    gemm_iq4_xs_packed_prompt,
+    BlockIq4Xs,
+    BlockQ8K,
+    Iq4Group,
+    Format::k32(Acts::k_quant::<128, 8>, unpack_iq4_xs, false),
+    unpack_iq4_xs_r8
 );
 packed_prompt_entry!(
     /// [`gemm_q8_0_prompt`] on repacked rows ([`crate::q80_r8`]).
@@ -1164,26 +1244,26 @@ unsafe fn unpack_k4_block(
             _mm256_storeu_si256(dst[8..].as_mut_ptr().cast(), hi);
         }
         let (d, dmin) = (f16_to_f32(d), f16_to_f32(dmin));
-        let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
-        let mn = &mut rg.mins[r * n / 16..(r + 1) * n / 16];
+        let sc = &mut rg.scales[r * n / 32..(r + 1) * n / 32];
+        let mn = &mut rg.mins[r * n / 32..(r + 1) * n / 32];
         for i in 0..8 {
             let (s_i, m_i) = get_scale_min_k4(i, scales);
-            sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(d * s_i as f32);
-            mn[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(dmin * m_i as f32);
+            sc[b * 8 + i] = d * s_i as f32;
+            mn[b * 8 + i] = dmin * m_i as f32;
         }
     }
 }
 
 /// Unpacks IQ4_XS row `x` into slot `r` of `rg`: the grid values + 128 in
 /// element order (sub-block i: its 16 `qs` bytes' low nibbles, then their
-/// high nibbles), `d·(lsᵢ − 32)` for both 16-element halves.
+/// high nibbles), `d·(lsᵢ − 32)` per 32-element sub-block i.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_iq4_xs(x: &[BlockIq4Xs], rg: &mut RowGroup, r: usize, n: usize) {
     let m4 = _mm_set1_epi8(0xF);
     // SAFETY: 16 readable bytes; `loadu` has no alignment requirement.
     let values = unsafe { _mm_loadu_si128(BIASED_GRID.as_ptr().cast()) };
     let lv = &mut rg.levels[r * n / 4..(r + 1) * n / 4];
-    let sc = &mut rg.scales[r * n / 16..(r + 1) * n / 16];
+    let sc = &mut rg.scales[r * n / 32..(r + 1) * n / 32];
     for (b, xb) in x.iter().enumerate() {
         for i in 0..8 {
             // SAFETY: 16 readable bytes; `loadu` has no alignment requirement.
@@ -1198,7 +1278,7 @@ fn unpack_iq4_xs(x: &[BlockIq4Xs], rg: &mut RowGroup, r: usize, n: usize) {
             }
             let ls = ((xb.scales_l[i / 2] >> (4 * (i % 2))) & 0xF) as i32
                 | (((xb.scales_h >> (2 * i)) & 3) << 4) as i32;
-            sc[b * 16 + 2 * i..b * 16 + 2 * i + 2].fill(f16_to_f32(xb.d) * (ls - 32) as f32);
+            sc[b * 8 + i] = f16_to_f32(xb.d) * (ls - 32) as f32;
         }
     }
 }
@@ -1337,9 +1417,10 @@ unsafe fn bcast_dword(qs: &[i8], k: usize) -> __m512i {
 }
 
 /// The transposed rows of `rg` against the K-quant tokens `y` (their
-/// [`Acts`] from token `t0`): `res[t][r]`, for up to [`TB`] tokens.
+/// [`Acts`] from token `t0`): `res[t][r]`, for up to [`TB`] tokens, with
+/// `SUBS` scales per block (16 of 16 elements, or 8 of 32).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn tile_k<const MINS: bool>(
+fn tile_k<const MINS: bool, const SUBS: usize>(
     rg: &RowGroup,
     y: &[&[BlockQ8K]],
     acts: &Acts,
@@ -1350,29 +1431,29 @@ fn tile_k<const MINS: bool>(
     // SAFETY: the features are enabled on this function.
     unsafe {
         match y.len() {
-            1 => tile_k_n::<MINS, 1>(rg, y, acts, t0, nb, res),
-            2 => tile_k_n::<MINS, 2>(rg, y, acts, t0, nb, res),
-            3 => tile_k_n::<MINS, 3>(rg, y, acts, t0, nb, res),
-            4 => tile_k_n::<MINS, 4>(rg, y, acts, t0, nb, res),
-            5 => tile_k_n::<MINS, 5>(rg, y, acts, t0, nb, res),
-            6 => tile_k_n::<MINS, 6>(rg, y, acts, t0, nb, res),
-            7 => tile_k_n::<MINS, 7>(rg, y, acts, t0, nb, res),
-            8 => tile_k_n::<MINS, 8>(rg, y, acts, t0, nb, res),
+            1 => tile_k_n::<MINS, SUBS, 1>(rg, y, acts, t0, nb, res),
+            2 => tile_k_n::<MINS, SUBS, 2>(rg, y, acts, t0, nb, res),
+            3 => tile_k_n::<MINS, SUBS, 3>(rg, y, acts, t0, nb, res),
+            4 => tile_k_n::<MINS, SUBS, 4>(rg, y, acts, t0, nb, res),
+            5 => tile_k_n::<MINS, SUBS, 5>(rg, y, acts, t0, nb, res),
+            6 => tile_k_n::<MINS, SUBS, 6>(rg, y, acts, t0, nb, res),
+            7 => tile_k_n::<MINS, SUBS, 7>(rg, y, acts, t0, nb, res),
+            8 => tile_k_n::<MINS, SUBS, 8>(rg, y, acts, t0, nb, res),
             n => unreachable!("a tile takes 1..={TB} tokens, not {n}"),
         }
     }
 }
 
 /// [`tile_k`] for `NT` tokens. Per row and token the order is: per block,
-/// `blk = Σ_s fma(cvt(isum_s), d·sᵢ, blk)` from zero over the 16
-/// sub-blocks (`MINS`: then `blk −= Σa_s·mᵢ`), then `acc = fma(blk, d_a,
+/// `blk = Σ_s fma(cvt(isum_s), scale_s, blk)` from zero over the `SUBS`
+/// sub-blocks (`MINS`: then `blk −= Σa_s·m_s`), then `acc = fma(blk, d_a,
 /// acc)`; the integer sums start at `−bias·Σa_s` (zero with `MINS`).
 ///
 /// # Safety
 /// The caller must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled.
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // `b` indexes every token's blocks
-unsafe fn tile_k_n<const MINS: bool, const NT: usize>(
+unsafe fn tile_k_n<const MINS: bool, const SUBS: usize, const NT: usize>(
     rg: &RowGroup,
     y: &[&[BlockQ8K]],
     acts: &Acts,
@@ -1380,14 +1461,16 @@ unsafe fn tile_k_n<const MINS: bool, const NT: usize>(
     nb: usize,
     res: &mut Res,
 ) {
+    // Dwords of four levels per sub-block.
+    let per = 64 / SUBS;
     assert!(
         y.len() == NT
             && y.iter().all(|r| r.len() >= nb)
             && rg.t_levels.len() >= nb * 64 * ROWS
-            && rg.t_scales.len() >= nb * 16 * ROWS
-            && (!MINS || rg.t_mins.len() >= nb * 16 * ROWS)
+            && rg.t_scales.len() >= nb * SUBS * ROWS
+            && (!MINS || rg.t_mins.len() >= nb * SUBS * ROWS)
             && acts.d.len() >= (t0 + NT) * nb
-            && acts.bias.len() >= (t0 + NT) * nb * 16,
+            && acts.bias.len() >= (t0 + NT) * nb * SUBS,
         "tile_k: shapes"
     );
     let (lv, sc, mn) = (
@@ -1397,32 +1480,32 @@ unsafe fn tile_k_n<const MINS: bool, const NT: usize>(
     );
     let (ad, ab) = (acts.d.as_ptr(), acts.bias.as_ptr());
     // SAFETY: every offset is within the lengths asserted above (block
-    // b < nb, sub-block s < 16, dword k < 4, token t < NT); the caller
+    // b < nb, sub-block s < SUBS, dword k < per, token t < NT); the caller
     // enables the features.
     unsafe {
         let mut acc_f = [_mm512_setzero_ps(); NT];
         for b in 0..nb {
             let qs: [&[i8]; NT] = std::array::from_fn(|t| &y[t][b].qs[..]);
             let mut blk = [_mm512_setzero_ps(); NT];
-            for s in 0..16 {
-                let start = |t: usize| *ab.add(((t0 + t) * nb + b) * 16 + s);
+            for s in 0..SUBS {
+                let start = |t: usize| *ab.add(((t0 + t) * nb + b) * SUBS + s);
                 let mut acc: [__m512i; NT] = std::array::from_fn(|t| match MINS {
                     true => _mm512_setzero_si512(),
                     false => _mm512_set1_epi32(start(t)),
                 });
-                for k in 0..4 {
-                    let kk = 4 * s + k;
+                for k in 0..per {
+                    let kk = per * s + k;
                     let wq = _mm512_loadu_si512(lv.add((b * 64 + kk) * ROWS).cast());
                     for (ac, q) in acc.iter_mut().zip(&qs) {
                         *ac = _mm512_dpbusd_epi32(*ac, wq, bcast_dword(q, kk));
                     }
                 }
-                let scale = _mm512_loadu_ps(sc.add((b * 16 + s) * ROWS));
+                let scale = _mm512_loadu_ps(sc.add((b * SUBS + s) * ROWS));
                 for (bl, ac) in blk.iter_mut().zip(&acc) {
                     *bl = _mm512_fmadd_ps(_mm512_cvtepi32_ps(*ac), scale, *bl);
                 }
                 if MINS {
-                    let m = _mm512_loadu_ps(mn.add((b * 16 + s) * ROWS));
+                    let m = _mm512_loadu_ps(mn.add((b * SUBS + s) * ROWS));
                     for (t, bl) in blk.iter_mut().enumerate() {
                         let bsum = _mm512_set1_ps(start(t) as f32);
                         *bl = _mm512_fnmadd_ps(bsum, m, *bl);
