@@ -84,7 +84,9 @@ pub fn packed_gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
         GgmlType::Q3_K => Some(gemm_q3_k_packed_prompt),
         GgmlType::Q4_K => Some(gemm_q4_k_packed_prompt),
         GgmlType::Q5_K => Some(gemm_q5_k_packed_prompt),
-        GgmlType::IQ4_XS => Some(gemm_iq4_xs_packed_prompt),
+        GgmlType::IQ4_XS if is_x86_feature_detected!("avx512vbmi") => {
+            Some(gemm_iq4_xs_packed_prompt)
+        }
         GgmlType::Q8_0 => Some(gemm_q8_0_packed_prompt),
         _ => None,
     }
@@ -274,8 +276,8 @@ fn the_sixteen_row_q3_k_unpack_is_the_row_unpack_transposed() {
         for rg in [&mut want, &mut got] {
             grow(&mut rg.levels, ROWS * n / 4);
             grow(&mut rg.scales, ROWS * n / 16);
-            grow(&mut rg.t_levels, ROWS * n / 4);
-            grow(&mut rg.t_scales, ROWS * n / 16);
+            rg.t_levels.grow(ROWS * n / 4);
+            rg.t_scales.grow(ROWS * n / 16);
         }
         for (r, row) in rows[..nr].iter().enumerate() {
             // SAFETY: the features were detected above.
@@ -319,9 +321,39 @@ struct RowGroup {
     scales: Vec<f32>,
     /// Q4_K / Q5_K: `[row][n / 32]` the mins' scales `dmin·mᵢ`.
     mins: Vec<f32>,
-    t_levels: Vec<u32>,
-    t_scales: Vec<u32>,
-    t_mins: Vec<u32>,
+    t_levels: Lines,
+    t_scales: Lines,
+    t_mins: Lines,
+}
+
+/// One cache line of dwords: a transposed dword of all sixteen rows.
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u32; ROWS]);
+
+/// Dwords on 64-byte boundaries: every 512-bit load of a tile (and store of
+/// an unpacker) touches one cache line, not two.
+#[derive(Default)]
+struct Lines(Vec<Line>);
+
+impl Lines {
+    /// At least `n` dwords.
+    fn grow(&mut self, n: usize) {
+        grow(&mut self.0, n.div_ceil(ROWS));
+    }
+}
+
+impl std::ops::Deref for Lines {
+    type Target = [u32];
+    fn deref(&self) -> &[u32] {
+        bytemuck::cast_slice(&self.0)
+    }
+}
+
+impl std::ops::DerefMut for Lines {
+    fn deref_mut(&mut self) -> &mut [u32] {
+        bytemuck::cast_slice_mut(&mut self.0)
+    }
 }
 
 /// One tile's results: `[token][row]`.
@@ -564,11 +596,11 @@ unsafe fn tiles<W, A: bytemuck::Pod>(
         let (q4, ns) = (n / 4, n / f.per_scale);
         grow(&mut rg.levels, ROWS * q4);
         grow(&mut rg.scales, ROWS * ns);
-        grow(&mut rg.t_levels, ROWS * q4);
-        grow(&mut rg.t_scales, ROWS * ns);
+        rg.t_levels.grow(ROWS * q4);
+        rg.t_scales.grow(ROWS * ns);
         if f.mins {
             grow(&mut rg.mins, ROWS * ns);
-            grow(&mut rg.t_mins, ROWS * ns);
+            rg.t_mins.grow(ROWS * ns);
         }
         let mut res = [[0f32; ROWS]; TB];
         for i0 in (0..w_rows).step_by(ROWS) {
@@ -694,9 +726,9 @@ fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
     }
 }
 
-/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q4_K or
-/// Q5_K into `rg`: levels (0..=15, resp. 0..=31), `d·sc` and `dmin·m` per
-/// 32 elements, as [`unpack_q4_k`] / [`unpack_q5_k`] and the transposes
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q5_K (or
+/// another layout built on Q4_K's groups) into `rg`: levels 0..=31, `d·sc`
+/// and `dmin·m` per 32 elements, as [`unpack_q5_k`] and the transposes
 /// leave the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, nb: usize) {
@@ -721,19 +753,76 @@ fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, n
                         _mm256_storeu_si256(lv.add((dw + 8) * ROWS + 8 * half).cast(), hi);
                     }
                 }
-                let k4 = g.k4();
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(k4.d.as_ptr().cast()));
-                let dmin = _mm256_cvtph_ps(_mm_loadu_si128(k4.dmin.as_ptr().cast()));
-                for (i, (s, m)) in k4.scales.iter().zip(&k4.mins).enumerate() {
-                    let u8s = |v: &[u8; 8]| {
-                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())))
-                    };
-                    let (s, m) = (_mm256_mul_ps(d, u8s(s)), _mm256_mul_ps(dmin, u8s(m)));
-                    let at = (blk * 8 + i) * ROWS + 8 * half;
-                    _mm256_storeu_ps(sc.add(at), s);
-                    _mm256_storeu_ps(mn.add(at), m);
-                }
+                k4_scales_r8(
+                    g.k4(),
+                    sc.add(blk * 8 * ROWS + 8 * half),
+                    mn.add(blk * 8 * ROWS + 8 * half),
+                );
             }
+        }
+    }
+}
+
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q4_K into
+/// `rg`: [`unpack_k4_r8`]'s values, a byte quad of both groups (rows 0-15)
+/// in one 512-bit vector.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn unpack_q4_k_r8(a: &[Q4Group], b: &[Q4Group], rg: &mut RowGroup, nb: usize) {
+    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
+    assert!(rg.t_scales.len() >= nb * 8 * ROWS && rg.t_mins.len() >= nb * 8 * ROWS);
+    let (lv, sc, mn) = (
+        rg.t_levels.as_mut_ptr(),
+        rg.t_scales.as_mut_ptr().cast::<f32>(),
+        rg.t_mins.as_mut_ptr().cast::<f32>(),
+    );
+    // SAFETY: every load reads a whole 32-byte quad of a group in bounds;
+    // every store is within the lengths asserted above (block blk < nb,
+    // dword < 64, scale < 8, 16 lanes); the features are enabled.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0xF);
+        for blk in 0..nb {
+            let (ga, gb) = (&a[blk], &b[blk]);
+            // Quad 8k + q: sub-block 2k's dword 16k + q in the low
+            // nibbles, sub-block 2k + 1's (16k + 8 + q) in the high ones.
+            for kq in 0..32 {
+                let lo_rows = _mm256_loadu_si256(ga.qs[kq].as_ptr().cast());
+                let hi_rows = _mm256_loadu_si256(gb.qs[kq].as_ptr().cast());
+                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo_rows), hi_rows);
+                let lo = _mm512_and_si512(w, m4);
+                let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(w), m4);
+                let dw = blk * 64 + 16 * (kq / 8) + kq % 8;
+                _mm512_storeu_si512(lv.add(dw * ROWS).cast(), lo);
+                _mm512_storeu_si512(lv.add((dw + 8) * ROWS).cast(), hi);
+            }
+            for (half, g) in [ga, gb].into_iter().enumerate() {
+                k4_scales_r8(
+                    g,
+                    sc.add(blk * 8 * ROWS + 8 * half),
+                    mn.add(blk * 8 * ROWS + 8 * half),
+                );
+            }
+        }
+    }
+}
+
+/// The eight rows of `k4`: `sc[i·16 + r] = d_r·sc_i,r` and `mn[i·16 + r] =
+/// dmin_r·m_i,r` for the block's eight sub-blocks.
+///
+/// # Safety
+/// `sc` and `mn` must be writable at those places; AVX2 and F16C enabled.
+#[inline(always)]
+unsafe fn k4_scales_r8(k4: &Q4Group, sc: *mut f32, mn: *mut f32) {
+    // SAFETY: the caller's contract; the loads read whole fields of `k4`.
+    unsafe {
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(k4.d.as_ptr().cast()));
+        let dmin = _mm256_cvtph_ps(_mm_loadu_si128(k4.dmin.as_ptr().cast()));
+        for (i, (s, m)) in k4.scales.iter().zip(&k4.mins).enumerate() {
+            let u8s = |v: &[u8; 8]| {
+                _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(v.as_ptr().cast())))
+            };
+            let (s, m) = (_mm256_mul_ps(d, u8s(s)), _mm256_mul_ps(dmin, u8s(m)));
+            _mm256_storeu_ps(sc.add(i * ROWS), s);
+            _mm256_storeu_ps(mn.add(i * ROWS), m);
         }
     }
 }
@@ -769,9 +858,11 @@ fn unpack_q8_0_r8(a: &[Q80Group], b: &[Q80Group], rg: &mut RowGroup, nb: usize) 
 
 /// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked IQ4_XS into
 /// `rg`: the grid values + 128 and `d·(lsᵢ − 32)` per 32-element sub-block
-/// i, as [`unpack_iq4_xs`] and the transposes leave the
-/// file's.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+/// i, as [`unpack_iq4_xs`] and the transposes leave the file's. One
+/// 512-bit vector holds a byte quad of both groups (rows 0-15), and a
+/// `vpermb` on the grid repeated four times takes each nibble to its value
+/// without masking (the index's bits 4-5 pick among equal copies).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 fn unpack_iq4_xs_r8(a: &[Iq4Group], b: &[Iq4Group], rg: &mut RowGroup, nb: usize) {
     assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
     assert!(rg.t_scales.len() >= nb * 8 * ROWS);
@@ -779,25 +870,27 @@ fn unpack_iq4_xs_r8(a: &[Iq4Group], b: &[Iq4Group], rg: &mut RowGroup, nb: usize
         rg.t_levels.as_mut_ptr(),
         rg.t_scales.as_mut_ptr().cast::<f32>(),
     );
-    // SAFETY: every store is within the lengths asserted above (block blk
-    // < nb, dword < 64, scale < 16, 16 lanes); the features are enabled.
+    // SAFETY: every load reads a whole 32-byte quad of a group in bounds;
+    // every store is within the lengths asserted above (block blk < nb,
+    // dword < 64, scale < 8, 16 lanes); the features are enabled.
     unsafe {
-        let grid = _mm256_broadcastsi128_si256(_mm_loadu_si128(BIASED_GRID.as_ptr().cast()));
-        let m4 = _mm256_set1_epi8(0xF);
+        let grid = _mm512_broadcast_i32x4(_mm_loadu_si128(BIASED_GRID.as_ptr().cast()));
         for blk in 0..nb {
-            for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
-                // Byte quad 4j + q: elements 32j + 4q.. (low nibbles) and
-                // 32j + 16 + 4q.. (high), that is dwords 8j + q and 8j + 4 + q.
-                for (jq, quad) in g.qs.iter().enumerate() {
-                    let (j, q) = (jq / 4, jq % 4);
-                    let w = _mm256_loadu_si256(quad.as_ptr().cast());
-                    let lo = _mm256_shuffle_epi8(grid, _mm256_and_si256(w, m4));
-                    let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(w), m4);
-                    let hi = _mm256_shuffle_epi8(grid, hi);
-                    let dw = blk * 64 + 8 * j + q;
-                    _mm256_storeu_si256(lv.add(dw * ROWS + 8 * half).cast(), lo);
-                    _mm256_storeu_si256(lv.add((dw + 4) * ROWS + 8 * half).cast(), hi);
-                }
+            let (ga, gb) = (&a[blk], &b[blk]);
+            // Byte quad 4j + q: elements 32j + 4q.. (low nibbles) and
+            // 32j + 16 + 4q.. (high), that is dwords 8j + q and 8j + 4 + q.
+            for jq in 0..32 {
+                let (j, q) = (jq / 4, jq % 4);
+                let lo_rows = _mm256_loadu_si256(ga.qs[jq].as_ptr().cast());
+                let hi_rows = _mm256_loadu_si256(gb.qs[jq].as_ptr().cast());
+                let w = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo_rows), hi_rows);
+                let lo = _mm512_permutexvar_epi8(w, grid);
+                let hi = _mm512_permutexvar_epi8(_mm512_srli_epi16::<4>(w), grid);
+                let dw = blk * 64 + 8 * j + q;
+                _mm512_storeu_si512(lv.add(dw * ROWS).cast(), lo);
+                _mm512_storeu_si512(lv.add((dw + 4) * ROWS).cast(), hi);
+            }
+            for (half, g) in [ga, gb].into_iter().enumerate() {
                 let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
                 for (j, s) in g.scales.iter().enumerate() {
                     let s = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
@@ -844,7 +937,8 @@ macro_rules! packed_prompt_entry {
             out_stride: usize,
         ) {
             // SAFETY: the caller's contract is `prompt_gemm_packed`'s;
-            // `packed_gemm_fn` hands this out only with GFNI.
+            // `packed_gemm_fn` hands this out only with GFNI (and IQ4_XS's
+            // only with VBMI).
             unsafe {
                 prompt_gemm_packed::<$w, $a, $g>(
                     &$f,
@@ -894,7 +988,7 @@ packed_prompt_entry!(
     BlockQ8K,
     Q4Group,
     Format::k32(Acts::k_quant::<-1, 8>, unpack_q4_k, true),
-    unpack_k4_r8::<Q4Group>
+    unpack_q4_k_r8
 );
 packed_prompt_entry!(
     /// [`gemm_iq4_xs_prompt`] on repacked rows ([`crate::iq4_r8`]).
@@ -953,7 +1047,7 @@ unsafe fn gemm_f32_prompt(
     );
     SCRATCH.with_borrow_mut(|sc| {
         let tw = &mut sc.rg.t_scales;
-        grow(tw, n * ROWS);
+        tw.grow(n * ROWS);
         for i0 in (0..w_rows).step_by(ROWS) {
             let nr = ROWS.min(w_rows - i0);
             // A short group repeats its last row in the lanes past it.
