@@ -326,6 +326,30 @@ struct RowGroup {
     t_mins: Lines,
 }
 
+impl RowGroup {
+    /// Where an unpacker of two repacked group rows (`groups`: their
+    /// lengths in blocks) writes: the transposed levels, scales and mins,
+    /// after checking that both group rows hold `nb` blocks and the
+    /// transposed buffers `nb` blocks of 64 dwords and `subs` scales (and,
+    /// with `mins`, `subs` mins).
+    fn packed_dst(
+        &mut self,
+        groups: (usize, usize),
+        nb: usize,
+        subs: usize,
+        mins: bool,
+    ) -> (*mut u32, *mut f32, *mut f32) {
+        assert!(groups.0 >= nb && groups.1 >= nb && self.t_levels.len() >= nb * 64 * ROWS);
+        assert!(self.t_scales.len() >= nb * subs * ROWS);
+        assert!(!mins || self.t_mins.len() >= nb * subs * ROWS);
+        (
+            self.t_levels.as_mut_ptr(),
+            self.t_scales.as_mut_ptr().cast(),
+            self.t_mins.as_mut_ptr().cast(),
+        )
+    }
+}
+
 /// One cache line of dwords: a transposed dword of all sixteen rows.
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
@@ -673,14 +697,9 @@ unsafe fn prompt_gemm_packed<W, A: bytemuck::Pod, G: bytemuck::Pod>(
 /// `rg`: levels + 4 and `d·s`, as [`unpack16_q3_k_gfni`] leaves the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn unpack_q3_k_r8(a: &[Q3Group], b: &[Q3Group], rg: &mut RowGroup, nb: usize) {
-    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 16 * ROWS);
+    let (lv, sc, _) = rg.packed_dst((a.len(), b.len()), nb, 16, false);
     let low = super::q3k_r8::low_pairs();
-    let (lv, sc) = (
-        rg.t_levels.as_mut_ptr(),
-        rg.t_scales.as_mut_ptr().cast::<f32>(),
-    );
-    // SAFETY: every store is within the lengths asserted above (block blk
+    // SAFETY: every store is within the lengths `packed_dst` checked (block blk
     // < nb, quad < 64, sub-block < 16, 16 lanes); the features are enabled.
     unsafe {
         for blk in 0..nb {
@@ -703,13 +722,8 @@ fn unpack_q3_k_r8(a: &[Q3Group], b: &[Q3Group], rg: &mut RowGroup, nb: usize) {
 /// leave the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
-    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 16 * ROWS);
+    let (lv, sc, _) = rg.packed_dst((a.len(), b.len()), nb, 16, false);
     let pair = super::q6k_r8::high_pairs();
-    let (lv, sc) = (
-        rg.t_levels.as_mut_ptr(),
-        rg.t_scales.as_mut_ptr().cast::<f32>(),
-    );
     // SAFETY: as in `unpack_q3_k_r8`.
     unsafe {
         for blk in 0..nb {
@@ -732,14 +746,8 @@ fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
 /// leave the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, nb: usize) {
-    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 8 * ROWS && rg.t_mins.len() >= nb * 8 * ROWS);
-    let (lv, sc, mn) = (
-        rg.t_levels.as_mut_ptr(),
-        rg.t_scales.as_mut_ptr().cast::<f32>(),
-        rg.t_mins.as_mut_ptr().cast::<f32>(),
-    );
-    // SAFETY: every store is within the lengths asserted above (block blk
+    let (lv, sc, mn) = rg.packed_dst((a.len(), b.len()), nb, 8, true);
+    // SAFETY: every store is within the lengths `packed_dst` checked (block blk
     // < nb, dword < 64, scale < 16, 16 lanes); the features are enabled.
     unsafe {
         for blk in 0..nb {
@@ -768,15 +776,9 @@ fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, n
 /// in one 512-bit vector.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q4_k_r8(a: &[Q4Group], b: &[Q4Group], rg: &mut RowGroup, nb: usize) {
-    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 8 * ROWS && rg.t_mins.len() >= nb * 8 * ROWS);
-    let (lv, sc, mn) = (
-        rg.t_levels.as_mut_ptr(),
-        rg.t_scales.as_mut_ptr().cast::<f32>(),
-        rg.t_mins.as_mut_ptr().cast::<f32>(),
-    );
+    let (lv, sc, mn) = rg.packed_dst((a.len(), b.len()), nb, 8, true);
     // SAFETY: every load reads a whole 32-byte quad of a group in bounds;
-    // every store is within the lengths asserted above (block blk < nb,
+    // every store is within the lengths `packed_dst` checked (block blk < nb,
     // dword < 64, scale < 8, 16 lanes); the features are enabled.
     unsafe {
         let m4 = _mm512_set1_epi8(0xF);
@@ -832,13 +834,8 @@ unsafe fn k4_scales_r8(k4: &Q4Group, sc: *mut f32, mn: *mut f32) {
 /// elements, as [`unpack_q8_0`] and the transposes leave the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q8_0_r8(a: &[Q80Group], b: &[Q80Group], rg: &mut RowGroup, nb: usize) {
-    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 8 * ROWS);
-    let (lv, sc) = (
-        rg.t_levels.as_mut_ptr(),
-        rg.t_scales.as_mut_ptr().cast::<f32>(),
-    );
-    // SAFETY: every store is within the lengths asserted above (block blk
+    let (lv, sc, _) = rg.packed_dst((a.len(), b.len()), nb, 8, false);
+    // SAFETY: every store is within the lengths `packed_dst` checked (block blk
     // < nb, dword < 64, scale < 8, 16 lanes); the features are enabled.
     unsafe {
         for blk in 0..nb {
@@ -864,14 +861,9 @@ fn unpack_q8_0_r8(a: &[Q80Group], b: &[Q80Group], rg: &mut RowGroup, nb: usize) 
 /// without masking (the index's bits 4-5 pick among equal copies).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx512vbmi,avx2,fma,f16c")]
 fn unpack_iq4_xs_r8(a: &[Iq4Group], b: &[Iq4Group], rg: &mut RowGroup, nb: usize) {
-    assert!(a.len() >= nb && b.len() >= nb && rg.t_levels.len() >= nb * 64 * ROWS);
-    assert!(rg.t_scales.len() >= nb * 8 * ROWS);
-    let (lv, sc) = (
-        rg.t_levels.as_mut_ptr(),
-        rg.t_scales.as_mut_ptr().cast::<f32>(),
-    );
+    let (lv, sc, _) = rg.packed_dst((a.len(), b.len()), nb, 8, false);
     // SAFETY: every load reads a whole 32-byte quad of a group in bounds;
-    // every store is within the lengths asserted above (block blk < nb,
+    // every store is within the lengths `packed_dst` checked (block blk < nb,
     // dword < 64, scale < 8, 16 lanes); the features are enabled.
     unsafe {
         let grid = _mm512_broadcast_i32x4(_mm_loadu_si128(BIASED_GRID.as_ptr().cast()));
