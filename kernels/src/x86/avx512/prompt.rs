@@ -740,15 +740,15 @@ fn unpack_q6_k_r8(a: &[Q6Group], b: &[Q6Group], rg: &mut RowGroup, nb: usize) {
     }
 }
 
-/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q5_K (or
-/// another layout built on Q4_K's groups) into `rg`: levels 0..=31, `d·sc`
-/// and `dmin·m` per 32 elements, as [`unpack_q5_k`] and the transposes
-/// leave the file's.
+/// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q5_K into
+/// `rg`: levels 0..=31, `d·sc` and `dmin·m` per 32 elements, as
+/// [`unpack_q5_k`] and the transposes leave the file's.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
-fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, nb: usize) {
+fn unpack_q5_k_r8(a: &[Q5Group], b: &[Q5Group], rg: &mut RowGroup, nb: usize) {
+    use super::q4k_r8::Minned;
     let (lv, sc, mn) = rg.packed_dst((a.len(), b.len()), nb, 8, true);
     // SAFETY: every store is within the lengths `packed_dst` checked (block blk
-    // < nb, dword < 64, scale < 16, 16 lanes); the features are enabled.
+    // < nb, dword < 64, scale < 8, 16 lanes); the features are enabled.
     unsafe {
         for blk in 0..nb {
             for (half, g) in [&a[blk], &b[blk]].into_iter().enumerate() {
@@ -772,7 +772,7 @@ fn unpack_k4_r8<G: super::q4k_r8::Minned>(a: &[G], b: &[G], rg: &mut RowGroup, n
 }
 
 /// Group rows `a` (weight rows 0-7) and `b` (8-15) of repacked Q4_K into
-/// `rg`: [`unpack_k4_r8`]'s values, a byte quad of both groups (rows 0-15)
+/// `rg`: the values of [`unpack_q4_k`] and the transposes, a byte quad of both groups (rows 0-15)
 /// in one 512-bit vector.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 fn unpack_q4_k_r8(a: &[Q4Group], b: &[Q4Group], rg: &mut RowGroup, nb: usize) {
@@ -883,24 +883,18 @@ fn unpack_iq4_xs_r8(a: &[Iq4Group], b: &[Iq4Group], rg: &mut RowGroup, nb: usize
                 _mm512_storeu_si512(lv.add((dw + 4) * ROWS).cast(), hi);
             }
             for (half, g) in [ga, gb].into_iter().enumerate() {
-                let d = _mm256_cvtph_ps(_mm_loadu_si128(g.d.as_ptr().cast()));
-                for (j, s) in g.scales.iter().enumerate() {
-                    let s = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-                        s.as_ptr().cast(),
-                    )));
-                    _mm256_storeu_ps(sc.add((blk * 8 + j) * ROWS + 8 * half), _mm256_mul_ps(d, s));
-                }
+                store_scales8(g.d, &g.scales, sc.add(blk * 8 * ROWS + 8 * half));
             }
         }
     }
 }
 
-/// `dst[j·16 + r] = d_r · s[j][r]` for the sixteen sub-blocks of eight rows.
+/// `dst[j·16 + r] = d_r · s[j][r]` for the `N` sub-blocks of eight rows.
 ///
 /// # Safety
-/// `dst` must be writable at those 16 × 8 places; AVX2 and F16C enabled.
+/// `dst` must be writable at those N × 8 places; AVX2 and F16C enabled.
 #[inline(always)]
-unsafe fn store_scales8(d: [u16; 8], s: &[[i8; 8]; 16], dst: *mut f32) {
+unsafe fn store_scales8<const N: usize>(d: [u16; 8], s: &[[i8; 8]; N], dst: *mut f32) {
     // SAFETY: the caller's contract.
     unsafe {
         let d = _mm256_cvtph_ps(_mm_loadu_si128(d.as_ptr().cast()));
@@ -971,7 +965,7 @@ packed_prompt_entry!(
     BlockQ8K,
     Q5Group,
     Format::k32(Acts::k_quant::<-1, 8>, unpack_q5_k, true),
-    unpack_k4_r8::<Q5Group>
+    unpack_q5_k_r8
 );
 packed_prompt_entry!(
     /// [`gemm_q4_k_prompt`] on repacked rows ([`crate::q4k_r8`]).
