@@ -35,7 +35,6 @@ fn repack_available(ty: GgmlType) -> bool {
 /// groups of rows, a type and shape the loader copies).
 fn packs(t: &clover::gguf::TensorInfo) -> bool {
     repack_available(t.ty)
-        && clover::model::load::repacked_at_load(t.ty, &t.dims)
         && t.dims.len() > 1
         && kernels::repack::packable(t.ty, t.dims[0] as usize, t.dims[1] as usize)
 }
@@ -172,9 +171,17 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
             && t.name != "token_embd.weight";
         assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
     }
-    // The Q5_K shared expert stays in the file's layout (`repacked_at_load`).
-    let shexp = file.tensor("blk.0.ffn_gate_shexp.weight").unwrap();
-    assert_eq!(shexp.ty, GgmlType::Q5_K);
-    assert!(!packed.contains_key("blk.0.ffn_gate_shexp.weight"));
+    // The Q5_K shared expert and the Q8_0 gates are copied for the batched
+    // passes, and their mat-vecs keep reading the file's rows in the
+    // copy's order (`keeps_file_rows`).
+    for (name, ty) in [
+        ("blk.0.ffn_gate_shexp.weight", GgmlType::Q5_K),
+        ("blk.0.attn_gate.weight", GgmlType::Q8_0),
+    ] {
+        let t = file.tensor(name).unwrap();
+        assert_eq!(t.ty, ty, "{name}");
+        assert!(packed.contains_key(name), "{name}");
+        assert!(clover::model::load::keeps_file_rows(t.ty, t.dims), "{name}");
+    }
     one_layer_logits_agree(&file);
 }

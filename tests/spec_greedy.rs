@@ -231,13 +231,14 @@ fn check_repacked_file(recipe: Recipe, seed: u64, what: &str) {
 
 #[test]
 fn speculative_greedy_equals_plain_greedy_on_a_repacked_iq4_xs_file() {
-    check_repacked_file(Recipe::Iq4XsExpsHq, 8, "IQ4_XS");
+    check_repacked_file(Recipe::Iq4XsExpsHq, 8, "IQ4_XS / Q8_0");
 }
 
 #[test]
 fn speculative_greedy_equals_plain_greedy_on_a_repacked_apex_miniplus_file() {
-    // Q3_K experts, Q6_K projections and head.
-    check_repacked_file(Recipe::ApexMiniPlus, 9, "Q3_K / Q6_K");
+    // Q3_K experts, Q6_K projections and head, Q8_0 gates, Q5_K shared
+    // expert.
+    check_repacked_file(Recipe::ApexMiniPlus, 9, "Q3_K / Q5_K / Q6_K / Q8_0");
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use kernels::matmul::{matmul, matmul_tile_len, QActs, QMatrix};
-use kernels::{GgmlType, Isa, KernelTable, Mode};
+use kernels::{repack, GgmlType, Isa, KernelTable, Mode};
 
 const N: usize = 2048;
 
@@ -23,7 +23,7 @@ fn main() {
     let mut rnd = common::rng();
     let one = common::one_thread();
     let kt = KernelTable::new(Isa::detect());
-    println!("-- {n_out} x {N}, one thread, weight GB/s: decode kernels / prompt kernel");
+    println!("-- {n_out} x {N}, one thread, weight GB/s: decode kernels (file rows / repacked) / prompt kernel");
     for ty in [
         GgmlType::Q3_K,
         GgmlType::Q6_K,
@@ -35,6 +35,15 @@ fn main() {
         let w = common::random_rows(ty, N, n_out, &mut rnd);
         let wb: &[u8] = &bytemuck::cast_slice(&w)[..n_out * rb];
         let m = QMatrix::new(ty, N, n_out, wb).unwrap();
+        let mut pk = vec![0u8; repack::packed_bytes(ty, N, n_out)];
+        repack::repack(ty, N, n_out, wb, &mut pk);
+        let mp = m.with_packed(&pk).unwrap();
+        // A mat-vec reads the file's rows in the repacked order where the
+        // tier has that kernel (as the loader sets it up).
+        let mp = match kt.packed_order_rows(ty, Mode::Decode) {
+            Some(_) => mp.with_file_matvec(),
+            None => mp,
+        };
         let act_ty = ty.vec_dot_type();
         let alen = act_ty.row_bytes(N as u64).unwrap() as usize;
         let a = common::random_rows(act_ty, N, 16, &mut rnd);
@@ -53,13 +62,24 @@ fn main() {
                     black_box(&out);
                 })
             });
+            let t_pk = one.install(|| {
+                min_time(reps, || {
+                    matmul(&kt, &mp, &x, &mut out, &mut tile, Mode::Decode);
+                    black_box(&out);
+                })
+            });
             let t_pr = min_time(reps, || {
                 // SAFETY: `out` holds rows x n_out floats.
                 unsafe { g(N, wb, n_out, x.rows(0, rows), rows, out.as_mut_ptr(), n_out) };
                 black_box(&out);
             });
             let gb = |d: Duration| wb.len() as f64 / d.as_secs_f64() / 1e9;
-            line += &format!("  x{rows}: {:5.1} / {:5.1}", gb(t_dec), gb(t_pr));
+            line += &format!(
+                "  x{rows}: {:5.1} / {:5.1} / {:5.1}",
+                gb(t_dec),
+                gb(t_pk),
+                gb(t_pr)
+            );
         }
         println!("{line}");
     }

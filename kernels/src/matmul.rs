@@ -46,8 +46,20 @@ pub const MIN_ROWS_PER_TASK: usize = 16;
 /// Activation rows dotted against one cached weight row before moving on.
 pub const ACT_TILE: usize = 32;
 
-/// Weight rows per transposition block of [`matmul`].
-pub const ROW_BLOCK: usize = 1024;
+/// Floats of the tile one block of [`matmul`] fills (512 KiB: a block's
+/// outputs stay in L2 for their transposition).
+const TILE_FLOATS: usize = 1 << 17;
+
+/// Weight rows per block of [`matmul`] for `rows` activation rows: as many
+/// as [`TILE_FLOATS`] holds, in whole steps of the transposition (16 rows,
+/// whole repacked groups). Each block is one parallel region, and a region
+/// costs its wake-ups: on a 2-vCPU VM, blocks of 1024 rows held a 4-row
+/// product of a Q6_K `attn_qkv` (8192 × 2048, from memory) to 11.9 GB/s on
+/// two threads where one thread read 10.6; in one block, 17.4
+/// (`dense_stream`).
+pub fn row_block(rows: usize) -> usize {
+    (TILE_FLOATS / rows.max(1)).max(16) / 16 * 16
+}
 
 /// A shape that does not fit its bytes or its partner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -463,7 +475,7 @@ pub(crate) fn dot_block(
 
 /// Floats of scratch [`matmul`] needs for `rows` activation rows.
 pub fn matmul_tile_len(rows: usize) -> usize {
-    ROW_BLOCK * rows
+    row_block(rows) * rows
 }
 
 /// Fewest activation rows the prompt kernels are planned for.
@@ -534,7 +546,7 @@ pub fn matmul(
     let n = w.n_in;
     let mut o0 = 0;
     while o0 < w.n_out {
-        let nb = ROW_BLOCK.min(w.n_out - o0);
+        let nb = row_block(rows).min(w.n_out - o0);
         let tile = &mut tile[..nb * rows];
         // Split each block, not the whole matrix, across the pool: a block
         // is one parallel region.

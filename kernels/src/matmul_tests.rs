@@ -178,8 +178,9 @@ fn matvec_serial_equals_the_parallel_matvec_bit_for_bit() {
 fn matmul_matches_dequantised_reference_across_tiles_and_row_blocks() {
     let kt = crate::isa::active();
     let n = 256;
-    // Past one ROW_BLOCK of weight rows and one ACT_TILE of activation rows.
-    let n_out = ROW_BLOCK + 37;
+    // Past one block of weight rows at ACT_TILE + 3 activation rows (past
+    // one ACT_TILE).
+    let n_out = row_block(ACT_TILE + 3) + 37;
     for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::IQ4_XS] {
         let mut rng = Rng(100 + ty.id() as u64);
         let (wb, wf) = quantized(ty, n, n_out, &mut rng);

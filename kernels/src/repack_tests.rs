@@ -224,9 +224,10 @@ fn matrix_products_on_repacked_rows_keep_the_references_bits_for_every_batch() {
             if kt.packed_gemm(ty, Mode::Decode).is_none() {
                 continue;
             }
-            // 1040 rows: more than one ROW_BLOCK of the tiled matmul and
-            // several tasks per thread.
-            let (n, rows, tokens) = (512, 1040, 10);
+            // More than one block of the tiled matmul and several tasks per
+            // thread.
+            let tokens = 10;
+            let (n, rows) = (512, crate::matmul::row_block(tokens) + 16);
             let (w, a) = fixture(ty, n, rows, tokens, 5);
             let p = packed_of(ty, n, rows, &w);
             let want = reference(ty, n, rows, tokens, &p, &a);

@@ -46,40 +46,12 @@ impl<'a> Model<'a> {
     }
 }
 
-/// Whether the loader copies a tensor of type `ty` and shape `dims` when the
-/// kernels have a repacked product for its type.
-///
-/// Not Q8_0: its repacked product makes verify passes cheaper (verify(16)
-/// 12–19 % on the full apex-miniplus file), but its one-row product out of
-/// memory is slower than the file layout's: on the a3b-4l `iq4_xs-exps-hq`
-/// file, whose dense weights and head are Q8_0, decoding went 29.8 → 23.3
-/// t/s at `-t 1` and 37.4 → 32.5 at `-t 2` (two alternating pairs). Until
-/// that product streams as fast, Q8_0 stays in the file's layout.
-///
-/// Nor a plain Q5_K matrix (the shared expert of apex-miniplus): one row
-/// out of memory streams at 0.65–0.69 of the file layout's speed repacked
-/// (`packed_stream`, one thread, 2048 × 512 and 512 × 2048), and batches of
-/// a few rows gain little from the copy there. On the full apex-miniplus
-/// files (two alternating pairs each) the shared expert took 45–48 % less
-/// time per token in the file's layout, tg64 went 4.97 / 5.30 → 5.38 / 5.49
-/// t/s at `-t 1` and 8.59 / 8.79 → 8.78 / 8.94 at `-t 2`, pp512 did not
-/// move, verify(4) stayed (271 / 265 against 271 / 273 ms) and verify(16)
-/// moved within its noise (697 / 694 against 681 / 688). Q5_K expert stacks
-/// are still repacked: a prompt's experts take the prompt kernels on the
-/// copy.
-pub fn repacked_at_load(ty: kernels::GgmlType, dims: &[u64]) -> bool {
-    match ty {
-        kernels::GgmlType::Q8_0 => false,
-        kernels::GgmlType::Q5_K => dims.len() > 2,
-        _ => true,
-    }
-}
-
 /// Whether the loader keeps the file rows of a tensor of type `ty` and shape
 /// `dims` in memory beside its repacked copy, for mat-vecs to read ([`kernels::matmul::QMatrix::with_file_matvec`]):
 /// a plain matrix (not an expert stack, read a few experts at a time) of a
 /// type whose file rows the kernels read with the repacked product's bits.
-/// On AVX-512 that is Q6_K: a mat-vec streams its file rows faster from
+/// On AVX-512 that is Q5_K, Q6_K and Q8_0 (see docs/PERFORMANCE.md, "Q5_K
+/// and Q8_0 mat-vecs read the file's rows too"). Q6_K: a mat-vec streams its file rows faster from
 /// memory than the repacked ones (`packed_stream`, one thread: 22–25
 /// against 19–21 GB/s, and 22–24 in the repacked order), while batches of
 /// several rows want the repacked product (on the full apex-miniplus file
@@ -136,7 +108,7 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
     let todo: Vec<(&crate::gguf::TensorInfo, usize, usize, usize)> = file
         .tensors()
         .iter()
-        .filter(|t| kt.packed_gemm(t.ty, Mode::Decode).is_some() && repacked_at_load(t.ty, &t.dims))
+        .filter(|t| kt.packed_gemm(t.ty, Mode::Decode).is_some())
         .filter(|t| tied || t.name != "token_embd.weight")
         .filter_map(|t| {
             let (n_in, n_out, n_expert) = match t.dims.as_slice() {

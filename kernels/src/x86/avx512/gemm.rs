@@ -35,8 +35,8 @@ use crate::x86::avx2::kquants::{at, hsum_ps, load_i8, load_u8, q4_k_repacked};
 use crate::x86::avx2::legacy::SymBlock;
 use crate::x86::avx512::gemm_kq::{
     iq4_xs_rows2, iq4_xs_rows2_vbmi, q3_k_cols, q3_k_rows2, q3_k_rows2_gfni, q4_k_repacked_rows2,
-    q4_k_rows2, q5_k_cols, q5_k_rows2, q6_k_cols, q6_k_r8_cols, q6_k_r8_rows2, q6_k_rows2,
-    q6_k_rows2_gfni,
+    q4_k_rows2, q5_k_cols, q5_k_r8_cols, q5_k_r8_rows2, q5_k_rows2, q6_k_cols, q6_k_r8_cols,
+    q6_k_r8_rows2, q6_k_rows2, q6_k_rows2_gfni,
 };
 use crate::x86::avx512::kquants::{
     hsum128, iq4_xs_cols, iq4_xs_prepare, k4_mins, k4_scale_bytes, k4_unpack, Iq4Acts,
@@ -411,18 +411,167 @@ gemm_entry!(
     }
 );
 
+// Q5_K and Q8_0 in the file's layout with the repacked product's arithmetic
+// (`crate::q5k_r8`, `crate::q80_r8`), the same pair of entries.
+gemm_entry!(
+    gemm_q5_k_r8_order,
+    BlockQ5K,
+    BlockQ8K,
+    256,
+    q5_k_r8_cols,
+    rows2 |x: &[&[BlockQ5K]; 2], y: &[BlockQ8K]| {
+        // SAFETY: `packed_order_gemm_fn` hands the entry out only after
+        // detecting AVX512-VNNI and `Isa::Avx512.available()`.
+        Some(unsafe { q5_k_r8_rows2(x[0], x[1], y) })
+    }
+);
+gemm_entry!(
+    gemm_q8_0_r8_order,
+    BlockQ8_0,
+    BlockQ8_0,
+    32,
+    q8_0_r8_cols,
+    rows2 |x: &[&[BlockQ8_0]; 2], y: &[BlockQ8_0]| {
+        // SAFETY: `packed_order_gemm_fn` hands the entry out only after
+        // detecting AVX512-VNNI and `Isa::Avx512.available()`.
+        Some(unsafe { q8_0_r8_rows2(x[0], x[1], y) })
+    }
+);
+
 /// A product on the file's rows of `ty` that gives the repacked product's
 /// bits ([`crate::repack`]; `KernelTable::packed_order_rows`), where this
-/// tier has one: Q6_K, whose file rows stream faster from memory in a
-/// mat-vec than the repacked ones.
+/// tier has one: Q5_K, Q6_K and Q8_0, whose file rows a mat-vec streams
+/// from memory at least as fast as the repacked ones.
 pub fn packed_order_gemm_fn(ty: GgmlType) -> Option<GemmFn> {
-    let ok = crate::Isa::Avx512.available()
-        && is_x86_feature_detected!("avx512vnni")
-        && is_x86_feature_detected!("gfni");
+    let vnni = crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni");
     match ty {
-        GgmlType::Q6_K if ok => Some(gemm_q6_k_r8_order),
+        GgmlType::Q6_K if vnni && is_x86_feature_detected!("gfni") => Some(gemm_q6_k_r8_order),
+        GgmlType::Q5_K if vnni => Some(gemm_q5_k_r8_order),
+        GgmlType::Q8_0 if vnni => Some(gemm_q8_0_r8_order),
         _ => None,
     }
+}
+
+/// Four consecutive blocks of one Q8_0 row against the activation blocks
+/// `y` whose `−128·Σa` lanes are `neg`: the four exact block sums `Σ w·a`
+/// (as `crate::q80_r8` computes them: `Σ (w + 128)·a − 128·Σ a`).
+///
+/// # Safety
+/// The caller must have AVX-512 VL/VNNI and AVX2 enabled.
+#[inline(always)]
+unsafe fn q8_0_isums4(x: &[BlockQ8_0], y: &[BlockQ8_0], neg: &[__m256i; 4]) -> __m128i {
+    // SAFETY: whole `qs` fields of four blocks (the slices' bounds); the
+    // caller enables the features.
+    unsafe {
+        let flip = _mm256_set1_epi8(-128);
+        // Loops, not closures: a closure would not inherit the caller's
+        // features, and its intrinsics would become calls.
+        let mut s = *neg;
+        for i in 0..4 {
+            let u = _mm256_xor_si256(load_i8(&x[i].qs), flip);
+            s[i] = _mm256_dpbusd_epi32(s[i], u, load_i8(&y[i].qs));
+        }
+        let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
+        _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
+    }
+}
+
+/// `−128·Σa` in eight lanes per activation block (the start of
+/// [`q8_0_isums4`]'s sums; `vpdpbusd` by the unsigned 128).
+///
+/// # Safety
+/// The caller must have AVX-512 VL/VNNI and AVX2 enabled.
+#[inline(always)]
+unsafe fn q8_0_neg4(y: &[BlockQ8_0]) -> [__m256i; 4] {
+    // SAFETY: whole `qs` fields of four blocks; the caller enables the
+    // features.
+    unsafe {
+        let (flip, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
+        let mut neg = [zero; 4];
+        for (n, b) in neg.iter_mut().zip(y) {
+            *n = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, load_i8(&b.qs)));
+        }
+        neg
+    }
+}
+
+/// The serial chain of `crate::q80_r8` over four blocks: `acc = fma(isum,
+/// d_w·d_a, acc)`, block after block.
+///
+/// # Safety
+/// The caller must have AVX2 and F16C enabled.
+#[inline(always)]
+unsafe fn q8_0_chain4(acc: f32, isums: __m128i, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    // SAFETY: register-only; the caller enables the features.
+    unsafe {
+        let dw = scales4([x[0].d_bits(), x[1].d_bits(), x[2].d_bits(), x[3].d_bits()]);
+        let da = scales4([y[0].d_bits(), y[1].d_bits(), y[2].d_bits(), y[3].d_bits()]);
+        let (f, dd) = (_mm_cvtepi32_ps(isums), _mm_mul_ps(dw, da));
+        let mut a = _mm_set_ss(acc);
+        a = _mm_fmadd_ss(f, dd, a);
+        a = _mm_fmadd_ss(_mm_movehdup_ps(f), _mm_movehdup_ps(dd), a);
+        a = _mm_fmadd_ss(_mm_movehl_ps(f, f), _mm_movehl_ps(dd, dd), a);
+        let (f3, d3) = (_mm_shuffle_ps::<3>(f, f), _mm_shuffle_ps::<3>(dd, dd));
+        _mm_cvtss_f32(_mm_fmadd_ss(f3, d3, a))
+    }
+}
+
+/// A row's groups of four blocks: the repacked product's rows are whole
+/// 256-weight groups (`crate::q80_r8`), so no row of a matrix that has the
+/// copy leaves a tail.
+fn q8_0_r8_groups(blocks: usize) -> usize {
+    assert!(
+        blocks.is_multiple_of(8),
+        "repacked Q8_0 order: {blocks} blocks is not whole groups"
+    );
+    blocks / 4
+}
+
+/// Two Q8_0 rows in the file's layout against one Q8_0 row, each output in
+/// the repacked product's arithmetic (`crate::q80_r8`): a mat-vec on the
+/// file's rows with the bits of a verify batch on the repacked copy.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q8_0_r8_rows2(x0: &[BlockQ8_0], x1: &[BlockQ8_0], y: &[BlockQ8_0]) -> [f32; 2] {
+    let q = q8_0_r8_groups(y.len());
+    let mut acc = [0f32; 2];
+    for k in 0..q {
+        super::prefetch_rows2(x0, x1, 4 * k);
+        let (xa, xb, yq) = (
+            &x0[4 * k..4 * k + 4],
+            &x1[4 * k..4 * k + 4],
+            &y[4 * k..4 * k + 4],
+        );
+        // SAFETY: four whole blocks each (sliced above); this function
+        // enables every feature the helpers need.
+        unsafe {
+            let neg = q8_0_neg4(yq);
+            acc[0] = q8_0_chain4(acc[0], q8_0_isums4(xa, yq, &neg), xa, yq);
+            acc[1] = q8_0_chain4(acc[1], q8_0_isums4(xb, yq, &neg), xb, yq);
+        }
+    }
+    acc
+}
+
+/// One Q8_0 row in the file's layout against `C` Q8_0 rows in the repacked
+/// product's arithmetic ([`q8_0_r8_rows2`] per output; the rows a mat-vec's
+/// pairs leave).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn q8_0_r8_cols<const C: usize>(x: &[BlockQ8_0], y: [&[BlockQ8_0]; C]) -> [f32; C] {
+    std::array::from_fn(|c| {
+        let y = &y[c][..x.len()];
+        let q = q8_0_r8_groups(y.len());
+        let mut acc = 0f32;
+        for k in 0..q {
+            let (xq, yq) = (&x[4 * k..4 * k + 4], &y[4 * k..4 * k + 4]);
+            // SAFETY: four whole blocks each; this function enables every
+            // feature the helpers need.
+            unsafe {
+                let neg = q8_0_neg4(yq);
+                acc = q8_0_chain4(acc, q8_0_isums4(xq, yq, &neg), xq, yq);
+            }
+        }
+        acc
+    })
 }
 
 // ---------------------------------------------------------------- Q4_K

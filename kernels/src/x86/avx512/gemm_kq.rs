@@ -217,41 +217,117 @@ pub(crate) fn q5_k_cols<const C: usize>(x: &[BlockQ5K], y: [&[BlockQ8K]; C]) -> 
 /// Two Q5_K rows against one Q8_K row: `kquants::q5_k` per output, each row
 /// its own accumulator and `summs` fed as the one-row kernel feeds its own
 /// (so each output is that kernel's bits); the activation loads are shared.
-// `j` indexes `a` and builds the shift and scale indices (as `q5_k_cols`).
-#[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q5_k_rows2(x0: &[BlockQ5K], x1: &[BlockQ5K], y: &[BlockQ8K]) -> [f32; 2] {
-    let m4 = _mm512_set1_epi8(0xF);
-    let one = _mm512_set1_epi8(1);
-    let nib_shift = halves_i16(0, 4);
-    let mut acc = [_mm256_setzero_ps(); 2];
-    let mut summs = [0f32; 2];
-    for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
-        prefetch_rows2(x0, x1, b);
-        let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
-        for (r, xr) in [xa, xb].into_iter().enumerate() {
-            let (xd, xdmin) = (f16_to_f32(xr.d), f16_to_f32(xr.dmin));
-            let (sc, mins) = k4_scales_mins(&xr.scales);
-            let sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
-            let qh = _mm512_broadcast_i64x4(load_u8(&xr.qh));
-            let d = yb.d * xd;
-            let dmin = -yb.d * xdmin;
-            let prod = mins_dot_bsums(mins, &yb.bsums);
-            summs[r] = dmin.mul_add(hsum_i32_4(prod) as f32, summs[r]);
-            let mut sumi = _mm512_setzero_si512();
-            for j in 0..4 {
-                let v = _mm512_broadcast_i64x4(load_u8(at(&xr.qs, 32 * j)));
-                let v = _mm512_and_si512(_mm512_srlv_epi16(v, nib_shift), m4);
-                let hb = _mm512_srlv_epi16(qh, halves_i16(2 * j as i16, 2 * j as i16 + 1));
-                let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(hb, one));
-                let q = _mm512_or_si512(v, hb);
-                let p = _mm512_maddubs_epi16(q, a[j]);
-                sumi = _mm512_dpwssds_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { q5_k_rows2_body::<false>(x0, x1, y) }
+}
+
+/// Two Q5_K rows in the file's layout against one Q8_K row in the repacked
+/// product's arithmetic (`crate::q5k_r8`, `r8::minned_row`): per row and
+/// block the exact `Σ sc·(q·a)` and `Σ m·bsum`, each converted once and
+/// fused into its own f32 chain with `d·d_a` and `dmin·d_a`, and the
+/// difference of the two chains at the end.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q5_k_r8_rows2(x0: &[BlockQ5K], x1: &[BlockQ5K], y: &[BlockQ8K]) -> [f32; 2] {
+    // SAFETY: this function enables every feature the body needs.
+    unsafe { q5_k_rows2_body::<true>(x0, x1, y) }
+}
+
+/// One Q5_K row in the file's layout against `C` Q8_K rows in the repacked
+/// product's arithmetic ([`q5_k_r8_rows2`] per output; the rows a mat-vec's
+/// pairs leave).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub(crate) fn q5_k_r8_cols<const C: usize>(x: &[BlockQ5K], y: [&[BlockQ8K]; C]) -> [f32; C] {
+    std::array::from_fn(|c| {
+        let (mut acc, mut acc_min) = (0f32, 0f32);
+        for (xb, yb) in x.iter().zip(y[c]) {
+            let a: [__m512i; 4] = std::array::from_fn(|j| load64(at64(&yb.qs, 64 * j)));
+            // SAFETY: whole block fields; this function enables the features.
+            let (sumi, prod) = unsafe { q5_k_block(xb, &a, &yb.bsums) };
+            // SAFETY: register-only; this function enables AVX2.
+            let isum = unsafe { hsum_i32_8(sumi) };
+            acc = (isum as f32).mul_add(f16_to_f32(xb.d) * yb.d, acc);
+            acc_min = (hsum_i32_4(prod) as f32).mul_add(f16_to_f32(xb.dmin) * yb.d, acc_min);
+        }
+        acc - acc_min
+    })
+}
+
+/// One Q5_K block of one row against one Q8_K block (`a`: its levels in four
+/// 512-bit loads): the exact integers of `kquants::q5_k`, the eight i32 lanes
+/// of `Σ sc·(q·a)` and the four of `Σ m·bsum`.
+///
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL/VNNI and AVX2 enabled.
+#[inline(always)]
+unsafe fn q5_k_block(xr: &BlockQ5K, a: &[__m512i; 4], bsums: &[i16; 16]) -> (__m256i, __m128i) {
+    // SAFETY: loads read whole block fields; the caller enables the features.
+    unsafe {
+        let m4 = _mm512_set1_epi8(0xF);
+        let one = _mm512_set1_epi8(1);
+        let nib_shift = halves_i16(0, 4);
+        let (sc, mins) = k4_scales_mins(&xr.scales);
+        let sc = _mm512_broadcast_i32x4(_mm256_castsi256_si128(sc));
+        let qh = _mm512_broadcast_i64x4(load_u8(&xr.qh));
+        let mut sumi = _mm512_setzero_si512();
+        for (j, &aj) in a.iter().enumerate() {
+            let v = _mm512_broadcast_i64x4(load_u8(at(&xr.qs, 32 * j)));
+            let v = _mm512_and_si512(_mm512_srlv_epi16(v, nib_shift), m4);
+            let hb = _mm512_srlv_epi16(qh, halves_i16(2 * j as i16, 2 * j as i16 + 1));
+            let hb = _mm512_slli_epi16::<4>(_mm512_and_si512(hb, one));
+            let q = _mm512_or_si512(v, hb);
+            let p = _mm512_maddubs_epi16(q, aj);
+            sumi = _mm512_dpwssds_epi32(sumi, p, bcast_pair(sc, 2 * j, 2 * j + 1));
+        }
+        (fold8(sumi), mins_dot_bsums(mins, bsums))
+    }
+}
+
+/// `R8`: the repacked product's arithmetic ([`q5_k_r8_rows2`]), else
+/// `kquants::q5_k`'s ([`q5_k_rows2`]).
+///
+/// # Safety
+/// The caller must have AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C enabled.
+#[inline(always)]
+unsafe fn q5_k_rows2_body<const R8: bool>(
+    x0: &[BlockQ5K],
+    x1: &[BlockQ5K],
+    y: &[BlockQ8K],
+) -> [f32; 2] {
+    // SAFETY: loads read whole block fields (bounds-checked by the zips); the
+    // caller enables every feature needed.
+    unsafe {
+        let mut acc = [_mm256_setzero_ps(); 2];
+        let (mut summs, mut acc_r8, mut min_r8) = ([0f32; 2], [0f32; 2], [0f32; 2]);
+        for (b, ((xa, xb), yb)) in x0.iter().zip(x1).zip(y).enumerate() {
+            prefetch_rows2(x0, x1, b);
+            let a: [__m512i; 4] = [
+                load64(at64(&yb.qs, 0)),
+                load64(at64(&yb.qs, 64)),
+                load64(at64(&yb.qs, 128)),
+                load64(at64(&yb.qs, 192)),
+            ];
+            for (r, xr) in [xa, xb].into_iter().enumerate() {
+                let (xd, xdmin) = (f16_to_f32(xr.d), f16_to_f32(xr.dmin));
+                let (sumi, prod) = q5_k_block(xr, &a, &yb.bsums);
+                if R8 {
+                    acc_r8[r] = (hsum_i32_8(sumi) as f32).mul_add(xd * yb.d, acc_r8[r]);
+                    min_r8[r] = (hsum_i32_4(prod) as f32).mul_add(xdmin * yb.d, min_r8[r]);
+                } else {
+                    let dmin = -yb.d * xdmin;
+                    summs[r] = dmin.mul_add(hsum_i32_4(prod) as f32, summs[r]);
+                    let d = _mm256_set1_ps(yb.d * xd);
+                    acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc[r]);
+                }
             }
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(fold8(sumi)), acc[r]);
+        }
+        if R8 {
+            [acc_r8[0] - min_r8[0], acc_r8[1] - min_r8[1]]
+        } else {
+            [hsum_ps(acc[0]) + summs[0], hsum_ps(acc[1]) + summs[1]]
         }
     }
-    [hsum_ps(acc[0]) + summs[0], hsum_ps(acc[1]) + summs[1]]
 }
 
 // ---------------------------------------------------------------- Q6_K
