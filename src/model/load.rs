@@ -50,8 +50,8 @@ impl<'a> Model<'a> {
 /// `dims` in memory beside its repacked copy, for mat-vecs to read ([`kernels::matmul::QMatrix::with_file_matvec`]):
 /// a plain matrix (not an expert stack, read a few experts at a time) of a
 /// type whose file rows the kernels read with the repacked product's bits.
-/// On AVX-512 that is Q5_K, Q6_K and Q8_0 (see docs/PERFORMANCE.md, "Q5_K
-/// and Q8_0 mat-vecs read the file's rows too"). Q6_K: a mat-vec streams its file rows faster from
+/// On AVX-512 that is Q5_K, Q6_K and Q8_0 (docs/PERFORMANCE.md, "Batched
+/// passes", session 23). Q6_K: a mat-vec streams its file rows faster from
 /// memory than the repacked ones (`packed_stream`, one thread: 22–25
 /// against 19–21 GB/s, and 22–24 in the repacked order), while batches of
 /// several rows want the repacked product (on the full apex-miniplus file
