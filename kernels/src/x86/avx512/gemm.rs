@@ -431,7 +431,7 @@ gemm_entry!(
     BlockQ8_0,
     32,
     q8_0_r8_cols,
-    rows2 |x: &[&[BlockQ8_0]; 2], y: &[BlockQ8_0]| {
+    rows2 Q8Acts, q8_0_prepare, |x: &[&[BlockQ8_0]; 2], y: &[Q8Acts]| {
         // SAFETY: `packed_order_gemm_fn` hands the entry out only after
         // detecting AVX512-VNNI and `Isa::Avx512.available()`.
         Some(unsafe { q8_0_r8_rows2(x[0], x[1], y) })
@@ -452,60 +452,100 @@ pub fn packed_order_gemm_fn(ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
-/// Four consecutive blocks of one Q8_0 row against the activation blocks
-/// `y` whose `−128·Σa` lanes are `neg`: the four exact block sums `Σ w·a`
-/// (as `crate::q80_r8` computes them: `Σ (w + 128)·a − 128·Σ a`).
+/// Four consecutive Q8_0 activation blocks as [`q8_0_isums4`] and
+/// [`q8_0_chain4`] take them: the levels, `−128·Σa` in eight lanes per
+/// block (the start of the sums; `vpdpbusd` by the unsigned 128), and the
+/// four `d`. A mat-vec lays its row out once ([`q8_0_prepare`]), not once
+/// per pair of weight rows.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub(crate) struct Q8Acts {
+    qs: [__m256i; 4],
+    neg: [__m256i; 4],
+    d: __m128,
+}
+
+/// Most groups of four blocks [`q8_0_prepare`] lays out (a row of 16384
+/// weights): its buffer is on the stack, 36 KiB.
+const Q8_PREPARED_GROUPS: usize = 128;
+
+/// [`Q8Acts`] of the four blocks `y`.
+///
+/// # Safety
+/// The caller must have AVX-512 VL/VNNI, AVX2 and F16C enabled.
+#[inline(always)]
+unsafe fn q8_0_acts(y: &[BlockQ8_0]) -> Q8Acts {
+    // SAFETY: whole fields of four blocks; the caller enables the features.
+    unsafe {
+        let (flip, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
+        let mut a = Q8Acts {
+            qs: [zero; 4],
+            neg: [zero; 4],
+            d: scales4([y[0].d_bits(), y[1].d_bits(), y[2].d_bits(), y[3].d_bits()]),
+        };
+        // Loops, not closures: a closure would not inherit the caller's
+        // features, and its intrinsics would become calls.
+        for (i, b) in y[..4].iter().enumerate() {
+            a.qs[i] = load_i8(&b.qs);
+            a.neg[i] = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, a.qs[i]));
+        }
+        a
+    }
+}
+
+/// Lays out the Q8_0 row `y` (whole groups of four blocks, at most
+/// [`Q8_PREPARED_GROUPS`]) for [`q8_0_r8_rows2`] and hands it to `f`;
+/// `false`, calling nothing, when `y` is longer.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,f16c")]
+fn q8_0_prepare(y: &[BlockQ8_0], f: &mut dyn FnMut(&[Q8Acts])) -> bool {
+    let groups = q8_0_r8_groups(y.len());
+    if groups > Q8_PREPARED_GROUPS {
+        return false;
+    }
+    let mut buf = [std::mem::MaybeUninit::<Q8Acts>::uninit(); Q8_PREPARED_GROUPS];
+    for (slot, yq) in buf.iter_mut().zip(y.chunks_exact(4)) {
+        // SAFETY: four whole blocks; this function enables the features.
+        slot.write(unsafe { q8_0_acts(yq) });
+    }
+    // SAFETY: the first `groups` slots were written just above, and
+    // `MaybeUninit<T>` has `T`'s layout.
+    let ready = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<Q8Acts>(), groups) };
+    f(ready);
+    true
+}
+
+/// Four consecutive blocks of one Q8_0 row against the activations `a`: the
+/// four exact block sums `Σ w·a` (as `crate::q80_r8` computes them: `Σ (w +
+/// 128)·a − 128·Σ a`).
 ///
 /// # Safety
 /// The caller must have AVX-512 VL/VNNI and AVX2 enabled.
 #[inline(always)]
-unsafe fn q8_0_isums4(x: &[BlockQ8_0], y: &[BlockQ8_0], neg: &[__m256i; 4]) -> __m128i {
-    // SAFETY: whole `qs` fields of four blocks (the slices' bounds); the
+unsafe fn q8_0_isums4(x: &[BlockQ8_0], a: &Q8Acts) -> __m128i {
+    // SAFETY: whole `qs` fields of four blocks (the slice's bounds); the
     // caller enables the features.
     unsafe {
         let flip = _mm256_set1_epi8(-128);
-        // Loops, not closures: a closure would not inherit the caller's
-        // features, and its intrinsics would become calls.
-        let mut s = *neg;
+        let mut s = a.neg;
         for i in 0..4 {
             let u = _mm256_xor_si256(load_i8(&x[i].qs), flip);
-            s[i] = _mm256_dpbusd_epi32(s[i], u, load_i8(&y[i].qs));
+            s[i] = _mm256_dpbusd_epi32(s[i], u, a.qs[i]);
         }
         let h = _mm256_hadd_epi32(_mm256_hadd_epi32(s[0], s[1]), _mm256_hadd_epi32(s[2], s[3]));
         _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256::<1>(h))
     }
 }
 
-/// `−128·Σa` in eight lanes per activation block (the start of
-/// [`q8_0_isums4`]'s sums; `vpdpbusd` by the unsigned 128).
-///
-/// # Safety
-/// The caller must have AVX-512 VL/VNNI and AVX2 enabled.
-#[inline(always)]
-unsafe fn q8_0_neg4(y: &[BlockQ8_0]) -> [__m256i; 4] {
-    // SAFETY: whole `qs` fields of four blocks; the caller enables the
-    // features.
-    unsafe {
-        let (flip, zero) = (_mm256_set1_epi8(-128), _mm256_setzero_si256());
-        let mut neg = [zero; 4];
-        for (n, b) in neg.iter_mut().zip(y) {
-            *n = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, flip, load_i8(&b.qs)));
-        }
-        neg
-    }
-}
-
 /// The serial chain of `crate::q80_r8` over four blocks: `acc = fma(isum,
-/// d_w·d_a, acc)`, block after block.
+/// d_w·d_a, acc)`, block after block (`da`: the activations' four `d`).
 ///
 /// # Safety
-/// The caller must have AVX2 and F16C enabled.
+/// The caller must have AVX2, FMA and F16C enabled.
 #[inline(always)]
-unsafe fn q8_0_chain4(acc: f32, isums: __m128i, x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+unsafe fn q8_0_chain4(acc: f32, isums: __m128i, x: &[BlockQ8_0], da: __m128) -> f32 {
     // SAFETY: register-only; the caller enables the features.
     unsafe {
         let dw = scales4([x[0].d_bits(), x[1].d_bits(), x[2].d_bits(), x[3].d_bits()]);
-        let da = scales4([y[0].d_bits(), y[1].d_bits(), y[2].d_bits(), y[3].d_bits()]);
         let (f, dd) = (_mm_cvtepi32_ps(isums), _mm_mul_ps(dw, da));
         let mut a = _mm_set_ss(acc);
         a = _mm_fmadd_ss(f, dd, a);
@@ -527,26 +567,21 @@ fn q8_0_r8_groups(blocks: usize) -> usize {
     blocks / 4
 }
 
-/// Two Q8_0 rows in the file's layout against one Q8_0 row, each output in
-/// the repacked product's arithmetic (`crate::q80_r8`): a mat-vec on the
-/// file's rows with the bits of a verify batch on the repacked copy.
+/// Two Q8_0 rows in the file's layout against one Q8_0 row (laid out by
+/// [`q8_0_prepare`]), each output in the repacked product's arithmetic
+/// (`crate::q80_r8`): a mat-vec on the file's rows with the bits of a
+/// verify batch on the repacked copy.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-fn q8_0_r8_rows2(x0: &[BlockQ8_0], x1: &[BlockQ8_0], y: &[BlockQ8_0]) -> [f32; 2] {
-    let q = q8_0_r8_groups(y.len());
+fn q8_0_r8_rows2(x0: &[BlockQ8_0], x1: &[BlockQ8_0], y: &[Q8Acts]) -> [f32; 2] {
     let mut acc = [0f32; 2];
-    for k in 0..q {
+    for (k, a) in y.iter().enumerate() {
         super::prefetch_rows2(x0, x1, 4 * k);
-        let (xa, xb, yq) = (
-            &x0[4 * k..4 * k + 4],
-            &x1[4 * k..4 * k + 4],
-            &y[4 * k..4 * k + 4],
-        );
+        let (xa, xb) = (&x0[4 * k..4 * k + 4], &x1[4 * k..4 * k + 4]);
         // SAFETY: four whole blocks each (sliced above); this function
         // enables every feature the helpers need.
         unsafe {
-            let neg = q8_0_neg4(yq);
-            acc[0] = q8_0_chain4(acc[0], q8_0_isums4(xa, yq, &neg), xa, yq);
-            acc[1] = q8_0_chain4(acc[1], q8_0_isums4(xb, yq, &neg), xb, yq);
+            acc[0] = q8_0_chain4(acc[0], q8_0_isums4(xa, a), xa, a.d);
+            acc[1] = q8_0_chain4(acc[1], q8_0_isums4(xb, a), xb, a.d);
         }
     }
     acc
@@ -566,8 +601,8 @@ fn q8_0_r8_cols<const C: usize>(x: &[BlockQ8_0], y: [&[BlockQ8_0]; C]) -> [f32; 
             // SAFETY: four whole blocks each; this function enables every
             // feature the helpers need.
             unsafe {
-                let neg = q8_0_neg4(yq);
-                acc = q8_0_chain4(acc, q8_0_isums4(xq, yq, &neg), xq, yq);
+                let a = q8_0_acts(yq);
+                acc = q8_0_chain4(acc, q8_0_isums4(xq, &a), xq, a.d);
             }
         }
         acc
