@@ -10,7 +10,7 @@ use crate::{scalar, GgmlType};
 
 pub use crate::cpu::{Isa, IsaError};
 pub use crate::sig::{
-    DeltaReplayFn, DeltaRowsFn, GemmFn, PromptFn, QuantizeFn, ReplayStep, VecDotFn,
+    DeltaReplayFn, DeltaRowsFn, DeltaStepsFn, GemmFn, PromptFn, QuantizeFn, ReplayStep, VecDotFn,
 };
 
 /// The kernels of one tier, per weight type.
@@ -31,6 +31,7 @@ pub struct KernelTable {
     packed_prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
     delta_rows: Option<DeltaRowsFn>,
     delta_replay: Option<DeltaReplayFn>,
+    delta_steps: Option<DeltaStepsFn>,
 }
 
 fn type_index(ty: GgmlType) -> usize {
@@ -186,6 +187,14 @@ fn tier_delta_replay(isa: Isa) -> Option<DeltaReplayFn> {
     }
 }
 
+fn tier_delta_steps(isa: Isa) -> Option<DeltaStepsFn> {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512 => Some(crate::x86::avx512::legacy::delta_steps),
+        _ => None,
+    }
+}
+
 fn tier_tiled(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
@@ -293,6 +302,7 @@ impl KernelTable {
             packed_order_rows: GgmlType::ALL.map(|t| tier_packed_order_rows(isa, t)),
             delta_rows: tier_delta_rows(isa),
             delta_replay: tier_delta_replay(isa),
+            delta_steps: tier_delta_steps(isa),
             prompt_gemm: GgmlType::ALL.map(|t| tier_prompt_gemm(isa, t)),
             packed_gemm: GgmlType::ALL.map(|t| tier_packed_gemm(isa, t)),
             packed_prompt_gemm: GgmlType::ALL.map(|t| tier_packed_prompt_gemm(isa, t)),
@@ -409,6 +419,14 @@ impl KernelTable {
     #[inline]
     pub fn delta_replay(&self) -> Option<DeltaReplayFn> {
         self.delta_replay
+    }
+
+    /// The tier's several positions of the delta rule with read-outs,
+    /// starting from a state it may leave untouched (the bits of
+    /// [`KernelTable::delta_rows`] once per position), when it has one.
+    #[inline]
+    pub fn delta_steps(&self) -> Option<DeltaStepsFn> {
+        self.delta_steps
     }
 
     /// The tier's product for a prompt batch of weight type `ty`, when it

@@ -14,12 +14,14 @@ pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
 /// the update alone): see `x86::avx512::legacy::delta_rows`.
 pub type DeltaRowsFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, f32, &mut [f32]);
 
-/// One position of a replay ([`DeltaReplayFn`]): the key, the value head's
-/// values (one per state row), the decay `e^g` and `β`.
+/// One position of a replay ([`DeltaReplayFn`], [`DeltaStepsFn`]): the key,
+/// the value head's values (one per state row), the decay `e^g` and `β`;
+/// for [`DeltaStepsFn`] the read-out query `q` (empty: no read-out).
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayStep<'a> {
     pub k: &'a [f32],
     pub v: &'a [f32],
+    pub q: &'a [f32],
     pub decay: f32,
     pub beta: f32,
 }
@@ -29,6 +31,23 @@ pub struct ReplayStep<'a> {
 /// [`DeltaRowsFn`] call per position in order, each row kept in registers
 /// across the positions. `false` (nothing done) for a shape it does not take.
 pub type DeltaReplayFn = fn(&mut [f32], &[ReplayStep]) -> bool;
+
+/// Several positions of the gated delta rule over one value head's state
+/// rows with their read-outs: the bits of one [`DeltaRowsFn`] call per
+/// position in order (`out[t·d_v + j]` = position t's read-out of row j,
+/// times `scale`, for the positions with a `q`), each row kept in registers
+/// across the positions. The rows start from `from` when given (which is
+/// left untouched), else from `s`; the final rows go to `s` only with
+/// `store` (`s` may be empty without it). `false` (nothing done) for a
+/// shape it does not take.
+pub type DeltaStepsFn = fn(
+    s: &mut [f32],
+    from: Option<&[f32]>,
+    store: bool,
+    steps: &[ReplayStep],
+    scale: f32,
+    out: &mut [f32],
+) -> bool;
 
 pub type GemmFn = fn(
     n: usize,

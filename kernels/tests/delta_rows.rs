@@ -107,6 +107,7 @@ fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
                 .map(|t| ReplayStep {
                     k: &ks[t * dk..(t + 1) * dk],
                     v: &vs[t * dv..(t + 1) * dv],
+                    q: &[],
                     decay: (gb[2 * t] - 1.0).exp(),
                     beta: gb[2 * t + 1].abs(),
                 })
@@ -135,6 +136,7 @@ fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
         let step = ReplayStep {
             k: &k,
             v: &v,
+            q: &[],
             decay: 0.9,
             beta: 0.5,
         };
@@ -143,5 +145,123 @@ fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
     }
     if checked == 0 {
         eprintln!("###  no tier here has a delta replay kernel");
+    }
+}
+
+#[test]
+fn delta_steps_equal_delta_rows_with_read_outs_bit_for_bit() {
+    use kernels::isa::ReplayStep;
+    let mut checked = 0;
+    for isa in Isa::all_available() {
+        let kt = KernelTable::new(isa);
+        let (Some(rows), Some(steps_fn)) = (kt.delta_rows(), kt.delta_steps()) else {
+            continue;
+        };
+        for (dk, dv, n) in [
+            (128usize, 128usize, 4usize),
+            (128, 128, 16),
+            (64, 64, 5),
+            (64, 7, 3),
+            (128, 3, 1),
+        ] {
+            let s0 = floats(13 + dk as u64, dk * dv);
+            let ks = floats(17, n * dk);
+            let qs = floats(19, n * dk);
+            let vs = floats(23, n * dv);
+            let gb = floats(29, 2 * n);
+            let scale = 1.0 / (dk as f32).sqrt();
+            // Every other position without a read-out, to check both kinds.
+            let steps: Vec<ReplayStep> = (0..n)
+                .map(|t| ReplayStep {
+                    k: &ks[t * dk..(t + 1) * dk],
+                    v: &vs[t * dv..(t + 1) * dv],
+                    q: if t % 2 == 1 && n > 2 {
+                        &[]
+                    } else {
+                        &qs[t * dk..(t + 1) * dk]
+                    },
+                    decay: (gb[2 * t] - 1.0).exp(),
+                    beta: gb[2 * t + 1].abs(),
+                })
+                .collect();
+            let mut want = s0.clone();
+            let mut o_want = vec![f32::NAN; n * dv];
+            for (t, p) in steps.iter().enumerate() {
+                let o = &mut o_want[t * dv..(t + 1) * dv];
+                if p.q.is_empty() {
+                    rows(&mut want, &[], p.k, p.v, p.decay, p.beta, 0.0, &mut []);
+                } else {
+                    rows(&mut want, p.q, p.k, p.v, p.decay, p.beta, scale, o);
+                }
+            }
+            let same = |got: &[f32], want: &[f32], what: &str| {
+                for (i, (a, b)) in got.iter().zip(want).enumerate() {
+                    assert_eq!(
+                        a.to_bits(),
+                        b.to_bits(),
+                        "{isa} ({dk}, {dv}, {n}) {what} {i}"
+                    );
+                }
+            };
+            // In place, stored.
+            let mut got = s0.clone();
+            let mut o_got = vec![f32::NAN; n * dv];
+            assert!(steps_fn(&mut got, None, true, &steps, scale, &mut o_got));
+            same(&got, &want, "state in place");
+            same(&o_got, &o_want, "read-out in place");
+            // From another state, stored: the source untouched.
+            let mut got = vec![0f32; dk * dv];
+            let mut o_got = vec![f32::NAN; n * dv];
+            assert!(steps_fn(
+                &mut got,
+                Some(&s0),
+                true,
+                &steps,
+                scale,
+                &mut o_got
+            ));
+            same(&got, &want, "state from a source");
+            same(&o_got, &o_want, "read-out from a source");
+            // From another state, not stored: only the read-outs.
+            let mut o_got = vec![f32::NAN; n * dv];
+            assert!(steps_fn(
+                &mut [],
+                Some(&s0),
+                false,
+                &steps,
+                scale,
+                &mut o_got
+            ));
+            same(&o_got, &o_want, "read-out alone");
+            checked += 1;
+        }
+        // Shapes it does not take: nothing done.
+        let (k, v, q) = (floats(2, 37), floats(3, 5), floats(4, 37));
+        let step = ReplayStep {
+            k: &k,
+            v: &v,
+            q: &q,
+            decay: 0.9,
+            beta: 0.5,
+        };
+        let mut s = floats(1, 37 * 5);
+        let before = s.clone();
+        let mut o = vec![0f32; 5];
+        assert!(!steps_fn(&mut s, None, true, &[step], 0.1, &mut o));
+        assert_eq!(s, before);
+        // A read-out that does not fit `out`.
+        let (k, v, q) = (floats(2, 64), floats(3, 4), floats(4, 64));
+        let step = ReplayStep {
+            k: &k,
+            v: &v,
+            q: &q,
+            decay: 0.9,
+            beta: 0.5,
+        };
+        let mut s = floats(1, 64 * 4);
+        assert!(!steps_fn(&mut s, None, true, &[step, step], 0.1, &mut o));
+    }
+    if checked == 0 {
+        eprintln!("###  no tier here has a delta steps kernel");
     }
 }

@@ -151,6 +151,7 @@ impl Model<'_> {
         let prompt_mode = self.order.mode(true);
         let mode = self.order.mode(false);
         let s = &mut bs.s;
+        let _warm = super::warm::keep_warm();
         self.embed(tokens, &mut s.x[..n * e]);
         for il in 0..cfg.n_layer {
             if let Some((st, pos0, t, _)) = &mut chunk {

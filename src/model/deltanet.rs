@@ -15,6 +15,7 @@
 //! works on contiguous rows j. The 1/√d_k scale is applied to the read-out, as
 //! llama.cpp's fused recurrence does (the same value as scaling q).
 
+use kernels::sig::ReplayStep;
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
@@ -180,18 +181,40 @@ pub fn conv_silu(
     ch: usize,
     out: &mut [f32],
 ) {
+    conv_silu_t(w, &[], k, window, mixed, ch, out);
+}
+
+/// [`conv_silu`] with the taps also given transposed (`wt`, [`by_tap`] of
+/// `w`, as the weights keep them; empty: transposed here when several rows
+/// want them). Contiguous loads, the same sums.
+pub fn conv_silu_t(
+    w: &[f32],
+    wt: &[f32],
+    k: usize,
+    window: &mut [f32],
+    mixed: &[f32],
+    ch: usize,
+    out: &mut [f32],
+) {
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
+    let mut own = Vec::new();
+    if t_n > 1 && wt.is_empty() {
+        own = by_tap(w, k, ch);
+    }
+    let taps = match (wt.is_empty(), own.is_empty()) {
+        (false, _) => Taps::ByTap(wt),
+        (true, false) => Taps::ByTap(&own),
+        (true, true) => Taps::ByChannel(w),
+    };
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
-        // Several rows: the taps transposed once, for contiguous loads.
-        let wt = by_tap(w, k, ch);
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
-        let (window, wt): (&[f32], &[f32]) = (window, &wt);
+        let window: &[f32] = window;
         out.par_chunks_mut(per * ch)
             .enumerate()
-            .for_each(|(c, o)| conv_silu_rows(Taps::ByTap(wt), k, window, mixed, ch, c * per, o));
+            .for_each(|(c, o)| conv_silu_rows(taps, k, window, mixed, ch, c * per, o));
     } else {
-        conv_silu_rows(Taps::ByChannel(w), k, window, mixed, ch, 0, out);
+        conv_silu_rows(taps, k, window, mixed, ch, 0, out);
     }
     push_window(window, mixed, ch);
 }
@@ -390,8 +413,9 @@ pub(super) fn recur(
     // 3. Causal conv + silu.
     {
         let _p = profile::enter(Op::Conv);
-        conv_silu(
+        conv_silu_t(
             &w.conv,
+            &w.conv_t,
             cfg.ssm_conv_kernel,
             &mut state.conv,
             &sc.mixed[..t * ch],
@@ -444,10 +468,14 @@ pub(super) fn recur(
             .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
             .enumerate()
             .for_each(|(h, (s, oh))| {
-                if let Some(src) = ssm_from {
-                    s.copy_from_slice(&src[h * d * d..(h + 1) * d * d]);
-                }
                 let kh = h % hk;
+                let from = ssm_from.map(|src| &src[h * d * d..(h + 1) * d * d]);
+                if t > 1 && head_steps(kt, cfg, s, from, conv, gate, beta, h, t, scale, oh) {
+                    return;
+                }
+                if let Some(src) = from {
+                    s.copy_from_slice(src);
+                }
                 for (ti, o) in oh.chunks_exact_mut(d).enumerate() {
                     let row = &conv[ti * ch..(ti + 1) * ch];
                     let q = &row[kh * d..(kh + 1) * d];
@@ -470,6 +498,67 @@ pub(super) fn recur(
 
     dump::here("attn_output", &sc.o_heads[..hv * t * d]);
     dump::here("gate", &sc.gate[..t * hv]);
+}
+
+/// Several tokens of value head `h` through the tier's multi-position
+/// kernel ([`KernelTable::delta_steps`]): the head's state rows stay in
+/// registers across the tokens, and a verify pass (`from`, the real state)
+/// reads them from there and never writes them back (the scratch `s` is
+/// dropped after the pass; the commit replays the stash). The bits of
+/// [`delta_step`] token by token. `false`, nothing done, where the tier has
+/// no such kernel or refuses the shape.
+#[allow(clippy::too_many_arguments)]
+fn head_steps(
+    kt: &KernelTable,
+    cfg: &ModelConfig,
+    s: &mut [f32],
+    from: Option<&[f32]>,
+    conv: &[f32],
+    gate: &[f32],
+    beta: &[f32],
+    h: usize,
+    t: usize,
+    scale: f32,
+    oh: &mut [f32],
+) -> bool {
+    let Some(steps_fn) = kt.delta_steps() else {
+        return false;
+    };
+    let (ch, hv, hk, d) = (
+        cfg.ssm_conv_channels(),
+        cfg.ssm_n_v_heads,
+        cfg.ssm_n_k_heads,
+        cfg.ssm_head_dim,
+    );
+    let kh = h % hk;
+    let step = |ti: usize| {
+        let row = &conv[ti * ch..(ti + 1) * ch];
+        ReplayStep {
+            q: &row[kh * d..(kh + 1) * d],
+            k: &row[(hk + kh) * d..(hk + kh + 1) * d],
+            v: &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d],
+            decay: gate[ti * hv + h].exp(),
+            beta: beta[ti * hv + h],
+        }
+    };
+    const CHUNK: usize = 16;
+    let mut done = 0;
+    while done < t {
+        let m = CHUNK.min(t - done);
+        let steps: [ReplayStep; CHUNK] = std::array::from_fn(|i| step(done + i.min(m - 1)));
+        // The first chunk starts from `from`; the rows are stored unless this
+        // is a verify pass's last chunk.
+        let src = if done == 0 { from } else { None };
+        let store = from.is_none() || done + m < t;
+        let o = &mut oh[done * d..(done + m) * d];
+        if !steps_fn(s, src, store, &steps[..m], scale, o) {
+            // Every chunk has the same shapes: refused at once or never.
+            assert_eq!(done, 0, "delta steps refused a later chunk");
+            return false;
+        }
+        done += m;
+    }
+    true
 }
 
 /// Step 6: the gated RMSNorm of the heads' outputs and `sc.z`, then the

@@ -95,18 +95,39 @@ pub fn conv_two_sided(
     ch: usize,
     out: &mut [f32],
 ) {
+    conv_two_sided_t([w, &[]], k, [wr, &[]], kr, window, mixed, ch, out);
+}
+
+/// [`conv_two_sided`] with each set of taps also given transposed
+/// (`[w, wt]`, `wt` = [`by_tap`] of `w`, as the weights keep them; empty:
+/// transposed here when several rows want them). The same sums.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_two_sided_t(
+    [w, wt]: [&[f32]; 2],
+    k: usize,
+    [wr, wrt]: [&[f32]; 2],
+    kr: usize,
+    window: &[f32],
+    mixed: &[f32],
+    ch: usize,
+    out: &mut [f32],
+) {
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
     // Several rows: both sets of taps transposed once, for contiguous loads
-    // (the same sums in the same order).
-    let (wt, wrt) = match t_n > 1 {
-        true => (by_tap(w, k, ch), by_tap(wr, kr, ch)),
-        false => (Vec::new(), Vec::new()),
+    // (the same sums in the same order), unless the caller has them.
+    let (own, own_r) = match t_n > 1 {
+        true if wt.is_empty() || wrt.is_empty() => (by_tap(w, k, ch), by_tap(wr, kr, ch)),
+        _ => (Vec::new(), Vec::new()),
+    };
+    let (wt, wrt) = match wt.is_empty() || wrt.is_empty() {
+        true => (&own[..], &own_r[..]),
+        false => (wt, wrt),
     };
     let taps = ConvTaps {
-        w: pick(w, &wt),
+        w: pick(w, wt),
         k,
-        wr: pick(wr, &wrt),
+        wr: pick(wr, wrt),
         kr,
         window,
         mixed,
@@ -230,10 +251,10 @@ pub fn gdn_block(
 
     // 2. Two-sided conv + silu; L2-normalise q and k heads.
     let p = profile::enter(Op::Conv);
-    conv_two_sided(
-        &w.conv,
+    conv_two_sided_t(
+        [&w.conv, &w.conv_t],
         cfg.ssm_conv_kernel,
-        &dw.conv_right,
+        [&dw.conv_right, &dw.conv_right_t],
         dw.k_right,
         &state.conv,
         &sc.mixed[..t * ch],
@@ -545,6 +566,7 @@ impl Model<'_> {
         let mode = self.order.mode(tokens.len() >= BLOCK_PROMPT_ROWS);
         let cfg = &self.config;
         let e = cfg.n_embd;
+        let _warm = super::warm::keep_warm();
         let mut gsc = GdnBlockScratch::new(cfg, t);
         gsc.force_lambda = knobs.force_lambda;
         state.scratch.moe.pool = knobs.expert_pool;

@@ -215,6 +215,7 @@ impl<'a> Model<'a> {
         // it when they end); never let one reach an autoregressive pass.
         state.scratch.moe.pool = 0;
         let kt = self.kt;
+        let _warm = super::warm::keep_warm();
         let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
         while c0 < n {

@@ -33,6 +33,7 @@ pub mod recurrent;
 pub mod state;
 pub mod tiny;
 pub mod verify;
+pub mod warm;
 pub mod weights;
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ impl GdnStash {
                 ReplayStep {
                     k: &row[kh * d..(kh + 1) * d],
                     v: &row[hk * d + h * d..hk * d + (h + 1) * d],
+                    q: &[],
                     decay: self.gate[t * hv + h].exp(),
                     beta: self.beta[t * hv + h],
                 }

@@ -125,6 +125,9 @@ pub struct DeltaNetWeights<'a> {
     pub alpha: Matrix<'a>,
     /// `[channel][tap]`, tap `kernel-1` multiplies the current token.
     pub conv: Vec<f32>,
+    /// The same taps as `[tap][channel]` (`deltanet::by_tap`), for
+    /// contiguous loads.
+    pub conv_t: Vec<f32>,
     pub dt_bias: Vec<f32>,
     /// −exp(A_log), negative.
     pub a: Vec<f32>,
@@ -141,6 +144,8 @@ pub struct DiffusionWeights {
     /// `ssm_conv1d.weight_right {K_r, channels}` as `[channel][tap]`; tap j
     /// multiplies the token j+1 steps ahead.
     pub conv_right: Vec<f32>,
+    /// The same as `[tap][channel]` (`deltanet::by_tap`).
+    pub conv_right_t: Vec<f32>,
     /// Right taps per channel (`K_r`).
     pub k_right: usize,
     /// `ssm_bd_logit_scale.weight {n_v}`: block-softmax logit scale s_h.
@@ -360,15 +365,18 @@ fn bind_layer<'a>(
             let ch = cfg.ssm_conv_channels();
             let inner = cfg.ssm_inner();
             let hv = cfg.ssm_n_v_heads as u64;
+            let conv = b.vector(
+                &n("ssm_conv1d.weight"),
+                &[cfg.ssm_conv_kernel as u64, ch as u64],
+            )?;
+            let conv_t = super::deltanet::by_tap(&conv, cfg.ssm_conv_kernel, ch);
             MixerWeights::DeltaNet(DeltaNetWeights {
                 qkv: b.matrix(&n("attn_qkv.weight"), e, ch)?,
                 gate: b.matrix(&n("attn_gate.weight"), e, inner)?,
                 beta: b.matrix(&n("ssm_beta.weight"), e, cfg.ssm_n_v_heads)?,
                 alpha: b.matrix(&n("ssm_alpha.weight"), e, cfg.ssm_n_v_heads)?,
-                conv: b.vector(
-                    &n("ssm_conv1d.weight"),
-                    &[cfg.ssm_conv_kernel as u64, ch as u64],
-                )?,
+                conv,
+                conv_t,
                 dt_bias: b.vector(&n("ssm_dt.bias"), &[hv])?,
                 a: b.vector(&n("ssm_a"), &[hv])?,
                 norm: b.vector(&n("ssm_norm.weight"), &[cfg.ssm_head_dim as u64])?,
@@ -454,8 +462,11 @@ fn bind_diffusion(
         k => k,
     };
     let hv = cfg.ssm_n_v_heads as u64;
+    let conv_right = b.vector(&right, &[k_right as u64, ch])?;
+    let conv_right_t = super::deltanet::by_tap(&conv_right, k_right, ch as usize);
     Ok(Some(DiffusionWeights {
-        conv_right: b.vector(&right, &[k_right as u64, ch])?,
+        conv_right,
+        conv_right_t,
         k_right,
         logit_scale: b.vector(&names[1], &[hv])?,
         history_w: b.vector(&names[2], &[hv])?,

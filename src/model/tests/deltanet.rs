@@ -279,6 +279,7 @@ fn the_conv_of_many_rows_is_the_conv_of_each_row_alone() {
     let w = r.vec(ch * k, 1.0);
     let mixed = r.vec(t * ch, 2.0);
     let start = r.vec((k - 1) * ch, 1.0);
+    let win_start = start.clone();
     let (mut win_all, mut win_one) = (start.clone(), start);
     let mut all = vec![0.0f32; t * ch];
     conv_silu(&w, k, &mut win_all, &mixed, ch, &mut all);
@@ -289,6 +290,20 @@ fn the_conv_of_many_rows_is_the_conv_of_each_row_alone() {
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&all), bits(&one));
     assert_eq!(win_all, win_one);
+    // With the taps the weights keep transposed: the same bits, one row at a
+    // time (serial) and all rows (in parallel).
+    let wt = deltanet::by_tap(&w, k, ch);
+    let mut win_t = win_start.clone();
+    let mut all_t = vec![0.0f32; t * ch];
+    deltanet::conv_silu_t(&w, &wt, k, &mut win_t, &mixed, ch, &mut all_t);
+    assert_eq!(bits(&all_t), bits(&all));
+    let mut win_t = win_start;
+    let mut one_t = vec![0.0f32; t * ch];
+    for (x, o) in mixed.chunks_exact(ch).zip(one_t.chunks_exact_mut(ch)) {
+        deltanet::conv_silu_t(&w, &wt, k, &mut win_t, x, ch, o);
+    }
+    assert_eq!(bits(&one_t), bits(&all));
+    assert_eq!(win_t, win_all);
 }
 
 #[test]

@@ -735,39 +735,76 @@ unsafe fn delta_rows_avx512<const OUT: bool>(
 /// four accumulators over 64-steps folded `(a0 + a2) + (a1 + a3)`, then
 /// `row += δ·k` fused; so the same bits. Takes `d_k` of 64 or 128 only.
 pub fn delta_replay(s: &mut [f32], steps: &[crate::sig::ReplayStep]) -> bool {
+    if steps.iter().any(|p| !p.q.is_empty()) {
+        return false;
+    }
+    delta_steps(s, None, true, steps, 0.0, &mut [])
+}
+
+/// [`crate::sig::DeltaStepsFn`]: [`delta_replay`]'s register-resident rows
+/// with the read-outs of the positions that have a `q` (per row, after its
+/// update, `delta_rows_avx512`'s read-out: the dot of the new row and `q` in
+/// its four accumulators, folded, times `scale`), from `from` when given
+/// and stored only with `store`. Takes `d_k` of 64 or 128 only.
+pub fn delta_steps(
+    s: &mut [f32],
+    from: Option<&[f32]>,
+    store: bool,
+    steps: &[crate::sig::ReplayStep],
+    scale: f32,
+    out: &mut [f32],
+) -> bool {
     let Some(first) = steps.first() else {
         return true;
     };
     let (dk, dv) = (first.k.len(), first.v.len());
+    let state = dk * dv;
     if !crate::Isa::Avx512.available()
         || !(dk == 64 || dk == 128)
-        || s.len() < dk * dv
-        || steps.iter().any(|p| p.k.len() != dk || p.v.len() != dv)
+        || (store || from.is_none()) && s.len() < state
+        || from.is_some_and(|f| f.len() < state)
+        || out.len() < steps.len() * dv && steps.iter().any(|p| !p.q.is_empty())
+        || steps
+            .iter()
+            .any(|p| p.k.len() != dk || p.v.len() != dv || !(p.q.is_empty() || p.q.len() == dk))
     {
         return false;
     }
+    let src = from.map_or(s.as_ptr(), |f| f.as_ptr());
+    let dst = if store {
+        s.as_mut_ptr()
+    } else {
+        std::ptr::null_mut()
+    };
     // SAFETY: the features were checked above, and so were the shapes the
-    // kernel indexes by pointer.
+    // kernel indexes by pointer; `src` and `dst` are each `d_v·d_k` long
+    // (or `dst` null and unused without `store`), `out` `steps·d_v` where
+    // a position reads out.
     unsafe {
         if dk == 64 {
-            delta_replay_avx512::<4>(s, dv, steps);
+            delta_steps_avx512::<4>(src, dst, dv, steps, scale, out.as_mut_ptr());
         } else {
-            delta_replay_avx512::<8>(s, dv, steps);
+            delta_steps_avx512::<8>(src, dst, dv, steps, scale, out.as_mut_ptr());
         }
     }
     true
 }
 
 /// # Safety
-/// AVX-512F, AVX2 and FMA available; every step's `k` has `16·NC` elements
-/// and `v` has `dv`; `s.len() ≥ dv·16·NC`.
+/// AVX-512F, AVX2 and FMA available; every step's `k` (and non-empty `q`)
+/// has `16·NC` elements and `v` has `dv`; `src` holds `dv·16·NC` floats;
+/// `dst`, unless null, too; `out` holds `steps.len()·dv` floats if any step
+/// has a `q`. `src` and `dst` may be the same rows.
 // The loops walk chunk c of every row of a register tile `x[row][chunk]`.
 #[allow(clippy::needless_range_loop)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
-unsafe fn delta_replay_avx512<const NC: usize>(
-    s: &mut [f32],
+unsafe fn delta_steps_avx512<const NC: usize>(
+    src: *const f32,
+    dst: *mut f32,
     dv: usize,
     steps: &[crate::sig::ReplayStep],
+    scale: f32,
+    out: *mut f32,
 ) {
     const G: usize = 2;
     let dk = 16 * NC;
@@ -780,19 +817,19 @@ unsafe fn delta_replay_avx512<const NC: usize>(
             ))
         }
     };
-    // SAFETY: rows `j + r < dv` at `16·c + 16 ≤ dk`; keys at `16·c + 16 ≤ dk`.
+    // SAFETY: rows `j + r < dv` at `16·c + 16 ≤ dk`; keys and queries at
+    // `16·c + 16 ≤ dk`; outputs at `t·dv + j + r < steps·dv`.
     unsafe {
-        let sp = s.as_mut_ptr();
         let mut j = 0;
         while j < dv {
             let g = G.min(dv - j);
             let mut x = [[_mm512_setzero_ps(); NC]; G];
             for (r, xr) in x.iter_mut().enumerate().take(g) {
                 for (c, xc) in xr.iter_mut().enumerate() {
-                    *xc = _mm512_loadu_ps(sp.add((j + r) * dk + 16 * c));
+                    *xc = _mm512_loadu_ps(src.add((j + r) * dk + 16 * c));
                 }
             }
-            for p in steps {
+            for (t, p) in steps.iter().enumerate() {
                 let dvec = _mm512_set1_ps(p.decay);
                 let kp = p.k.as_ptr();
                 let mut acc = [[_mm512_setzero_ps(); 4]; G];
@@ -813,10 +850,25 @@ unsafe fn delta_replay_avx512<const NC: usize>(
                         x[r][c] = _mm512_fmadd_ps(kc, delta[r], x[r][c]);
                     }
                 }
+                if !p.q.is_empty() {
+                    let qp = p.q.as_ptr();
+                    let mut acc = [[_mm512_setzero_ps(); 4]; G];
+                    for c in 0..NC {
+                        let qc = _mm512_loadu_ps(qp.add(16 * c));
+                        for r in 0..G {
+                            acc[r][c % 4] = _mm512_fmadd_ps(x[r][c], qc, acc[r][c % 4]);
+                        }
+                    }
+                    for r in 0..g {
+                        *out.add(t * dv + j + r) = fold(&acc[r]) * scale;
+                    }
+                }
             }
-            for (r, xr) in x.iter().enumerate().take(g) {
-                for (c, xc) in xr.iter().enumerate() {
-                    _mm512_storeu_ps(sp.add((j + r) * dk + 16 * c), *xc);
+            if !dst.is_null() {
+                for (r, xr) in x.iter().enumerate().take(g) {
+                    for (c, xc) in xr.iter().enumerate() {
+                        _mm512_storeu_ps(dst.add((j + r) * dk + 16 * c), *xc);
+                    }
                 }
             }
             j += g;
