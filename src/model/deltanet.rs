@@ -198,14 +198,14 @@ pub fn conv_silu_t(
 ) {
     let t_n = mixed.len() / ch;
     let out = &mut out[..t_n * ch];
-    let mut own = Vec::new();
-    if t_n > 1 && wt.is_empty() {
+    let own;
+    let taps = if !wt.is_empty() {
+        Taps::ByTap(wt)
+    } else if t_n > 1 {
         own = by_tap(w, k, ch);
-    }
-    let taps = match (wt.is_empty(), own.is_empty()) {
-        (false, _) => Taps::ByTap(wt),
-        (true, false) => Taps::ByTap(&own),
-        (true, true) => Taps::ByChannel(w),
+        Taps::ByTap(&own)
+    } else {
+        Taps::ByChannel(w)
     };
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);

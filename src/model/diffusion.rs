@@ -116,13 +116,12 @@ pub fn conv_two_sided_t(
     let out = &mut out[..t_n * ch];
     // Several rows: both sets of taps transposed once, for contiguous loads
     // (the same sums in the same order), unless the caller has them.
-    let (own, own_r) = match t_n > 1 {
-        true if wt.is_empty() || wrt.is_empty() => (by_tap(w, k, ch), by_tap(wr, kr, ch)),
-        _ => (Vec::new(), Vec::new()),
-    };
-    let (wt, wrt) = match wt.is_empty() || wrt.is_empty() {
-        true => (&own[..], &own_r[..]),
-        false => (wt, wrt),
+    let (own, own_r);
+    let (wt, wrt) = if t_n > 1 && (wt.is_empty() || wrt.is_empty()) {
+        (own, own_r) = (by_tap(w, k, ch), by_tap(wr, kr, ch));
+        (&own[..], &own_r[..])
+    } else {
+        (wt, wrt)
     };
     let taps = ConvTaps {
         w: pick(w, wt),
