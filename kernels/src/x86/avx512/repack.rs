@@ -118,6 +118,66 @@ pub(crate) trait GroupRows: Pod {
         y: [&[Self::Act]; C],
         st: [&[i32]; C],
     ) -> [[f32; ROWS]; C];
+
+    /// Whether the type has [`GroupRows::rows16`]: two group rows per call,
+    /// lane r of a 512-bit vector weight row r of the sixteen.
+    const PAIRED: bool = false;
+
+    /// Two consecutive group rows (`g0`, `g1`) against `C` activation rows:
+    /// `[c][r]` is [`GroupRows::rows8`]'s output for `g0`'s row r (r < 8) or
+    /// `g1`'s row r − 8, bit for bit.
+    ///
+    /// # Safety
+    /// As [`GroupRows::rows8`]; only called where [`GroupRows::PAIRED`].
+    unsafe fn rows16<const C: usize>(
+        _g0: &[Self],
+        _g1: &[Self],
+        _y: [&[Self::Act]; C],
+        _st: [&[i32]; C],
+    ) -> [[f32; 2 * ROWS]; C] {
+        unreachable!("{}: no paired group-row kernel", Self::TY)
+    }
+}
+
+/// Evaluates `$call` with the const `$k` set to the tile width `$c` (1 ..=
+/// 8).
+macro_rules! by_cols {
+    ($c:expr, |$k:ident| $call:expr) => {
+        match $c {
+            8 => {
+                const $k: usize = 8;
+                $call
+            }
+            7 => {
+                const $k: usize = 7;
+                $call
+            }
+            6 => {
+                const $k: usize = 6;
+                $call
+            }
+            5 => {
+                const $k: usize = 5;
+                $call
+            }
+            4 => {
+                const $k: usize = 4;
+                $call
+            }
+            3 => {
+                const $k: usize = 3;
+                $call
+            }
+            2 => {
+                const $k: usize = 2;
+                $call
+            }
+            _ => {
+                const $k: usize = 1;
+                $call
+            }
+        }
+    };
 }
 
 /// A [`crate::sig::GemmFn`] over groups of `G`: `out[i·stride + t] = W[i] ·
@@ -159,31 +219,55 @@ pub(crate) unsafe fn gemm<G: GroupRows>(
     let has_starts = (0..act_rows).all(|t| G::starts(y(t), &mut starts));
     let per = if has_starts { nb * G::ACTS } else { 0 };
     let st = |t: usize| -> &[i32] { &starts[t * per..(t + 1) * per] };
-    for (gr, gs) in groups.chunks_exact(nb).enumerate() {
+    let n_groups = w_rows / ROWS;
+    let mut gr = 0;
+    while gr < n_groups {
+        // Two group rows per call where the type pairs them.
+        let paired = G::PAIRED && gr + 1 < n_groups;
+        let gs = &groups[gr * nb..(gr + 1) * nb];
         let mut t = 0;
         while t < act_rows {
             let c = (act_rows - t).min(G::COLS);
-            let mut put = |sums: &[[f32; ROWS]]| {
-                for (k, s) in sums.iter().enumerate() {
-                    for (r, v) in s.iter().enumerate() {
-                        out[(gr * ROWS + r) * out_stride + t + k] = *v;
-                    }
-                }
-            };
-            // SAFETY: the caller guarantees the features `rows8` needs.
+            let o = &mut *out;
+            // SAFETY: the caller guarantees the features the kernels need.
             unsafe {
-                match c {
-                    8 => put(&G::rows8::<8>(gs, cols(y, t, c), cols(st, t, c))),
-                    7 => put(&G::rows8::<7>(gs, cols(y, t, c), cols(st, t, c))),
-                    6 => put(&G::rows8::<6>(gs, cols(y, t, c), cols(st, t, c))),
-                    5 => put(&G::rows8::<5>(gs, cols(y, t, c), cols(st, t, c))),
-                    4 => put(&G::rows8::<4>(gs, cols(y, t, c), cols(st, t, c))),
-                    3 => put(&G::rows8::<3>(gs, cols(y, t, c), cols(st, t, c))),
-                    2 => put(&G::rows8::<2>(gs, cols(y, t, c), cols(st, t, c))),
-                    _ => put(&G::rows8::<1>(gs, cols(y, t, c), cols(st, t, c))),
+                if paired {
+                    let g1 = &groups[(gr + 1) * nb..(gr + 2) * nb];
+                    by_cols!(c, |K| put_sums(
+                        o,
+                        out_stride,
+                        gr,
+                        t,
+                        &G::rows16::<K>(gs, g1, cols(y, t, c), cols(st, t, c))
+                    ));
+                } else {
+                    by_cols!(c, |K| put_sums(
+                        o,
+                        out_stride,
+                        gr,
+                        t,
+                        &G::rows8::<K>(gs, cols(y, t, c), cols(st, t, c))
+                    ));
                 }
             }
             t += c;
+        }
+        gr += if paired { 2 } else { 1 };
+    }
+}
+
+/// Writes a tile's sums: `sums[k][r]` is weight row `8·gr + r` against
+/// activation row `t + k`.
+fn put_sums<const R: usize>(
+    out: &mut [f32],
+    stride: usize,
+    gr: usize,
+    t: usize,
+    sums: &[[f32; R]],
+) {
+    for (k, s) in sums.iter().enumerate() {
+        for (r, v) in s.iter().enumerate() {
+            out[(gr * ROWS + r) * stride + t + k] = *v;
         }
     }
 }
@@ -204,7 +288,26 @@ macro_rules! repacked_product {
     ($group:ty, $ty:expr, $rows8:ident) => {
         repacked_product!($group, $ty, $rows8, 4);
     };
+    ($group:ty, $ty:expr, $rows8:ident, $cols:expr, $rows16:ident) => {
+        repacked_product!($group, $ty, $rows8, $cols; {
+            const PAIRED: bool = true;
+
+            #[inline(always)]
+            unsafe fn rows16<const C: usize>(
+                g0: &[$group],
+                g1: &[$group],
+                y: [&[crate::scalar::q8_k::BlockQ8K]; C],
+                _st: [&[i32]; C],
+            ) -> [[f32; 2 * crate::repack::ROWS]; C] {
+                // SAFETY: the caller guarantees the features the kernel enables.
+                unsafe { $rows16::<C>(g0, g1, y) }
+            }
+        });
+    };
     ($group:ty, $ty:expr, $rows8:ident, $cols:expr) => {
+        repacked_product!($group, $ty, $rows8, $cols; {});
+    };
+    ($group:ty, $ty:expr, $rows8:ident, $cols:expr; { $($paired:tt)* }) => {
         fn product(
             n: usize,
             w: &[u8],
@@ -234,6 +337,8 @@ macro_rules! repacked_product {
                 // SAFETY: the caller guarantees the features the kernel enables.
                 unsafe { $rows8::<C>(gs, y) }
             }
+
+            $($paired)*
         }
     };
 }
