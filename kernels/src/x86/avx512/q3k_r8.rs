@@ -12,10 +12,6 @@
 //! over the block; then one convert and one FMA by `d_w · d_a` per block:
 //! [`crate::q3k_r8::gemm_ref`]'s arithmetic, so its bits, for any number of
 //! activation rows.
-//!
-//! [`rows16`] takes two group rows at once in 512-bit vectors (the second
-//! group's lanes above the first's) for two or more activation rows: twice
-//! the multiply-adds per instruction for the same sums.
 
 use std::arch::x86_64::*;
 
@@ -26,7 +22,7 @@ use crate::sig::GemmFn;
 use crate::GgmlType;
 
 use super::lowbit::{gf_bit2, gf_low_pair};
-use super::repack::{block_biases, both, fma_block, fma_block16, lanes, lanes16, repacked_product};
+use super::repack::{fma_block, lanes, repacked_product};
 
 /// The repacked Q3_K product, when the host has the AVX-512 tier with VNNI
 /// and GFNI.
@@ -37,7 +33,7 @@ pub fn gemm_fn() -> Option<GemmFn> {
     ok.then_some(product as GemmFn)
 }
 
-repacked_product!(Group, GgmlType::Q3_K, rows8, 8, rows16, 2);
+repacked_product!(Group, GgmlType::Q3_K, rows8, 8);
 
 /// The affine matrices [`levels`] takes: `[m]` moves the low bits of quad
 /// m of a `lo` byte to bits 0-1.
@@ -140,66 +136,5 @@ unsafe fn one_row_block(g: &Group, yb: &BlockQ8K, low: &[__m256i; 4]) -> __m256i
             }
         }
         isum
-    }
-}
-
-/// Two consecutive group rows (`g0`, `g1`, one group per block) against `C`
-/// Q8_K rows: lane r of each output is `g0`'s row r (r < 8) or `g1`'s row r
-/// − 8, with [`rows8`]'s integers and float steps, so its bits.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
-fn rows16<const C: usize>(
-    g0s: &[Group],
-    g1s: &[Group],
-    y: [&[BlockQ8K]; C],
-) -> [[f32; 2 * ROWS]; C] {
-    assert!(g1s.len() >= g0s.len(), "repacked Q3_K: short group row");
-    for yc in y {
-        assert!(yc.len() >= g0s.len(), "repacked Q3_K: short activation row");
-    }
-    // SAFETY: every load reads a whole field of a block in bounds (the
-    // second group row and the activation rows are as long as the first,
-    // checked above); this function enables every feature used.
-    unsafe {
-        let low: [__m512i; 4] =
-            std::array::from_fn(|m| _mm512_set1_epi64(gf_low_pair(2 * m as u32)));
-        let mut acc = [_mm512_setzero_ps(); C];
-        // Per activation row, each sub-block's `−4·Σa` (the levels' bias).
-        let mut bias = [[0i32; 16]; C];
-        for (b, (g0, g1)) in g0s.iter().zip(g1s).enumerate() {
-            super::repack::prefetch_ahead(g0);
-            super::repack::prefetch_ahead(g1);
-            block_biases(&y, b, 4, &mut bias);
-            let mut isum = [_mm512_setzero_si512(); C];
-            // `j` indexes both groups' fields and every row's biases.
-            #[allow(clippy::needless_range_loop)]
-            for j in 0..16 {
-                let lo = both(&g0.lo[j], &g1.lo[j]);
-                let high = _mm512_set1_epi64(gf_bit2(j as u32 / 2));
-                let mut s: [__m512i; C] = std::array::from_fn(|c| _mm512_set1_epi32(bias[c][j]));
-                for (m, &low_m) in low.iter().enumerate() {
-                    let v = 4 * (j % 2) + m;
-                    let hi = both(&g0.hi[v], &g1.hi[v]);
-                    let u = _mm512_or_si512(
-                        _mm512_gf2p8affine_epi64_epi8::<0>(lo, low_m),
-                        _mm512_gf2p8affine_epi64_epi8::<0>(hi, high),
-                    );
-                    for c in 0..C {
-                        let a = y[c][b].qs.as_ptr().add(16 * j + 4 * m);
-                        let a = _mm512_set1_epi32(a.cast::<i32>().read_unaligned());
-                        s[c] = _mm512_dpbusd_epi32(s[c], u, a);
-                    }
-                }
-                let sc = _mm_unpacklo_epi64(
-                    _mm_loadl_epi64(g0.scales[j].as_ptr().cast()),
-                    _mm_loadl_epi64(g1.scales[j].as_ptr().cast()),
-                );
-                let sc = _mm512_cvtepi8_epi32(sc);
-                for c in 0..C {
-                    isum[c] = _mm512_add_epi32(isum[c], _mm512_mullo_epi32(s[c], sc));
-                }
-            }
-            fma_block16(&mut acc, &isum, (&g0.d, &g1.d), &y, b);
-        }
-        lanes16(&acc)
     }
 }

@@ -25,7 +25,7 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::sig::GemmFn;
 use crate::GgmlType;
 
-use super::repack::{block_biases, both, fma_block, fma_block16, lanes, lanes16, repacked_product};
+use super::repack::{fma_block, lanes, repacked_product};
 
 /// The repacked Q6_K product, when the host has the AVX-512 tier with VNNI
 /// and GFNI.
@@ -133,6 +133,23 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
     }
 }
 
+/// The two groups' 32-byte fields `a` (lanes 0-7) and `b` (lanes 8-15) in
+/// one vector.
+///
+/// # Safety
+/// The caller must have AVX-512 F enabled.
+#[inline(always)]
+unsafe fn both(a: &[u8; 32], b: &[u8; 32]) -> __m512i {
+    // SAFETY: two whole 32-byte fields; the caller enables AVX-512 F.
+    unsafe {
+        let lo = _mm256_loadu_si256(a.as_ptr().cast());
+        _mm512_inserti64x4::<1>(
+            _mm512_castsi256_si512(lo),
+            _mm256_loadu_si256(b.as_ptr().cast()),
+        )
+    }
+}
+
 /// Two consecutive group rows (`g0`, `g1`, one group per block) against `C`
 /// Q8_K rows: lane r of each output is `g0`'s row r (r < 8) or `g1`'s row r
 /// − 8, with [`rows8`]'s integers and float steps, so its bits.
@@ -163,7 +180,12 @@ fn rows16<const C: usize>(
         for (b, (g0, g1)) in g0s.iter().zip(g1s).enumerate() {
             super::repack::prefetch_ahead(g0);
             super::repack::prefetch_ahead(g1);
-            block_biases(&y, b, 32, &mut bias);
+            for c in 0..C {
+                let bs = _mm256_loadu_si256(y[c][b].bsums.as_ptr().cast());
+                let v = _mm512_slli_epi32::<5>(_mm512_cvtepi16_epi32(bs));
+                let v = _mm512_sub_epi32(_mm512_setzero_si512(), v);
+                _mm512_storeu_si512(bias[c].as_mut_ptr().cast(), v);
+            }
             let mut isum = [_mm512_setzero_si512(); C];
             for j in 0..8 {
                 let lo: [__m512i; 4] =
@@ -200,8 +222,20 @@ fn rows16<const C: usize>(
                     }
                 }
             }
-            fma_block16(&mut acc, &isum, (&g0.d, &g1.d), &y, b);
+            let d = _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_loadu_si128(g0.d.as_ptr().cast())),
+                _mm_loadu_si128(g1.d.as_ptr().cast()),
+            );
+            let dw = _mm512_cvtph_ps(d);
+            for c in 0..C {
+                let dd = _mm512_mul_ps(dw, _mm512_set1_ps(y[c][b].d));
+                acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), dd, acc[c]);
+            }
         }
-        lanes16(&acc)
+        std::array::from_fn(|c| {
+            let mut o = [0f32; 2 * ROWS];
+            _mm512_storeu_ps(o.as_mut_ptr(), acc[c]);
+            o
+        })
     }
 }

@@ -76,86 +76,6 @@ pub(crate) unsafe fn fma_block<const C: usize>(
     }
 }
 
-/// [`fma_block`] for the sixteen lanes of two groups ([`GroupRows::rows16`]):
-/// `d` holds the first group's `d` bits and the second's.
-///
-/// # Safety
-/// The caller must have AVX-512 F enabled; `y[c]` holds block `b`.
-#[inline(always)]
-pub(crate) unsafe fn fma_block16<const C: usize>(
-    acc: &mut [__m512; C],
-    isum: &[__m512i; C],
-    d: (&[u16; 8], &[u16; 8]),
-    y: &[&[BlockQ8K]; C],
-    b: usize,
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let d = _mm256_inserti128_si256::<1>(
-            _mm256_castsi128_si256(_mm_loadu_si128(d.0.as_ptr().cast())),
-            _mm_loadu_si128(d.1.as_ptr().cast()),
-        );
-        let dw = _mm512_cvtph_ps(d);
-        for c in 0..C {
-            let dd = _mm512_mul_ps(dw, _mm512_set1_ps(y[c][b].d));
-            acc[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[c]), dd, acc[c]);
-        }
-    }
-}
-
-/// Each activation row's `−bias·Σa` per sub-block of block `b` (where the
-/// biased layouts' sums start), into `out[c]`.
-///
-/// # Safety
-/// The caller must have AVX-512 F/BW enabled; `y[c]` holds block `b`.
-#[inline(always)]
-pub(crate) unsafe fn block_biases<const C: usize>(
-    y: &[&[BlockQ8K]; C],
-    b: usize,
-    bias: i32,
-    out: &mut [[i32; 16]; C],
-) {
-    // SAFETY: whole fields; the caller enables the features.
-    unsafe {
-        for c in 0..C {
-            let bs = _mm256_loadu_si256(y[c][b].bsums.as_ptr().cast());
-            let v = _mm512_mullo_epi32(_mm512_cvtepi16_epi32(bs), _mm512_set1_epi32(-bias));
-            _mm512_storeu_si512(out[c].as_mut_ptr().cast(), v);
-        }
-    }
-}
-
-/// Two groups' 32-byte fields `a` (lanes 0-7) and `b` (lanes 8-15) in one
-/// vector.
-///
-/// # Safety
-/// The caller must have AVX-512 F enabled.
-#[inline(always)]
-pub(crate) unsafe fn both(a: &[u8; 32], b: &[u8; 32]) -> __m512i {
-    // SAFETY: two whole 32-byte fields; the caller enables AVX-512 F.
-    unsafe {
-        let lo = _mm256_loadu_si256(a.as_ptr().cast());
-        _mm512_inserti64x4::<1>(
-            _mm512_castsi256_si512(lo),
-            _mm256_loadu_si256(b.as_ptr().cast()),
-        )
-    }
-}
-
-/// The sixteen lanes of `acc`, as [`GroupRows::rows16`] returns them.
-///
-/// # Safety
-/// The caller must have AVX-512 F enabled.
-#[inline(always)]
-pub(crate) unsafe fn lanes16<const C: usize>(acc: &[__m512; C]) -> [[f32; 2 * ROWS]; C] {
-    std::array::from_fn(|c| {
-        let mut o = [0f32; 2 * ROWS];
-        // SAFETY: sixteen floats into `o`; the caller enables AVX-512 F.
-        unsafe { _mm512_storeu_ps(o.as_mut_ptr(), acc[c]) };
-        o
-    })
-}
-
 /// The lanes of `acc`, as the group-row kernels return them.
 ///
 /// # Safety
@@ -202,10 +122,6 @@ pub(crate) trait GroupRows: Pod {
     /// Whether the type has [`GroupRows::rows16`]: two group rows per call,
     /// lane r of a 512-bit vector weight row r of the sixteen.
     const PAIRED: bool = false;
-
-    /// The fewest activation rows a product must have to take
-    /// [`GroupRows::rows16`].
-    const PAIR_MIN_ROWS: usize = 1;
 
     /// Two consecutive group rows (`g0`, `g1`) against `C` activation rows:
     /// `[c][r]` is [`GroupRows::rows8`]'s output for `g0`'s row r (r < 8) or
@@ -307,7 +223,7 @@ pub(crate) unsafe fn gemm<G: GroupRows>(
     let mut gr = 0;
     while gr < n_groups {
         // Two group rows per call where the type pairs them.
-        let paired = G::PAIRED && act_rows >= G::PAIR_MIN_ROWS && gr + 1 < n_groups;
+        let paired = G::PAIRED && gr + 1 < n_groups;
         let gs = &groups[gr * nb..(gr + 1) * nb];
         let mut t = 0;
         while t < act_rows {
@@ -373,12 +289,8 @@ macro_rules! repacked_product {
         repacked_product!($group, $ty, $rows8, 4);
     };
     ($group:ty, $ty:expr, $rows8:ident, $cols:expr, $rows16:ident) => {
-        repacked_product!($group, $ty, $rows8, $cols, $rows16, 1);
-    };
-    ($group:ty, $ty:expr, $rows8:ident, $cols:expr, $rows16:ident, $pair_min:expr) => {
         repacked_product!($group, $ty, $rows8, $cols; {
             const PAIRED: bool = true;
-            const PAIR_MIN_ROWS: usize = $pair_min;
 
             #[inline(always)]
             unsafe fn rows16<const C: usize>(
