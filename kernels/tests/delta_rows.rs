@@ -82,6 +82,31 @@ fn delta_rows_equals_the_steps_one_by_one_bit_for_bit() {
     }
 }
 
+/// `n` delta-rule steps over keys `ks` (`dk` each) and values `vs` (`dv`
+/// each), decay and beta from the pairs of `gb`; position t reads out with
+/// query t of `qs` where `read_out(t)`, else not at all.
+fn replay_steps<'a>(
+    (dk, dv, n): (usize, usize, usize),
+    ks: &'a [f32],
+    vs: &'a [f32],
+    qs: &'a [f32],
+    gb: &[f32],
+    read_out: impl Fn(usize) -> bool,
+) -> Vec<kernels::isa::ReplayStep<'a>> {
+    (0..n)
+        .map(|t| kernels::isa::ReplayStep {
+            k: &ks[t * dk..(t + 1) * dk],
+            v: &vs[t * dv..(t + 1) * dv],
+            q: match read_out(t) {
+                true => &qs[t * dk..(t + 1) * dk],
+                false => &[],
+            },
+            decay: (gb[2 * t] - 1.0).exp(),
+            beta: gb[2 * t + 1].abs(),
+        })
+        .collect()
+}
+
 #[test]
 fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
     use kernels::isa::ReplayStep;
@@ -103,15 +128,7 @@ fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
             let ks = floats(5, n * dk);
             let vs = floats(7, n * dv);
             let gb = floats(11, 2 * n);
-            let steps: Vec<ReplayStep> = (0..n)
-                .map(|t| ReplayStep {
-                    k: &ks[t * dk..(t + 1) * dk],
-                    v: &vs[t * dv..(t + 1) * dv],
-                    q: &[],
-                    decay: (gb[2 * t] - 1.0).exp(),
-                    beta: gb[2 * t + 1].abs(),
-                })
-                .collect();
+            let steps = replay_steps((dk, dv, n), &ks, &vs, &[], &gb, |_| false);
             let mut want = s0.clone();
             for p in &steps {
                 rows(&mut want, &[], p.k, p.v, p.decay, p.beta, 0.0, &mut []);
@@ -171,19 +188,8 @@ fn delta_steps_equal_delta_rows_with_read_outs_bit_for_bit() {
             let gb = floats(29, 2 * n);
             let scale = 1.0 / (dk as f32).sqrt();
             // Every other position without a read-out, to check both kinds.
-            let steps: Vec<ReplayStep> = (0..n)
-                .map(|t| ReplayStep {
-                    k: &ks[t * dk..(t + 1) * dk],
-                    v: &vs[t * dv..(t + 1) * dv],
-                    q: if t % 2 == 1 && n > 2 {
-                        &[]
-                    } else {
-                        &qs[t * dk..(t + 1) * dk]
-                    },
-                    decay: (gb[2 * t] - 1.0).exp(),
-                    beta: gb[2 * t + 1].abs(),
-                })
-                .collect();
+            let read_out = |t: usize| !(t % 2 == 1 && n > 2);
+            let steps = replay_steps((dk, dv, n), &ks, &vs, &qs, &gb, read_out);
             let mut want = s0.clone();
             let mut o_want = vec![f32::NAN; n * dv];
             for (t, p) in steps.iter().enumerate() {
