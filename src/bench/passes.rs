@@ -1,7 +1,10 @@
 //! Per-pass costs of self-speculation: a plain one-token decode step against
 //! a verify pass (`forward_verify` over k tokens, then `commit_verify` of
 //! one) and a draft pass (`forward_diffusion` over the anchor and k − 1
-//! masks, logits of the k − 1 drafts), each at the same context depth.
+//! masks, logits of the k − 1 drafts), each at the same context depth; and
+//! with a diffusion model the fused verify + draft pass
+//! (`forward_verify_draft` over k tokens and a block of k masks, the next
+//! round's k − 1 drafts, then `commit_verify` of one).
 //!
 //! Every repetition times every pass kind and length once, interleaved, so
 //! a machine whose load changes during the run skews all of them alike.
@@ -23,6 +26,9 @@ pub enum PassKind {
     Verify,
     /// `forward_diffusion` over the anchor and k − 1 masks.
     Draft,
+    /// `forward_verify_draft` over k tokens and k masks plus
+    /// `commit_verify` of one.
+    Fused,
 }
 
 impl PassKind {
@@ -31,6 +37,7 @@ impl PassKind {
             PassKind::Plain => "plain",
             PassKind::Verify => "verify",
             PassKind::Draft => "draft",
+            PassKind::Fused => "fused",
         }
     }
 }
@@ -86,11 +93,12 @@ pub fn pass_costs(
     let kmax = lengths.iter().copied().max().unwrap_or(1).max(1);
     let n_vocab = model.n_vocab();
     let mut rng = TokenRng::new(seed);
-    // Each repetition advances the context by one token per verify and plain
-    // pass (the committed anchor), so leave room for all of them.
-    let n_ctx = depth.max(1) + kmax + (reps + 1) * (lengths.len() + 1) + 1;
+    // Each repetition advances the context by one token per verify, fused
+    // and plain pass (the committed anchor), so leave room for all of them
+    // and a fused pass's block.
+    let n_ctx = depth.max(1) + 2 * kmax + (reps + 1) * (2 * lengths.len() + 1) + 1;
     let mut state = model.new_state(StateOptions {
-        max_batch: kmax,
+        max_batch: 2 * kmax + 1,
         ..StateOptions::new(n_ctx)
     })?;
     let ctx = rng.tokens(depth.max(1), n_vocab);
@@ -102,7 +110,10 @@ pub fn pass_costs(
         profile: None,
     }];
     for &k in lengths {
-        for kind in [PassKind::Verify, PassKind::Draft] {
+        for kind in [PassKind::Verify, PassKind::Draft, PassKind::Fused] {
+            if kind == PassKind::Fused && k < 2 {
+                continue;
+            }
             out.push(PassCost {
                 kind,
                 tokens: k,
@@ -131,6 +142,13 @@ pub fn pass_costs(
                     let toks = rng.tokens(k, n_vocab);
                     let t = Instant::now();
                     model.forward_verify(&mut state, &toks, pos, LogitsFor::All)?;
+                    model.commit_verify(&mut state, 1)?;
+                    t.elapsed().as_nanos() as u64
+                }
+                PassKind::Fused => {
+                    let toks = rng.tokens(k, n_vocab);
+                    let t = Instant::now();
+                    model.forward_verify_draft(&mut state, &toks, pos, k)?;
                     model.commit_verify(&mut state, 1)?;
                     t.elapsed().as_nanos() as u64
                 }
@@ -179,8 +197,10 @@ mod tests {
                 (PassKind::Plain, 1),
                 (PassKind::Verify, 2),
                 (PassKind::Draft, 2),
+                (PassKind::Fused, 2),
                 (PassKind::Verify, 4),
-                (PassKind::Draft, 4)
+                (PassKind::Draft, 4),
+                (PassKind::Fused, 4)
             ]
         );
         assert!(costs.iter().all(|c| c.samples_ns.len() == 3));

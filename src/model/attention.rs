@@ -120,6 +120,28 @@ pub fn forward(
         let row = nkv * (hb(kv.ty_k) + hb(kv.ty_v));
         profile::bytes(row * (0..t).map(|ti| pos0 + ti + 1).sum::<usize>());
     }
+    append_attend(kt, mode, cfg, w, kv, layer, pos0, t, sc);
+    drop(p);
+    // 4. Output projection.
+    project_out(kt, mode, cfg, w, t, sc, lin, out);
+}
+
+/// Steps 2–3 of [`forward`] for the `t` projected rows in `sc`: q/k norms
+/// and rope, the cache append, causal attention (query heads in parallel,
+/// token by token).
+#[allow(clippy::too_many_arguments)]
+fn append_attend(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    kv: &mut KvCache,
+    layer: usize,
+    pos0: usize,
+    t: usize,
+    sc: &mut AttentionScratch,
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     qk_norm_rope(cfg, w, pos0, t, sc);
     for ti in 0..t {
         let rows = ti * nkv * d..(ti + 1) * nkv * d;
@@ -133,11 +155,46 @@ pub fn forward(
         dump::here("Qcur", &q);
         dump::here("Kcur#2", &sc.k[..t * nkv * d]);
     }
-    // 3. Causal attention, query heads in parallel, token by token.
     attend(kt, mode, cfg, kv, layer, pos0, t, 0..t, Span::Causal, sc);
     dump::here("attn_gated", &sc.o[..t * nh * d]);
+}
+
+/// The attention layer of a fused verify + draft pass (`fused.rs`) over
+/// normed rows `u`: rows `0..tv` are the verify rows at `pos0..`, appended to
+/// the cache and attending causally as in [`forward`]; rows `tv..tv+tb` the
+/// draft block at `pos0+tv−1..`, attending to the cache before it (the
+/// verify rows' provisional K/V included) and to every block row, as the
+/// diffusion pass does ([`Span::Block`], K/V in `blk`, not stored). One
+/// projection over all rows each way.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn forward_fused(
+    kt: &KernelTable,
+    mode: Mode,
+    cfg: &ModelConfig,
+    w: &AttentionWeights,
+    kv: &mut KvCache,
+    layer: usize,
+    pos0: usize,
+    u: &[f32],
+    [tv, tb]: [usize; 2],
+    sc: &mut AttentionScratch,
+    blk: &mut AttentionScratch,
+    lin: &mut MatScratch,
+    out: &mut [f32],
+) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let (qw, kvw, ow, t) = (nh * 2 * d, nkv * d, nh * d, tv + tb);
+    project_qkv(kt, mode, cfg, w, u, t, sc, lin);
+    blk.qg[..tb * qw].copy_from_slice(&sc.qg[tv * qw..t * qw]);
+    blk.k[..tb * kvw].copy_from_slice(&sc.k[tv * kvw..t * kvw]);
+    blk.v[..tb * kvw].copy_from_slice(&sc.v[tv * kvw..t * kvw]);
+    let p = profile::enter(Op::Attention);
+    append_attend(kt, mode, cfg, w, kv, layer, pos0, tv, sc);
+    let pb = pos0 + tv - 1;
+    qk_norm_rope(cfg, w, pb, tb, blk);
+    attend(kt, mode, cfg, kv, layer, pb, tb, 0..tb, Span::Block, blk);
+    sc.o[tv * ow..t * ow].copy_from_slice(&blk.o[..tb * ow]);
     drop(p);
-    // 4. Output projection.
     project_out(kt, mode, cfg, w, t, sc, lin, out);
 }
 

@@ -240,7 +240,7 @@ impl Model<'_> {
                     };
                     let g = &mut st.scratch.gdn;
                     g.take_row(cfg, &s.gdn, i);
-                    deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, g, None);
+                    deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, g, None, None);
                     s.gdn.put_heads(cfg, g, i, n);
                 }
                 deltanet::finish(kt, mode, cfg, w, n, &mut s.gdn, &mut s.lin, &mut s.y);

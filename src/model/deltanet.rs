@@ -17,6 +17,8 @@
 
 use kernels::sig::ReplayStep;
 use kernels::{KernelTable, Mode};
+use std::ops::Range;
+
 use rayon::prelude::*;
 
 use super::chunked::{self, ChunkScratch, HeadInputs};
@@ -34,18 +36,18 @@ use super::weights::DeltaNetWeights;
 #[derive(Debug)]
 pub struct DeltaNetScratch {
     /// `[T][channels]` pre-conv projections.
-    mixed: Vec<f32>,
+    pub(super) mixed: Vec<f32>,
     /// `[T][channels]` post-conv, post-silu, q/k L2-normalised.
-    conv: Vec<f32>,
+    pub(super) conv: Vec<f32>,
     /// `[T][inner]` output gate.
-    z: Vec<f32>,
+    pub(super) z: Vec<f32>,
     /// `[T][n_v]` β, then g.
-    beta: Vec<f32>,
-    gate: Vec<f32>,
+    pub(super) beta: Vec<f32>,
+    pub(super) gate: Vec<f32>,
     /// `[n_v][T][d_v]` read-outs, head-major for disjoint parallel writes.
-    o_heads: Vec<f32>,
+    pub(super) o_heads: Vec<f32>,
     /// `[T][inner]` gated-norm output.
-    o: Vec<f32>,
+    pub(super) o: Vec<f32>,
     /// Run batches of more than one token through the chunked form
     /// (`chunked.rs`) instead of token by token. Off by default: the token
     /// form is llama.cpp's and what verify replays bit-exactly.
@@ -351,7 +353,7 @@ pub fn forward(
     stash: Option<&mut GdnStash>,
 ) {
     project(kt, mode, cfg, w, u, t, sc, lin);
-    recur(kt, cfg, w, state, ssm_from, t, sc, stash);
+    recur(kt, cfg, w, state, ssm_from, t, sc, stash, None);
     finish(kt, mode, cfg, w, t, sc, lin, out);
 }
 
@@ -399,6 +401,7 @@ pub(super) fn recur(
     t: usize,
     sc: &mut DeltaNetScratch,
     stash: Option<&mut GdnStash>,
+    hist: Option<HistRead>,
 ) {
     let ch = cfg.ssm_conv_channels();
     let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
@@ -435,7 +438,7 @@ pub(super) fn recur(
     // 5. Delta rule, value heads in parallel (token by token, or chunked).
     let scale = 1.0 / (d as f32).sqrt();
     let (conv, beta, gate) = (&sc.conv, &sc.beta, &sc.gate);
-    if sc.chunked && t > 1 {
+    if sc.chunked && t > 1 && hist.is_none() {
         state
             .ssm
             .par_chunks_mut(d * d)
@@ -462,38 +465,68 @@ pub(super) fn recur(
                 chunked::head(s, &x, t, scale, cs, oh);
             });
     } else {
-        state
-            .ssm
-            .par_chunks_mut(d * d)
-            .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
-            .enumerate()
-            .for_each(|(h, (s, oh))| {
-                let kh = h % hk;
-                let from = ssm_from.map(|src| &src[h * d * d..(h + 1) * d * d]);
-                if t > 1 && head_steps(kt, cfg, s, from, conv, gate, beta, h, t, scale, oh) {
-                    return;
-                }
-                if let Some(src) = from {
-                    s.copy_from_slice(src);
-                }
-                for (ti, o) in oh.chunks_exact_mut(d).enumerate() {
-                    let row = &conv[ti * ch..(ti + 1) * ch];
-                    let q = &row[kh * d..(kh + 1) * d];
-                    let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
-                    let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
-                    delta_step(
-                        kt,
-                        s,
-                        q,
-                        k,
-                        v,
-                        gate[ti * hv + h],
-                        beta[ti * hv + h],
-                        scale,
-                        o,
-                    );
-                }
-            });
+        // Rows `r` of head `h` from `from` (else `s`); `keep` stores the
+        // final state in `s` even in a verify pass.
+        let rows = |h: usize,
+                    s: &mut [f32],
+                    from: Option<&[f32]>,
+                    r: Range<usize>,
+                    keep: bool,
+                    oh: &mut [f32]| {
+            if r.len() > 1 && head_steps(kt, cfg, s, from, keep, conv, gate, beta, h, &r, scale, oh)
+            {
+                return;
+            }
+            if let Some(src) = from {
+                s.copy_from_slice(src);
+            }
+            let kh = h % hk;
+            for ti in r {
+                let row = &conv[ti * ch..(ti + 1) * ch];
+                let q = &row[kh * d..(kh + 1) * d];
+                let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
+                let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
+                let o = &mut oh[ti * d..(ti + 1) * d];
+                delta_step(
+                    kt,
+                    s,
+                    q,
+                    k,
+                    v,
+                    gate[ti * hv + h],
+                    beta[ti * hv + h],
+                    scale,
+                    o,
+                );
+            }
+        };
+        let from = |h: usize| ssm_from.map(|src| &src[h * d * d..(h + 1) * d * d]);
+        match hist {
+            None => state
+                .ssm
+                .par_chunks_mut(d * d)
+                .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+                .enumerate()
+                .for_each(|(h, (s, oh))| rows(h, s, from(h), 0..t, false, oh)),
+            // A fused pass: the first `at` rows, the block's history
+            // read-out from the state they leave, the rest.
+            Some(HistRead {
+                at,
+                conv: bconv,
+                t: bt,
+                out,
+            }) => state
+                .ssm
+                .par_chunks_mut(d * d)
+                .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+                .zip(out[..hv * bt * d].par_chunks_mut(bt * d))
+                .enumerate()
+                .for_each(|(h, ((s, oh), ho))| {
+                    rows(h, s, from(h), 0..at, true, oh);
+                    super::diffusion::hist_readout(cfg, s, bconv, h, bt, ho);
+                    rows(h, s, None, at..t, false, oh);
+                }),
+        }
     }
 
     dump::here("attn_output", &sc.o_heads[..hv * t * d]);
@@ -513,11 +546,12 @@ fn head_steps(
     cfg: &ModelConfig,
     s: &mut [f32],
     from: Option<&[f32]>,
+    keep: bool,
     conv: &[f32],
     gate: &[f32],
     beta: &[f32],
     h: usize,
-    t: usize,
+    r: &Range<usize>,
     scale: f32,
     oh: &mut [f32],
 ) -> bool {
@@ -542,23 +576,35 @@ fn head_steps(
         }
     };
     const CHUNK: usize = 16;
-    let mut done = 0;
-    while done < t {
-        let m = CHUNK.min(t - done);
+    let mut done = r.start;
+    while done < r.end {
+        let m = CHUNK.min(r.end - done);
         let steps: [ReplayStep; CHUNK] = std::array::from_fn(|i| step(done + i.min(m - 1)));
         // The first chunk starts from `from`; the rows are stored unless this
-        // is a verify pass's last chunk.
-        let src = if done == 0 { from } else { None };
-        let store = from.is_none() || done + m < t;
+        // is a verify pass's last chunk (and `keep` is off).
+        let src = if done == r.start { from } else { None };
+        let store = keep || from.is_none() || done + m < r.end;
         let o = &mut oh[done * d..(done + m) * d];
         if !steps_fn(s, src, store, &steps[..m], scale, o) {
             // Every chunk has the same shapes: refused at once or never.
-            assert_eq!(done, 0, "delta steps refused a later chunk");
+            assert_eq!(done, r.start, "delta steps refused a later chunk");
             return false;
         }
         done += m;
     }
     true
+}
+
+/// A fused verify + draft pass's block read-out (DESIGN §4): after the
+/// first `at` rows of the verify rows' delta rule, each value head's state
+/// (the block's prefix state) is read against the q of each of the `t`
+/// post-conv block rows in `conv`, into `out` (`[n_v][t][d]`), as the block
+/// pass's history read-out reads the committed state.
+pub(super) struct HistRead<'a> {
+    pub at: usize,
+    pub conv: &'a [f32],
+    pub t: usize,
+    pub out: &'a mut [f32],
 }
 
 /// Step 6: the gated RMSNorm of the heads' outputs and `sc.z`, then the

@@ -235,7 +235,7 @@ pub fn gdn_block(
 ) {
     let ch = cfg.ssm_conv_channels();
     let inner = cfg.ssm_inner();
-    let (hv, d) = (cfg.ssm_n_v_heads, cfg.ssm_head_dim);
+    let hv = cfg.ssm_n_v_heads;
 
     // 1. Projections and g (β is not used by the block pass).
     let p = profile::enter(Op::GdnProj);
@@ -244,31 +244,62 @@ pub fn gdn_block(
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
     lin.project(kt, mode, &w.alpha, u, &mut sc.g[..t * hv]);
     drop(p);
-    let p = profile::enter(Op::Recurrence);
-    decay_gates(w, &mut sc.g[..t * hv]);
-    drop(p);
+    block_conv(cfg, w, dw, &state.conv, t, sc);
+    block_heads(cfg, dw, Some(&state.ssm), t, sc);
 
-    // 2. Two-sided conv + silu; L2-normalise q and k heads.
-    let p = profile::enter(Op::Conv);
+    // 6. Gated RMSNorm (the AR pass's), then the output projection.
+    {
+        let _p = profile::enter(Op::Norm);
+        gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
+    }
+    deltanet::project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
+}
+
+/// Steps 1 (the decay g) and 2 of [`gdn_block`] on the `t` projected rows in
+/// `sc` (`mixed`, and the raw `ssm_alpha` rows in `g`): the two-sided conv
+/// over `window` (the prefix's conv window), silu, q/k L2 norms.
+pub(super) fn block_conv(
+    cfg: &ModelConfig,
+    w: &DeltaNetWeights,
+    dw: &DiffusionWeights,
+    window: &[f32],
+    t: usize,
+    sc: &mut GdnBlockScratch,
+) {
+    let ch = cfg.ssm_conv_channels();
+    let p = profile::enter(Op::Recurrence);
+    decay_gates(w, &mut sc.g[..t * cfg.ssm_n_v_heads]);
+    drop(p);
+    let _p = profile::enter(Op::Conv);
     conv_two_sided_t(
         [&w.conv, &w.conv_t],
         cfg.ssm_conv_kernel,
         [&dw.conv_right, &dw.conv_right_t],
         dw.k_right,
-        &state.conv,
+        window,
         &sc.mixed[..t * ch],
         ch,
         &mut sc.conv[..t * ch],
     );
     l2norm_qk(cfg, &mut sc.conv[..t * ch]);
-    drop(p);
+}
 
-    // 3.–5. History read-out, block softmax, mix; value heads in parallel.
-    let p = profile::enter(Op::Recurrence);
+/// Steps 3–5 of [`gdn_block`], value heads in parallel, into `sc.o_heads`:
+/// the history read-out from the prefix state `ssm` (none: already in
+/// `sc.o_heads`, as a fused pass reads it), the block softmax, the mix.
+pub(super) fn block_heads(
+    cfg: &ModelConfig,
+    dw: &DiffusionWeights,
+    ssm: Option<&[f32]>,
+    t: usize,
+    sc: &mut GdnBlockScratch,
+) {
+    let (hv, d) = (cfg.ssm_n_v_heads, cfg.ssm_head_dim);
+    let _p = profile::enter(Op::Recurrence);
     let ctx = BlockHeads {
         cfg,
         dw,
-        ssm: &state.ssm,
+        ssm,
         conv: &sc.conv,
         g: &sc.g,
         force: sc.force_lambda,
@@ -280,21 +311,14 @@ pub fn gdn_block(
         .zip(sc.blk[..hv * d].par_chunks_mut(d))
         .enumerate()
         .for_each(|(h, ((oh, a), blk))| block_head(&ctx, h, oh, a, blk));
-    drop(p);
-
-    // 6. Gated RMSNorm (the AR pass's), then the output projection.
-    {
-        let _p = profile::enter(Op::Norm);
-        gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
-    }
-    deltanet::project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
 }
 
 /// What every value head of [`gdn_block`]'s steps 3–5 reads.
 struct BlockHeads<'a> {
     cfg: &'a ModelConfig,
     dw: &'a DiffusionWeights,
-    ssm: &'a [f32],
+    /// The prefix state (none: the history read-out is done).
+    ssm: Option<&'a [f32]>,
     conv: &'a [f32],
     g: &'a [f32],
     force: Option<f32>,
@@ -317,24 +341,59 @@ super::ops::fma_dispatch!(
 
 #[inline(always)]
 fn block_head_body(ctx: &BlockHeads, h: usize, oh: &mut [f32], a: &mut [f32], blk: &mut [f32]) {
-    let cfg = ctx.cfg;
-    let (dw, conv, g, t) = (ctx.dw, ctx.conv, ctx.g, ctx.t);
+    let d = ctx.cfg.ssm_head_dim;
+    if let Some(ssm) = ctx.ssm {
+        hist_readout(
+            ctx.cfg,
+            &ssm[h * d * d..(h + 1) * d * d],
+            ctx.conv,
+            h,
+            ctx.t,
+            oh,
+        );
+    }
+    block_mix(ctx, h, oh, a, blk);
+}
+
+/// Step 3 of [`gdn_block`] for value head `h`: `oh[i][jv] = Σ_a S[a][jv]·q_i[a]`
+/// (scaled) for the `t` post-conv block rows in `conv`, from the head's state
+/// `s` (`[d_v][d_k]`): row jv of the state against every row's q, so the
+/// head's state is read once. A fused verify + draft pass calls it inside the
+/// verify rows' delta rule, when the state is the prefix's.
+#[inline(always)]
+pub(super) fn hist_readout(
+    cfg: &ModelConfig,
+    s: &[f32],
+    conv: &[f32],
+    h: usize,
+    t: usize,
+    oh: &mut [f32],
+) {
     let ch = cfg.ssm_conv_channels();
-    let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
+    let (hk, d) = (cfg.ssm_n_k_heads, cfg.ssm_head_dim);
     let scale = 1.0 / (d as f32).sqrt();
     let kh = h % hk;
-    let s = &ctx.ssm[h * d * d..(h + 1) * d * d];
     let q_of = |i: usize| &conv[i * ch + kh * d..i * ch + (kh + 1) * d];
-    let k_of = |i: usize| &conv[i * ch + (hk + kh) * d..i * ch + (hk + kh + 1) * d];
-    let v_of = |i: usize| &conv[i * ch + 2 * hk * d + h * d..i * ch + 2 * hk * d + (h + 1) * d];
-    // o_hist[i][jv] = Σ_a S[a][jv]·q_i[a]: row jv of the stored state against
-    // every row's q, so the head's state is read once.
     for jv in 0..d {
         let srow = &s[jv * d..(jv + 1) * d];
         for i in 0..t {
             oh[i * d + jv] = dot_lanes(srow, q_of(i)) * scale;
         }
     }
+}
+
+/// Steps 4–5 of [`gdn_block`] for value head `h`, with the history read-out
+/// already in `oh`: the block softmax, its read-out and the mix.
+#[inline(always)]
+fn block_mix(ctx: &BlockHeads, h: usize, oh: &mut [f32], a: &mut [f32], blk: &mut [f32]) {
+    let cfg = ctx.cfg;
+    let (dw, conv, g) = (ctx.dw, ctx.conv, ctx.g);
+    let ch = cfg.ssm_conv_channels();
+    let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
+    let kh = h % hk;
+    let q_of = |i: usize| &conv[i * ch + kh * d..i * ch + (kh + 1) * d];
+    let k_of = |i: usize| &conv[i * ch + (hk + kh) * d..i * ch + (hk + kh + 1) * d];
+    let v_of = |i: usize| &conv[i * ch + 2 * hk * d + h * d..i * ch + 2 * hk * d + (h + 1) * d];
     for (i, o) in oh.chunks_exact_mut(d).enumerate() {
         let q = q_of(i);
         for (j, aj) in a.iter_mut().enumerate() {
@@ -569,6 +628,7 @@ impl Model<'_> {
         let mut gsc = GdnBlockScratch::new(cfg, t);
         gsc.force_lambda = knobs.force_lambda;
         state.scratch.moe.pool = knobs.expert_pool;
+        state.scratch.moe.pool_row = 0;
         self.embed(tokens, &mut state.scratch.x[..t * e]);
         for il in 0..cfg.n_layer {
             let lw = &self.weights.layers[il];

@@ -214,6 +214,7 @@ impl<'a> Model<'a> {
         // The draft expert pool belongs to diffusion passes only (which reset
         // it when they end); never let one reach an autoregressive pass.
         state.scratch.moe.pool = 0;
+        state.scratch.moe.pool_row = 0;
         let kt = self.kt;
         let _warm = super::warm::keep_warm();
         let mut first_bad: Option<Option<usize>> = None;

@@ -23,6 +23,7 @@ pub mod deltanet;
 pub mod diffusion;
 pub mod dump;
 pub mod forward;
+pub mod fused;
 pub mod kv;
 pub mod linear;
 pub mod load;

@@ -109,6 +109,10 @@ pub struct MoeScratch {
     /// probable ones, so a block streams `pool` experts per layer rather
     /// than up to `k` per row. 0: every row routes freely.
     pub pool: usize,
+    /// The row whose experts make the pool; rows after it are pooled, rows
+    /// before it route freely (0 in a draft pass; a fused verify + draft
+    /// pass's block starts after its verify rows).
+    pub pool_row: usize,
     pool_sel: Vec<usize>,
     gathered: Activations,
     /// `[T][2·n_ff]` gate|up of one expert (or gate, then up).
@@ -144,6 +148,7 @@ impl MoeScratch {
             expert_of: Vec::with_capacity(t * k),
             path: ExpertPath::Auto,
             pool: 0,
+            pool_row: 0,
             pool_sel: Vec::new(),
             gathered: Activations::with_capacity(t * k * e * 4),
             gu: vec![0.0; t * k * 2 * ff],
@@ -186,20 +191,20 @@ pub fn forward(
     lin.new_input();
     lin.project(kt, mode, &w.router, u, &mut sc.router[..t * ne]);
     dump::here("ffn_moe_logits", &sc.router[..t * ne]);
-    let pooled = sc.pool >= k && sc.pool < ne && t > 1;
+    let pooled = sc.pool >= k && sc.pool < ne && t > sc.pool_row + 1;
     for ti in 0..t {
         let p = &mut sc.router[ti * ne..(ti + 1) * ne];
         let (sel, wts) = (
             &mut sc.sel[ti * k..(ti + 1) * k],
             &mut sc.weights[ti * k..(ti + 1) * k],
         );
-        if pooled && ti > 0 {
+        if pooled && ti > sc.pool_row {
             softmax_inplace(p);
             route_among(p, &sc.pool_sel, sel, wts);
         } else {
             route(p, sel, wts);
         }
-        if pooled && ti == 0 {
+        if pooled && ti == sc.pool_row {
             sc.pool_sel.resize(sc.pool, 0);
             top_k(p, &mut sc.pool_sel);
         }
