@@ -15,10 +15,10 @@
 //! works on contiguous rows j. The 1/√d_k scale is applied to the read-out, as
 //! llama.cpp's fused recurrence does (the same value as scaling q).
 
-use kernels::sig::ReplayStep;
-use kernels::{KernelTable, Mode};
 use std::ops::Range;
 
+use kernels::sig::ReplayStep;
+use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
 use super::chunked::{self, ChunkScratch, HeadInputs};

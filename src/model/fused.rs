@@ -59,8 +59,7 @@ impl Model<'_> {
         if state.verify_pending() {
             return Err(ForwardError::VerifyPending);
         }
-        let mask = self.config.mask_token_id;
-        let mask = match mask {
+        let mask = match self.config.mask_token_id {
             Some(m) if self.has_diffusion() => m,
             _ => return Err(ForwardError::NoDiffusion),
         };
