@@ -21,6 +21,8 @@
 //! top_p and min_p keep at least `max(1, min_keep)` tokens. The random source is xoshiro256**
 //! seeded through splitmix64, so a seed gives the same tokens on every machine.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Parameters of the chain. `Default` gives llama.cpp's defaults.
@@ -436,6 +438,55 @@ pub struct Sampler {
     seed: u64,
     rng: Rng,
     scratch: Scratch,
+    logprobs: Option<LogprobLog>,
+}
+
+/// An emitted token's log-probability under the model, `ln softmax(logits)`
+/// of the row it was chosen from (before penalties, filters and temperature,
+/// as OpenAI's `logprobs` report it), and the `top` most likely tokens of
+/// that row with theirs, most likely first (ties to the lower id).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub id: u32,
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+/// Where [`Sampler::record`] puts its records, in emission order; the reader
+/// (a server slot) holds the other end.
+pub type LogprobQueue = Arc<Mutex<VecDeque<TokenLogprob>>>;
+
+#[derive(Clone, Debug)]
+struct LogprobLog {
+    top: usize,
+    queue: LogprobQueue,
+}
+
+/// `ln softmax(logits)[id]` for `id` and for the `top` largest logits (ties
+/// to the lower id), summed in f64.
+pub fn logprobs(logits: &[f32], id: u32, top: usize) -> TokenLogprob {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |m, &l| m.max(l));
+    let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+    let lse = max as f64 + sum.ln();
+    let lp = |i: u32| (logits[i as usize] as f64 - lse) as f32;
+    // The `top` best, kept sorted; a logit enters only when it beats the
+    // last kept (ties keep the earlier, lower id).
+    let mut best: Vec<u32> = Vec::with_capacity(top + 1);
+    if top > 0 {
+        for (i, &l) in logits.iter().enumerate() {
+            if best.len() == top && l <= logits[best[top - 1] as usize] {
+                continue;
+            }
+            let at = best.partition_point(|&b| logits[b as usize] >= l);
+            best.insert(at, i as u32);
+            best.truncate(top);
+        }
+    }
+    TokenLogprob {
+        id,
+        logprob: lp(id),
+        top: best.into_iter().map(|i| (i, lp(i))).collect(),
+    }
 }
 
 impl Sampler {
@@ -453,6 +504,32 @@ impl Sampler {
             seed,
             rng: Rng::from_seed(seed),
             scratch: Scratch::default(),
+            logprobs: None,
+        }
+    }
+
+    /// From now on [`Sampler::record`] queues each emitted token's
+    /// [`TokenLogprob`] with the `top` most likely alternatives; the caller
+    /// reads them from the returned queue.
+    pub fn log_probs(&mut self, top: usize) -> LogprobQueue {
+        let queue = LogprobQueue::default();
+        self.logprobs = Some(LogprobLog {
+            top,
+            queue: Arc::clone(&queue),
+        });
+        queue
+    }
+
+    /// Notes that `token` was emitted from the row `logits`; a no-op unless
+    /// [`Sampler::log_probs`] asked for the records. Every path that emits a
+    /// token calls it once per token, in order (a draft proposal is not an
+    /// emission: only its acceptance is).
+    pub fn record(&mut self, logits: &[f32], token: u32) {
+        if let Some(log) = &self.logprobs {
+            let r = logprobs(logits, token, log.top);
+            if let Ok(mut q) = log.queue.lock() {
+                q.push_back(r);
+            }
         }
     }
 

@@ -473,3 +473,40 @@ fn top_p_and_min_p_without_top_k_match_a_full_sort_on_a_large_vocab() {
         assert_eq!(got, reference_nucleus(&logits, top_p, min_p), "case {case}");
     }
 }
+
+#[test]
+fn logprobs_are_log_softmax_with_the_top_alternatives_in_order() {
+    let logits = [1.0f32, 3.0, 3.0, -2.0, 0.5, f32::NEG_INFINITY];
+    let z: f64 = logits.iter().map(|&l| (l as f64).exp()).sum();
+    let want = |i: u32| ((logits[i as usize] as f64).exp() / z).ln() as f32;
+    let r = logprobs(&logits, 4, 3);
+    assert_eq!(r.id, 4);
+    assert!((r.logprob - want(4)).abs() < 1e-6, "{r:?}");
+    // The tie at 3.0 goes to the lower id.
+    assert_eq!(r.top.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2, 0]);
+    for &(i, l) in &r.top {
+        assert!((l - want(i)).abs() < 1e-6, "{r:?}");
+    }
+    let none = logprobs(&logits, 5, 0);
+    assert!(none.top.is_empty() && none.logprob == f32::NEG_INFINITY);
+    // More alternatives than tokens: every token, impossible one last.
+    let all = logprobs(&logits, 0, 20);
+    assert_eq!(
+        all.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+        [1, 2, 0, 4, 3, 5]
+    );
+
+    // A sampler records only once asked, every call, in order.
+    let mut s = Sampler::new(SamplerParams::default());
+    s.record(&logits, 1);
+    let q = s.log_probs(2);
+    s.record(&logits, 2);
+    s.record(&logits, 0);
+    let got: Vec<(u32, usize)> = q
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| (r.id, r.top.len()))
+        .collect();
+    assert_eq!(got, [(2, 2), (0, 2)]);
+}

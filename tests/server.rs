@@ -236,6 +236,13 @@ fn an_api_key_is_required_when_set() {
         .0,
         200
     );
+    // As llama-server: the tokenizer and the properties need the key too.
+    let tok = r#"{"content":"x"}"#;
+    assert_eq!(post(&s, "/tokenize", tok, &[]).0, 401);
+    let key = ["-H", "Authorization: Bearer sesame"];
+    assert_eq!(post(&s, "/tokenize", tok, &key).0, 200);
+    assert_eq!(post(&s, "/detokenize", r#"{"tokens":[1]}"#, &[]).0, 401);
+    assert_eq!(curl(&s, &["/props"]).0, 401);
     // Health and metrics stay open (load balancers probe them).
     assert_eq!(curl(&s, &["/health"]).0, 200);
     assert_eq!(curl(&s, &["/metrics"]).0, 200);
@@ -430,5 +437,232 @@ fn the_openai_python_client_works_against_it() {
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `ln softmax(row)` in f64, and the `n` largest entries (ties to the lower
+/// id): the test's own arithmetic, not the server's.
+fn log_softmax_top(row: &[f32], n: usize) -> (Vec<f64>, Vec<usize>) {
+    let max = row.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(x as f64));
+    let lse = max
+        + row
+            .iter()
+            .map(|&x| (x as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    let lp: Vec<f64> = row.iter().map(|&x| x as f64 - lse).collect();
+    let mut order: Vec<usize> = (0..row.len()).collect();
+    order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+    order.truncate(n);
+    (lp, order)
+}
+
+#[test]
+fn logprobs_are_the_models_own_under_batching_and_speculation() {
+    use clover::engine::{LoadedModel, Session, SessionOptions};
+
+    // The shipped trained model: its drafts are accepted, so the
+    // speculating server reports tokens from verify rows too.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let prompt = "In the beginning God created the heaven and the earth. And the earth was";
+    let (n, top) = (32, 3);
+
+    // The reference: the engine's logits on a slot's path (the prompt with
+    // its checkpoint, then plain decoding token by token), greedy, with the
+    // test's own log-softmax.
+    let m = std::sync::Arc::new(LoadedModel::open(&path).unwrap());
+    let mut session = Session::new(std::sync::Arc::clone(&m), SessionOptions::new(256)).unwrap();
+    let ids = m.tokenize(prompt).unwrap();
+    let mut row = session.prefill_checkpointed(&ids).unwrap().1.to_vec();
+    let mut want = Vec::new();
+    for _ in 0..n {
+        let (lp, best) = log_softmax_top(&row, top);
+        let tok = best[0];
+        want.push((
+            tok,
+            lp[tok],
+            best.iter().map(|&b| (b, lp[b])).collect::<Vec<_>>(),
+        ));
+        row = session.decode(tok as u32).unwrap().to_vec();
+    }
+    let text =
+        |id: usize| String::from_utf8_lossy(m.tokenizer.piece(id as u32).unwrap()).to_string();
+
+    for (extra, spec) in [
+        (&["-np", "2"][..], false),
+        (&["-np", "2", "--spec-type", "draft-self"][..], true),
+    ] {
+        let s = start(&path, extra);
+        let body = format!(
+            r#"{{"prompt":"{prompt}","max_tokens":{n},"temperature":0,"ignore_eos":true,"logprobs":{top}}}"#
+        );
+        let (code, resp) = post(&s, "/v1/completions", &body, &[]);
+        assert_eq!(code, 200, "{resp}");
+        let v = json(&resp);
+        let lp = &v["choices"][0]["logprobs"];
+        let tokens = lp["tokens"].as_array().unwrap();
+        assert_eq!(tokens.len(), n, "{resp}");
+        let mut offset = 0;
+        for (i, (tok, want_lp, want_top)) in want.iter().enumerate() {
+            assert_eq!(
+                tokens[i].as_str().unwrap(),
+                text(*tok),
+                "token {i} (spec {spec})"
+            );
+            let got = lp["token_logprobs"][i].as_f64().unwrap();
+            assert!(
+                (got - want_lp).abs() < 1e-4,
+                "token {i}: {got} against {want_lp} (spec {spec})"
+            );
+            let alts = lp["top_logprobs"][i].as_object().unwrap();
+            for &(b, l) in want_top {
+                let g = alts[&text(b)].as_f64().unwrap();
+                assert!(
+                    (g - l).abs() < 1e-4,
+                    "token {i} alternative {b}: {g} against {l}"
+                );
+            }
+            assert_eq!(lp["text_offset"][i].as_u64().unwrap() as usize, offset);
+            offset += text(*tok).chars().count();
+        }
+        let t = &v["timings"];
+        if spec {
+            assert!(
+                t["draft_n_accepted"].as_u64().unwrap() > 0,
+                "no draft accepted, so no verify row was reported: {t}"
+            );
+        }
+        // Chat: every content token with its alternatives, most likely
+        // first, the chosen one on top at temperature 0.
+        let (code, resp) = post(
+            &s,
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"Who made the earth?"}],"max_tokens":16,"temperature":0,"logprobs":true,"top_logprobs":2}"#,
+            &[],
+        );
+        assert_eq!(code, 200, "{resp}");
+        let v = json(&resp);
+        let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+        let mut bytes = Vec::new();
+        for c in content {
+            let alts = c["top_logprobs"].as_array().unwrap();
+            assert_eq!(alts.len(), 2, "{c}");
+            assert_eq!(alts[0]["token"], c["token"], "{c}");
+            assert!(
+                alts[0]["logprob"].as_f64() >= alts[1]["logprob"].as_f64(),
+                "{c}"
+            );
+            bytes.extend(
+                c["bytes"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b.as_u64().unwrap() as u8),
+            );
+        }
+        let said = v["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(
+            !said.is_empty() && String::from_utf8_lossy(&bytes) == said,
+            "{resp}"
+        );
+    }
+}
+
+#[test]
+fn logprob_fields_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&tiny_model(dir.path()), &["-np", "1"]);
+    let chat = |extra: &str| {
+        post(
+            &s,
+            "/v1/chat/completions",
+            &format!(r#"{{"messages":[{{"role":"user","content":"hi"}}],"max_tokens":2{extra}}}"#),
+            &[],
+        )
+    };
+    for bad in [
+        r#","top_logprobs":2"#,
+        r#","logprobs":true,"top_logprobs":21"#,
+        r#","logprobs":"yes""#,
+    ] {
+        let (code, resp) = chat(bad);
+        assert_eq!(code, 400, "{bad}: {resp}");
+        assert!(json(&resp)["error"]["param"].is_string(), "{resp}");
+    }
+    let (code, resp) = chat("");
+    assert_eq!(code, 200, "{resp}");
+    assert!(json(&resp)["choices"][0]["logprobs"].is_null(), "{resp}");
+    let (code, resp) = post(
+        &s,
+        "/v1/completions",
+        r#"{"prompt":"a","max_tokens":2,"logprobs":-1}"#,
+        &[],
+    );
+    assert_eq!(code, 400, "{resp}");
+}
+
+#[test]
+fn tokenize_detokenize_and_props_answer_as_llama_server_does() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let m = clover::engine::LoadedModel::open(&path).unwrap();
+    let s = start(&path, &["-np", "3", "-c", "512"]);
+    let text = "And God said, Let there be light: and there was light.";
+
+    // The tokenizer's ids, without the BOS unless asked for.
+    let mut want = m.tokenizer.encode(text, true).unwrap();
+    let bos = m.tokenizer.add_bos().then(|| want.remove(0));
+    let ids = |body: &str| -> Vec<u32> {
+        let (code, resp) = post(&s, "/tokenize", body, &[]);
+        assert_eq!(code, 200, "{resp}");
+        json(&resp)["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect()
+    };
+    assert_eq!(ids(&format!(r#"{{"content":"{text}"}}"#)), want);
+    let with_bos = ids(&format!(r#"{{"content":"{text}","add_special":true}}"#));
+    assert_eq!(with_bos.len(), want.len() + bos.is_some() as usize);
+    let (code, resp) = post(
+        &s,
+        "/tokenize",
+        &format!(r#"{{"content":"{text}","with_pieces":true}}"#),
+        &[],
+    );
+    assert_eq!(code, 200, "{resp}");
+    let pieces = json(&resp)["tokens"].as_array().unwrap().clone();
+    let joined: String = pieces
+        .iter()
+        .map(|p| p["piece"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(joined, text);
+    assert_eq!(pieces[0]["id"].as_u64().unwrap() as u32, want[0]);
+
+    // And back.
+    let list = want
+        .iter()
+        .map(|i| i.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let (code, resp) = post(&s, "/detokenize", &format!(r#"{{"tokens":[{list}]}}"#), &[]);
+    assert_eq!(code, 200, "{resp}");
+    assert_eq!(json(&resp)["content"], text);
+    for bad in [r#"{"tokens":[99999999]}"#, r#"{"tokens":"1 2"}"#] {
+        let (code, resp) = post(&s, "/detokenize", bad, &[]);
+        assert_eq!(code, 400, "{bad}: {resp}");
+    }
+    let (code, resp) = post(&s, "/tokenize", r#"{"content":7}"#, &[]);
+    assert_eq!(code, 400, "{resp}");
+
+    let (code, resp) = curl(&s, &["/props"]);
+    assert_eq!(code, 200, "{resp}");
+    let v = json(&resp);
+    assert_eq!(v["total_slots"], 3, "{resp}");
+    // A slot's share of -c, as llama-server divides it.
+    assert_eq!(v["default_generation_settings"]["n_ctx"], 512 / 3, "{resp}");
+    assert_eq!(
+        v["default_generation_settings"]["params"]["temperature"], 0.8,
+        "{resp}"
     );
 }

@@ -4,6 +4,7 @@ failure, printing what failed.
 
     python3 tests/server_openai.py http://127.0.0.1:PORT/v1
 """
+import re
 import sys
 import threading
 
@@ -41,6 +42,7 @@ assert finish == r.choices[0].finish_reason, finish
 # Completions, both ways.
 c = client.completions.create(model="any", prompt="In the beginning", max_tokens=8, temperature=0)
 assert c.object == "text_completion" and c.usage.completion_tokens <= 8, c
+completion_text = c.choices[0].text
 streamed = "".join(
     x.choices[0].text
     for x in client.completions.create(
@@ -70,6 +72,34 @@ msgs = MSGS + [
 ]
 t = client.chat.completions.create(model="any", messages=msgs, tools=tools, max_tokens=6, temperature=0)
 assert t.choices[0].finish_reason in ("length", "stop", "tool_calls"), t
+
+# Log-probabilities: the typed objects, the same values streamed and not,
+# the greedy token on top of its alternatives.
+lp = chat(max_tokens=12, logprobs=True, top_logprobs=3)
+content = lp.choices[0].logprobs.content
+assert lp.choices[0].message.content == alone and content, lp
+# Control tokens (this random model emits some) are reported by name but
+# never shown as content.
+shown = [e for e in content if not re.fullmatch(r"<\|[^|]*\|>", e.token)]
+joined = b"".join(bytes(e.bytes) for e in shown).decode("utf-8", errors="replace")
+assert joined == alone, (joined, alone)
+for e in content:
+    assert len(e.top_logprobs) == 3 and e.top_logprobs[0].token == e.token, e
+    assert e.logprob <= 0 and e.top_logprobs[0].logprob >= e.top_logprobs[2].logprob, e
+streamed_lp = [
+    (x.token, x.logprob)
+    for ch in chat(max_tokens=12, logprobs=True, top_logprobs=3, stream=True)
+    for c in ch.choices
+    if c.logprobs and c.logprobs.content
+    for x in c.logprobs.content
+]
+assert streamed_lp == [(e.token, e.logprob) for e in content], (streamed_lp, content)
+cl = client.completions.create(model="any", prompt="In the beginning", max_tokens=8, temperature=0, logprobs=2)
+lps = cl.choices[0].logprobs
+joined = "".join(t for t in lps.tokens if not re.fullmatch(r"<\|[^|]*\|>", t))
+assert cl.choices[0].text == completion_text and (joined == completion_text or "\ufffd" in joined), lps
+assert len(lps.tokens) == len(lps.token_logprobs) == len(lps.top_logprobs) == len(lps.text_offset), lps
+assert all(len(t) <= 2 for t in lps.top_logprobs) and lps.text_offset[0] == 0, lps
 
 # Errors come back as the client's exceptions with the right status.
 try:

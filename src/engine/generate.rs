@@ -103,7 +103,9 @@ impl Step for PlainStep {
         let t0 = Instant::now();
         let logits = session.decode(last)?;
         let t1 = Instant::now();
-        out.push(sampler.sample(logits, history));
+        let next = sampler.sample(logits, history);
+        sampler.record(logits, next);
+        out.push(next);
         Ok(StepStats {
             eval_ms: ms(t1 - t0),
             eval_runs: 1,
@@ -417,6 +419,7 @@ pub fn generate(
     };
     let t0 = Instant::now();
     let first = sampler.sample(logits, prompt);
+    sampler.record(logits, first);
     timings.sample_ms += ms(t0.elapsed());
     timings.sample_runs += 1;
     timings.prompt_ms = prefill.ms;

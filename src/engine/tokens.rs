@@ -130,6 +130,7 @@ pub fn generate_tokens_with(
     let pos0 = state.n_past();
     let logits = model.forward(state, prompt, pos0, LogitsFor::Last)?;
     let first = sampler.sample(logits, prompt);
+    sampler.record(logits, first);
     let loop_start = Instant::now();
     let stop = spec.cfg.stop.clone();
     let mut d = TokenDriver {

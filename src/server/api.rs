@@ -89,7 +89,7 @@ fn integer(o: &Map<String, Value>, k: &str) -> Result<Option<i64>, ApiError> {
     }
 }
 
-fn boolean(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
+pub fn boolean(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
     match o.get(k) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -195,6 +195,46 @@ pub fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
         include_usage,
         ignore_eos,
     })
+}
+
+/// The most alternatives a token's log-probability comes with (OpenAI's
+/// limit for `top_logprobs`).
+pub const MAX_TOP_LOGPROBS: i64 = 20;
+
+/// A chat request's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only
+/// with `logprobs`): how many alternatives to report per token, `None`: no
+/// log-probabilities.
+pub fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    let on = boolean(o, "logprobs")?.unwrap_or(false);
+    let top = integer(o, "top_logprobs")?;
+    if let Some(n) = top {
+        if !(0..=MAX_TOP_LOGPROBS).contains(&n) {
+            return Err(ApiError::field(
+                "top_logprobs",
+                format!("'top_logprobs' must be between 0 and {MAX_TOP_LOGPROBS}"),
+            ));
+        }
+        if !on {
+            return Err(ApiError::field(
+                "top_logprobs",
+                "'top_logprobs' needs 'logprobs': true",
+            ));
+        }
+    }
+    Ok(on.then(|| top.unwrap_or(0) as usize))
+}
+
+/// A completion request's `logprobs`: an integer, 0 to 20 alternatives per
+/// token (0: the chosen token's alone).
+pub fn completion_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    match integer(o, "logprobs")? {
+        None => Ok(None),
+        Some(n) if (0..=MAX_TOP_LOGPROBS).contains(&n) => Ok(Some(n as usize)),
+        Some(_) => Err(ApiError::field(
+            "logprobs",
+            format!("'logprobs' must be between 0 and {MAX_TOP_LOGPROBS}"),
+        )),
+    }
 }
 
 /// The chat messages, checked, in the shape chat templates read: text content

@@ -37,6 +37,9 @@ use metrics::Metrics;
 use slots::{Done, Job, Msg, Refused, Scheduler};
 use text::{Piece, ToolCallParser};
 
+use crate::sample::TokenLogprob;
+use crate::tokenizer::Tokenizer;
+
 /// What `clover serve` was asked for.
 pub struct ServeConfig {
     pub host: String,
@@ -140,10 +143,16 @@ struct Prepared {
     prompt: Vec<u32>,
     starts_thinking: bool,
     tools: bool,
+    /// Alternatives per token's log-probability; `None`: none asked for.
+    logprobs: Option<usize>,
 }
 
 fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<Prepared, ApiError> {
     let common = api::common(o)?;
+    let logprobs = match kind {
+        Kind::Chat => api::chat_logprobs(o)?,
+        Kind::Completion => api::completion_logprobs(o)?,
+    };
     let (text, tools) = match kind {
         Kind::Chat => {
             let messages = api::messages(o)?;
@@ -178,6 +187,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         prompt,
         starts_thinking,
         tools,
+        logprobs,
     })
 }
 
@@ -211,6 +221,57 @@ fn timings(d: &Done) -> Value {
     })
 }
 
+/// A token as OpenAI's `logprobs` give it: its text, its log-probability
+/// (−9999 for an impossible token, as OpenAI writes it) and its bytes.
+fn token_json(tok: &Tokenizer, id: u32, logprob: f32) -> Value {
+    let bytes = tok.piece(id).unwrap_or(&[]);
+    let lp = if logprob.is_finite() {
+        logprob as f64
+    } else {
+        -9999.0
+    };
+    json!({"token": String::from_utf8_lossy(bytes), "logprob": lp, "bytes": bytes})
+}
+
+/// A chat choice's `logprobs`: `{"content": [...]}`, each token with its
+/// `top_logprobs`.
+fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Value {
+    let content: Vec<Value> = lps
+        .iter()
+        .map(|r| {
+            let mut v = token_json(tok, r.id, r.logprob);
+            let top = r.top.iter().map(|&(i, l)| token_json(tok, i, l));
+            v["top_logprobs"] = Value::Array(top.collect());
+            v
+        })
+        .collect();
+    json!({"content": content, "refusal": null})
+}
+
+/// A completion choice's `logprobs` (the legacy shape): `tokens`,
+/// `token_logprobs`, `top_logprobs` (text → log-probability) and
+/// `text_offset`, counted in characters from the completion's start;
+/// `offset` is where these tokens start, and moves past them.
+fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    let text = |id: u32| String::from_utf8_lossy(tok.piece(id).unwrap_or(&[])).into_owned();
+    let finite = |lp: f32| if lp.is_finite() { lp as f64 } else { -9999.0 };
+    let (mut tokens, mut lp, mut top, mut at) = (vec![], vec![], vec![], vec![]);
+    for r in lps {
+        let t = text(r.id);
+        at.push(*offset);
+        *offset += t.chars().count();
+        tokens.push(t);
+        lp.push(finite(r.logprob));
+        let alts: Map<String, Value> = r
+            .top
+            .iter()
+            .map(|&(i, l)| (text(i), json!(finite(l))))
+            .collect();
+        top.push(Value::Object(alts));
+    }
+    json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": at})
+}
+
 /// Submits the job; the receiving end of its messages.
 fn submit(r: &Ready, p: &Prepared) -> Result<mpsc::Receiver<Msg>, ApiError> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -221,6 +282,7 @@ fn submit(r: &Ready, p: &Prepared) -> Result<mpsc::Receiver<Msg>, ApiError> {
         stop: p.common.stop.clone(),
         starts_thinking: p.starts_thinking,
         ignore_eos: p.common.ignore_eos,
+        logprobs: p.logprobs,
         tx,
     };
     match r.sched.submit(job) {
@@ -240,26 +302,32 @@ struct Assembler {
     tools: Option<ToolCallParser>,
     n_calls: usize,
     id: String,
+    /// Token log-probabilities not yet attached to content (the tool-call
+    /// parser may hold text back).
+    pending: Vec<TokenLogprob>,
 }
 
-/// One piece of a response.
+/// One piece of a response; content comes with its tokens'
+/// log-probabilities when they were asked for.
 enum Part {
-    Content(String),
+    Content(String, Vec<TokenLogprob>),
     Reasoning(String),
     Call(Value),
 }
 
 impl Assembler {
-    fn text(&mut self, text: String, thinking: bool) -> Vec<Part> {
+    fn text(&mut self, text: String, thinking: bool, logprobs: Vec<TokenLogprob>) -> Vec<Part> {
         if thinking && self.kind == Kind::Chat {
+            // OpenAI reports log-probabilities for the content only.
             return vec![Part::Reasoning(text)];
         }
+        self.pending.extend(logprobs);
         match &mut self.tools {
             Some(p) => {
                 let pieces = p.push(&text);
                 self.pieces(pieces)
             }
-            None => vec![Part::Content(text)],
+            None => vec![Part::Content(text, std::mem::take(&mut self.pending))],
         }
     }
 
@@ -277,8 +345,10 @@ impl Assembler {
         pieces
             .into_iter()
             .map(|p| match p {
-                Piece::Text(t) => Part::Content(t),
+                Piece::Text(t) => Part::Content(t, std::mem::take(&mut self.pending)),
                 Piece::Call { name, arguments } => {
+                    // The call's tokens are not content.
+                    self.pending.clear();
                     let v = text::tool_call_json(&self.id, self.n_calls, &name, &arguments);
                     self.n_calls += 1;
                     Part::Call(v)
@@ -305,10 +375,10 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         let o = read_body(&app, body).await?;
         let p = prepare(&app, r, kind, &o)?;
         let rx = submit(r, &p)?;
-        Ok::<_, ApiError>((p, rx))
+        Ok::<_, ApiError>((p, rx, Arc::clone(&r.model)))
     }
     .await;
-    let (p, rx) = match result {
+    let (p, rx, model) = match result {
         Ok(x) => x,
         Err(e) => return error_response(&app, e),
     };
@@ -322,12 +392,13 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         tools: p.tools.then(ToolCallParser::default),
         n_calls: 0,
         id: id.clone(),
+        pending: Vec::new(),
     };
     if p.common.stream {
         app.metrics.request(200);
-        stream(app, p, rx, asm, id)
+        stream(app, p, rx, asm, id, model)
     } else {
-        whole(app, p, rx, asm, id).await
+        whole(app, p, rx, asm, id, &model).await
     }
 }
 
@@ -338,12 +409,17 @@ async fn whole(
     mut rx: mpsc::Receiver<Msg>,
     mut asm: Assembler,
     id: String,
+    loaded: &LoadedModel,
 ) -> Response {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+    let mut lps = Vec::new();
     let mut take = |parts: Vec<Part>| {
         for part in parts {
             match part {
-                Part::Content(t) => content.push_str(&t),
+                Part::Content(t, l) => {
+                    content.push_str(&t);
+                    lps.extend(l);
+                }
                 Part::Reasoning(t) => reasoning.push_str(&t),
                 Part::Call(v) => calls.push(v),
             }
@@ -351,7 +427,11 @@ async fn whole(
     };
     let done = loop {
         match rx.recv().await {
-            Some(Msg::Text { text, thinking }) => take(asm.text(text, thinking)),
+            Some(Msg::Text {
+                text,
+                thinking,
+                logprobs,
+            }) => take(asm.text(text, thinking, logprobs)),
             Some(Msg::Done(d)) => break d,
             Some(Msg::Error(e)) => return error_response(&app, ApiError::status(500, e)),
             None => {
@@ -366,6 +446,12 @@ async fn whole(
     let created = now_secs();
     let model = app.cfg.model_name.clone();
     let finish = asm.finish_reason(&done);
+    let tok = &loaded.tokenizer;
+    let logprobs = match (p.logprobs, p.kind) {
+        (None, _) => Value::Null,
+        (Some(_), Kind::Chat) => chat_logprobs(tok, &lps),
+        (Some(_), Kind::Completion) => completion_logprobs(tok, &lps, &mut 0),
+    };
     let v = match p.kind {
         Kind::Chat => {
             let mut message = json!({"role": "assistant", "content": content});
@@ -377,13 +463,13 @@ async fn whole(
             }
             json!({
                 "id": id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
                 "usage": usage(&done), "timings": timings(&done),
             })
         }
         Kind::Completion => json!({
             "id": id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": content, "logprobs": null, "finish_reason": finish}],
+            "choices": [{"index": 0, "text": content, "logprobs": logprobs, "finish_reason": finish}],
             "usage": usage(&done), "timings": timings(&done),
         }),
     };
@@ -400,6 +486,7 @@ fn stream(
     mut rx: mpsc::Receiver<Msg>,
     mut asm: Assembler,
     id: String,
+    loaded: Arc<LoadedModel>,
 ) -> Response {
     let (tx, out) = mpsc::channel::<Result<Event, Infallible>>(STREAM_BUFFER);
     let created = now_secs();
@@ -413,10 +500,17 @@ fn stream(
         };
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
-    let part_choice = move |part: Part| -> Value {
+    let want_logprobs = p.logprobs.is_some();
+    let mut offset = 0;
+    let mut part_choice = move |part: Part| -> Value {
+        let tok = &loaded.tokenizer;
         match (kind, part) {
-            (Kind::Chat, Part::Content(t)) => {
-                json!({"index": 0, "delta": {"content": t}, "finish_reason": null})
+            (Kind::Chat, Part::Content(t, l)) => {
+                let lp = match want_logprobs {
+                    true => chat_logprobs(tok, &l),
+                    false => Value::Null,
+                };
+                json!({"index": 0, "delta": {"content": t}, "logprobs": lp, "finish_reason": null})
             }
             (Kind::Chat, Part::Reasoning(t)) => {
                 json!({"index": 0, "delta": {"reasoning_content": t}, "finish_reason": null})
@@ -424,7 +518,14 @@ fn stream(
             (Kind::Chat, Part::Call(c)) => {
                 json!({"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": null})
             }
-            (Kind::Completion, Part::Content(t) | Part::Reasoning(t)) => {
+            (Kind::Completion, Part::Content(t, l)) => {
+                let lp = match want_logprobs {
+                    true => completion_logprobs(tok, &l, &mut offset),
+                    false => Value::Null,
+                };
+                json!({"index": 0, "text": t, "logprobs": lp, "finish_reason": null})
+            }
+            (Kind::Completion, Part::Reasoning(t)) => {
                 json!({"index": 0, "text": t, "logprobs": null, "finish_reason": null})
             }
             (Kind::Completion, Part::Call(_)) => {
@@ -449,8 +550,12 @@ fn stream(
         }
         let done = loop {
             match rx.recv().await {
-                Some(Msg::Text { text, thinking }) => {
-                    for part in asm.text(text, thinking) {
+                Some(Msg::Text {
+                    text,
+                    thinking,
+                    logprobs,
+                }) => {
+                    for part in asm.text(text, thinking, logprobs) {
                         if !send(chunk(part_choice(part))).await {
                             return;
                         }
@@ -512,6 +617,110 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
         "id": app.cfg.model_name, "object": "model", "created": now_secs(), "owned_by": "clover",
         "meta": {"n_ctx_slot": app.cfg.n_ctx_slot},
     }]});
+    json_response(&app, v)
+}
+
+/// llama-server's `POST /tokenize`: `content`, `add_special` (a BOS where
+/// the model wants one; default off), `parse_special` (control-token texts
+/// become their ids; default on), `with_pieces` (each id with its text).
+async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        authorize(&app, &headers)?;
+        let r = ready(&app)?;
+        let o = read_body(&app, body).await?;
+        let Some(Value::String(text)) = o.get("content") else {
+            return Err(ApiError::field("content", "'content' must be a string"));
+        };
+        let flag = |k: &str, default: bool| api::boolean(&o, k).map(|b| b.unwrap_or(default));
+        let (add_special, parse_special) =
+            (flag("add_special", false)?, flag("parse_special", true)?);
+        let with_pieces = flag("with_pieces", false)?;
+        let tok = &r.model.tokenizer;
+        let mut ids = tok
+            .encode(text, parse_special)
+            .map_err(|e| ApiError::bad(format!("tokenizing: {e}")))?;
+        // `encode` prepends the model's BOS when it wants one.
+        if tok.add_bos() && !add_special && !ids.is_empty() {
+            ids.remove(0);
+        }
+        let tokens: Vec<Value> = match with_pieces {
+            false => ids.iter().map(|&i| json!(i)).collect(),
+            true => ids
+                .iter()
+                .map(|&i| {
+                    let bytes = tok.piece(i).unwrap_or(&[]);
+                    let piece = match std::str::from_utf8(bytes) {
+                        Ok(s) => json!(s),
+                        Err(_) => json!(bytes),
+                    };
+                    json!({"id": i, "piece": piece})
+                })
+                .collect(),
+        };
+        Ok(json!({"tokens": tokens}))
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(&app, v),
+        Err(e) => error_response(&app, e),
+    }
+}
+
+/// llama-server's `POST /detokenize`: `tokens` (ids) to `content`.
+async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        authorize(&app, &headers)?;
+        let r = ready(&app)?;
+        let o = read_body(&app, body).await?;
+        let ids = o
+            .get("tokens")
+            .and_then(Value::as_array)
+            .and_then(|a| {
+                a.iter()
+                    .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+                    .collect::<Option<Vec<u32>>>()
+            })
+            .ok_or_else(|| ApiError::field("tokens", "'tokens' must be a list of token ids"))?;
+        let content = r
+            .model
+            .tokenizer
+            .decode(&ids)
+            .map_err(|e| ApiError::field("tokens", e.to_string()))?;
+        Ok(json!({"content": content}))
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(&app, v),
+        Err(e) => error_response(&app, e),
+    }
+}
+
+/// llama-server's `GET /props`: the slots, their context and the sampling
+/// defaults a request starts from.
+async fn props(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let result = authorize(&app, &headers).and_then(|_| ready(&app));
+    let r = match result {
+        Ok(r) => r,
+        Err(e) => return error_response(&app, e),
+    };
+    let d = crate::sample::SamplerParams::default();
+    // f32 as its shortest decimal (0.8, not 0.800000011920929).
+    let f = |x: f32| x.to_string().parse::<f64>().unwrap_or(x as f64);
+    let v = json!({
+        "default_generation_settings": {
+            "n_ctx": app.cfg.n_ctx_slot,
+            "params": {
+                "temperature": f(d.temp), "top_k": d.top_k, "top_p": f(d.top_p),
+                "min_p": f(d.min_p), "repeat_penalty": f(d.repeat_penalty),
+                "repeat_last_n": d.repeat_last_n, "presence_penalty": f(d.presence_penalty),
+                "frequency_penalty": f(d.frequency_penalty),
+            },
+        },
+        "total_slots": r.sched.load().2,
+        "model_path": r.model.path.display().to_string(),
+        "modalities": {"vision": false, "audio": false},
+        "build_info": concat!("clover ", env!("CARGO_PKG_VERSION")),
+    });
     json_response(&app, v)
 }
 
@@ -622,6 +831,9 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             .route("/v1/completions", post(completions))
             .route("/v1/models", get(models))
             .route("/health", get(health))
+            .route("/tokenize", post(tokenize))
+            .route("/detokenize", post(detokenize))
+            .route("/props", get(props))
             .route("/metrics", get(metrics_text))
             .fallback(not_found)
             .with_state(Arc::clone(&app));

@@ -33,7 +33,7 @@ use crate::engine::{
     SpecStep, Step, StopReason,
 };
 use crate::model::State;
-use crate::sample::{Sampler, SamplerParams};
+use crate::sample::{Sampler, SamplerParams, TokenLogprob};
 use crate::spec::{DiffusionDrafter, SpecConfig};
 
 use super::metrics::Metrics;
@@ -49,16 +49,23 @@ pub struct Job {
     pub starts_thinking: bool,
     /// Generate to the limit even past end-of-generation tokens.
     pub ignore_eos: bool,
+    /// Report each token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
     pub tx: mpsc::Sender<Msg>,
 }
 
 /// What a slot sends back.
 #[derive(Debug)]
 pub enum Msg {
-    /// Text (stop strings already applied); `thinking`: inside `<think>`.
+    /// Text (stop strings already applied); `thinking`: inside `<think>`;
+    /// `logprobs`: the tokens whose text this is, when the job asked for
+    /// them (a token whose text was held back for a possible stop string
+    /// comes with the text that releases it; those a stop string swallows
+    /// are dropped).
     Text {
         text: String,
         thinking: bool,
+        logprobs: Vec<TokenLogprob>,
     },
     Done(Done),
     Error(String),
@@ -492,7 +499,10 @@ impl Step for BatchStep {
         session.note_committed(&[last])?;
         let t1 = std::time::Instant::now();
         let v = session.model().model.n_vocab();
-        out.push(sampler.sample(session.state.logits(v), history));
+        let logits = session.state.logits(v);
+        let next = sampler.sample(logits, history);
+        sampler.record(logits, next);
+        out.push(next);
         Ok(crate::engine::StepStats {
             eval_ms: (t1 - t0).as_secs_f64() * 1e3,
             eval_runs: 1,
@@ -564,6 +574,8 @@ fn run_job(
     metrics: &Metrics,
 ) {
     let mut sampler = Sampler::new(job.sampler);
+    let queue = job.logprobs.map(|top| sampler.log_probs(top));
+    let mut held = Vec::new();
     let opts = GenOptions {
         n_predict: job.n_predict,
         starts_thinking: job.starts_thinking,
@@ -587,9 +599,14 @@ fn run_job(
                 tag,
                 ..
             } => {
+                // The sampler queued one record per emitted token, in order.
+                let record = queue
+                    .as_ref()
+                    .and_then(|q| q.lock().ok().and_then(|mut q| q.pop_front()));
                 if tag {
                     return ControlFlow::Continue(());
                 }
+                held.extend(record);
                 (text, thinking)
             }
             GenEvent::Tail { text, thinking } => (text, thinking),
@@ -605,8 +622,15 @@ fn run_job(
         } else {
             stops.push(text)
         };
-        if !text.is_empty() && !send(Msg::Text { text, thinking }) {
-            return ControlFlow::Break(());
+        if !text.is_empty() {
+            let logprobs = std::mem::take(&mut held);
+            if !send(Msg::Text {
+                text,
+                thinking,
+                logprobs,
+            }) {
+                return ControlFlow::Break(());
+            }
         }
         if stops.stopped {
             ControlFlow::Break(())
@@ -624,6 +648,7 @@ fn run_job(
                     send(Msg::Text {
                         text: rest,
                         thinking: false,
+                        logprobs: std::mem::take(&mut held),
                     });
                 }
             }
@@ -661,6 +686,7 @@ mod tests {
                 stop: Vec::new(),
                 starts_thinking: false,
                 ignore_eos: false,
+                logprobs: None,
                 tx,
             },
             rx,

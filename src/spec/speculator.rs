@@ -180,6 +180,7 @@ impl Speculator {
             let t0 = Instant::now();
             let logits = model.forward(state, &[anchor], n, LogitsFor::Last)?;
             let next = sampler.sample(logits, history);
+            sampler.record(logits, next);
             let ns = t0.elapsed().as_nanos() as u64;
             stats.plain_ns += ns;
             stats.plain_passes += 1;
@@ -214,8 +215,11 @@ impl Speculator {
                 if accept_sampled(dj, &p, q, sampler.uniform()) {
                     accepted += 1;
                     hist.push(dj);
+                    sampler.record(y, dj);
                 } else {
-                    next = Some(sampler.sample_from(&residual(&p, q)));
+                    let t = sampler.sample_from(&residual(&p, q));
+                    sampler.record(y, t);
+                    next = Some(t);
                     break;
                 }
             } else {
@@ -228,15 +232,23 @@ impl Speculator {
                     accepted += 1;
                     relaxed += (verdict == Verdict::Relaxed) as usize;
                     hist.push(dj);
+                    sampler.record(y, dj);
                 } else {
-                    next = Some(sampler.sample(y, &hist));
+                    let t = sampler.sample(y, &hist);
+                    sampler.record(y, t);
+                    next = Some(t);
                     break;
                 }
             }
         }
         let next = match next {
             Some(t) => t,
-            None => sampler.sample(&ys[d * v..(d + 1) * v], &hist),
+            None => {
+                let y = &ys[d * v..(d + 1) * v];
+                let t = sampler.sample(y, &hist);
+                sampler.record(y, t);
+                t
+            }
         };
         stats.record_iteration(d, accepted, relaxed);
         adaptive.record_verify(d + 1, verify_ns, d, accepted);
