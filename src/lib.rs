@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod chat;
 pub mod cli;
+pub mod constrain;
 pub mod engine;
 pub mod gguf;
 pub mod imatrix;

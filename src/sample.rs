@@ -25,6 +25,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::constrain::Constraint;
+
 /// Parameters of the chain. `Default` gives llama.cpp's defaults.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerParams {
@@ -439,6 +441,9 @@ pub struct Sampler {
     rng: Rng,
     scratch: Scratch,
     logprobs: Option<LogprobLog>,
+    constraint: Option<Box<dyn Constraint>>,
+    /// OpenAI's `logit_bias`: added to these tokens' logits before the chain.
+    bias: Vec<(u32, f32)>,
 }
 
 /// An emitted token's log-probability under the model, `ln softmax(logits)`
@@ -505,7 +510,43 @@ impl Sampler {
             rng: Rng::from_seed(seed),
             scratch: Scratch::default(),
             logprobs: None,
+            constraint: None,
+            bias: Vec::new(),
         }
+    }
+
+    /// Adds `b` to token `id`'s logit before every draw ([`Sampler::sample`],
+    /// [`Sampler::probs`]); `-inf` bans it. Ids past the row are ignored.
+    pub fn set_logit_bias(&mut self, bias: Vec<(u32, f32)>) {
+        self.bias = bias;
+    }
+
+    /// The logits with the bias added (borrowed when there is none).
+    fn biased<'a>(&self, logits: &'a [f32]) -> std::borrow::Cow<'a, [f32]> {
+        if self.bias.is_empty() {
+            return std::borrow::Cow::Borrowed(logits);
+        }
+        let mut v = logits.to_vec();
+        for &(id, b) in &self.bias {
+            if let Some(l) = v.get_mut(id as usize) {
+                *l += b;
+            }
+        }
+        std::borrow::Cow::Owned(v)
+    }
+
+    /// From now on every token [`Sampler::sample`] picks is one `c` allows:
+    /// the chain's draw when allowed, else a draw from the chain over the
+    /// allowed tokens alone (the most likely allowed token, greedy). The
+    /// other draws ([`Sampler::sample_from`], [`Sampler::probs`]) do not
+    /// consult it: speculation does not run under a constraint.
+    pub fn constrain(&mut self, c: Box<dyn Constraint>) {
+        self.constraint = Some(c);
+    }
+
+    /// Whether a constraint is set.
+    pub fn constrained(&self) -> bool {
+        self.constraint.is_some()
     }
 
     /// From now on [`Sampler::record`] queues each emitted token's
@@ -545,6 +586,37 @@ impl Sampler {
     /// Picks the next token from one row of logits; `history` holds the tokens so far (the
     /// penalties read its tail). Empty logits give token 0.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let biased = self.biased(logits);
+        let logits = &biased[..];
+        let t = self.draw(logits, history);
+        let Some(c) = &self.constraint else {
+            return t;
+        };
+        if c.allows(t) {
+            if let Some(c) = &mut self.constraint {
+                c.accept(t);
+            }
+            return t;
+        }
+        let mut masked = logits.to_vec();
+        let mut any = false;
+        for (i, l) in masked.iter_mut().enumerate() {
+            if c.allows(i as u32) {
+                any |= *l > f32::NEG_INFINITY;
+            } else {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        // Nothing allowed (past the constraint's limits): the free draw.
+        let t = if any { self.draw(&masked, history) } else { t };
+        if let Some(c) = &mut self.constraint {
+            c.accept(t);
+        }
+        t
+    }
+
+    /// [`Sampler::sample`] without the constraint.
+    fn draw(&mut self, logits: &[f32], history: &[u32]) -> u32 {
         run_chain(&self.params, logits, history, &mut self.scratch);
         let cands = &self.scratch.cands;
         match cands.len() {
@@ -569,7 +641,7 @@ impl Sampler {
     /// probability 1. Does not touch the random state.
     pub fn probs(&self, logits: &[f32], history: &[u32]) -> Vec<(u32, f32)> {
         let mut scratch = Scratch::default();
-        run_chain(&self.params, logits, history, &mut scratch);
+        run_chain(&self.params, &self.biased(logits), history, &mut scratch);
         scratch.cands.into_iter().map(|c| (c.id, c.v)).collect()
     }
 

@@ -510,3 +510,73 @@ fn logprobs_are_log_softmax_with_the_top_alternatives_in_order() {
         .collect();
     assert_eq!(got, [(2, 2), (0, 2)]);
 }
+
+/// Allows even token ids only, and counts what it was told was emitted.
+#[derive(Clone, Debug, Default)]
+struct EvenOnly {
+    seen: Vec<u32>,
+}
+
+impl crate::constrain::Constraint for EvenOnly {
+    fn allows(&self, id: u32) -> bool {
+        id.is_multiple_of(2)
+    }
+    fn accept(&mut self, id: u32) {
+        self.seen.push(id);
+    }
+    fn box_clone(&self) -> Box<dyn crate::constrain::Constraint> {
+        Box::new(self.clone())
+    }
+}
+
+#[test]
+fn a_constraint_keeps_the_draw_it_allows_and_masks_the_rest() {
+    let logits = [0.5f32, 3.0, 2.0, 2.5, -1.0, 1.0];
+    let mut greedy = Sampler::new(SamplerParams {
+        temp: 0.0,
+        ..plain()
+    });
+    assert_eq!(greedy.sample(&logits, &[]), 1);
+    greedy.constrain(Box::new(EvenOnly::default()));
+    // The best allowed token, not the best one.
+    assert_eq!(greedy.sample(&logits, &[]), 2);
+    assert_eq!(greedy.sample(&[0.0, 0.0, 1.0, 0.0], &[]), 2);
+    // Sampling: always an allowed token, each of them seen.
+    let mut s = Sampler::new(SamplerParams {
+        temp: 1.5,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: Some(7),
+        ..plain()
+    });
+    s.constrain(Box::new(EvenOnly::default()));
+    let mut seen = [0usize; 6];
+    for _ in 0..600 {
+        seen[s.sample(&logits, &[]) as usize] += 1;
+    }
+    assert!(seen.iter().skip(1).step_by(2).all(|&n| n == 0), "{seen:?}");
+    assert!(seen.iter().step_by(2).all(|&n| n > 0), "{seen:?}");
+}
+
+#[test]
+fn logit_bias_moves_and_bans_tokens() {
+    let logits = [0.5f32, 3.0, 2.0, 2.5];
+    let mut s = Sampler::new(SamplerParams {
+        temp: 0.0,
+        ..plain()
+    });
+    s.set_logit_bias(vec![(1, f32::NEG_INFINITY)]);
+    assert_eq!(s.sample(&logits, &[]), 3);
+    s.set_logit_bias(vec![(1, f32::NEG_INFINITY), (0, 2.1), (99, 50.0)]);
+    assert_eq!(s.sample(&logits, &[]), 0);
+    let p = s.probs(&logits, &[]);
+    assert_eq!(p, [(0, 1.0)]);
+    // Log-probabilities stay the model's own.
+    let q = s.log_probs(0);
+    let t = s.sample(&logits, &[]);
+    s.record(&logits, t);
+    let r = q.lock().unwrap()[0].clone();
+    assert!((r.logprob - logprobs(&logits, 0, 0).logprob).abs() < 1e-7);
+    assert!(r.logprob < logprobs(&logits, 1, 0).logprob);
+}

@@ -666,3 +666,89 @@ fn tokenize_detokenize_and_props_answer_as_llama_server_does() {
         "{resp}"
     );
 }
+
+#[test]
+fn json_mode_replies_with_one_json_object() {
+    // The shipped model, speculating: its slots decode JSON-mode replies
+    // token by token.
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let s = start(&model, &["-np", "2", "--spec-type", "draft-self"]);
+    let id_of = |text: &str| -> u64 {
+        let (code, resp) = post(&s, "/tokenize", &format!(r#"{{"content":"{text}"}}"#), &[]);
+        assert_eq!(code, 200, "{resp}");
+        let v = json(&resp);
+        let ids = v["tokens"].as_array().unwrap();
+        assert_eq!(ids.len(), 1, "{text}: {resp}");
+        ids[0].as_u64().unwrap()
+    };
+    let close = id_of("}");
+    let chat = |extra: &str| {
+        post(
+            &s,
+            "/v1/chat/completions",
+            &format!(
+                r#"{{"messages":[{{"role":"user","content":"Reply in JSON."}}],"response_format":{{"type":"json_object"}}{extra}}}"#
+            ),
+            &[],
+        )
+    };
+    // `}` pushed far above everything: refused until an object is open,
+    // then it closes it, and then only the end may follow.
+    for temp in ["0", "1"] {
+        let (code, resp) = chat(&format!(
+            r#","max_tokens":40,"temperature":{temp},"seed":3,"logit_bias":{{"{close}":100}}"#
+        ));
+        assert_eq!(code, 200, "{resp}");
+        let v = json(&resp);
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let parsed: serde_json::Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(parsed.is_object(), "{text:?}");
+        assert_eq!(v["choices"][0]["finish_reason"], "stop", "{resp}");
+    }
+    // Left to this model, which knows no JSON, the reply is still an object's
+    // beginning:
+    // whitespace (bounded), then `{`.
+    let (code, resp) = chat(r#","max_tokens":40,"temperature":0"#);
+    assert_eq!(code, 200, "{resp}");
+    let text = json(&resp)["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let lead = text.len() - text.trim_start().len();
+    assert!(text.trim_start().starts_with('{') && lead <= 21, "{text:?}");
+    // Without JSON mode the same bias gives `}` at once.
+    let (code, resp) = post(
+        &s,
+        "/v1/completions",
+        &format!(
+            r#"{{"prompt":"a","max_tokens":3,"temperature":0,"logit_bias":{{"{close}":100}}}}"#
+        ),
+        &[],
+    );
+    assert_eq!(code, 200, "{resp}");
+    assert_eq!(json(&resp)["choices"][0]["text"], "}}}", "{resp}");
+
+    for bad in [
+        r#","response_format":{"type":"json_schema","json_schema":{}}"#,
+        r#","grammar":"root ::= \"x\"""#,
+        r#","logit_bias":{"999999999":1}"#,
+        r#","logit_bias":{"5":101}"#,
+        r#","logit_bias":[[5]]"#,
+    ] {
+        let (code, resp) = post(
+            &s,
+            "/v1/chat/completions",
+            &format!(r#"{{"messages":[{{"role":"user","content":"x"}}]{bad}}}"#),
+            &[],
+        );
+        assert_eq!(code, 400, "{bad}: {resp}");
+    }
+    let (code, resp) = post(
+        &s,
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}}"#,
+        &[],
+    );
+    assert_eq!(code, 400, "{resp}");
+}

@@ -237,6 +237,90 @@ pub fn completion_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiE
     }
 }
 
+/// `logit_bias`: OpenAI's object (token id as a string → bias from −100 to
+/// 100) or llama-server's list of `[id, bias]` pairs, for a vocabulary of
+/// `n_vocab`. A bias of −100 bans the token.
+pub fn logit_bias(o: &Map<String, Value>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let param = "logit_bias";
+    let bad = |m: String| ApiError::field(param, m);
+    let pairs: Vec<(Value, Value)> = match o.get(param) {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m
+            .iter()
+            .map(|(k, v)| (Value::String(k.clone()), v.clone()))
+            .collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|p| match p.as_array().map(Vec::as_slice) {
+                Some([id, b]) => Ok((id.clone(), b.clone())),
+                _ => Err(bad("'logit_bias' pairs must be [token id, bias]".into())),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(bad("'logit_bias' must be an object".into())),
+    };
+    pairs
+        .into_iter()
+        .map(|(id, b)| {
+            let id = match &id {
+                Value::String(s) => s.trim().parse::<u64>().ok(),
+                v => v.as_u64(),
+            }
+            .filter(|&i| i < n_vocab as u64)
+            .ok_or_else(|| {
+                bad(format!(
+                    "'logit_bias': {id} is not a token id below {n_vocab}"
+                ))
+            })?;
+            let b = b
+                .as_f64()
+                .filter(|b| (-100.0..=100.0).contains(b))
+                .ok_or_else(|| {
+                    bad(format!(
+                        "'logit_bias': the bias of {id} must be a number from -100 to 100"
+                    ))
+                })?;
+            let b = if b <= -100.0 {
+                f32::NEG_INFINITY
+            } else {
+                b as f32
+            };
+            Ok((id as u32, b))
+        })
+        .collect()
+}
+
+/// `response_format`: `{"type": "text"}` (or none) or `{"type":
+/// "json_object"}` (JSON mode: the reply is one JSON object); `true` for JSON
+/// mode. Schemas and grammars are refused rather than ignored.
+pub fn json_mode(o: &Map<String, Value>) -> Result<bool, ApiError> {
+    for k in ["grammar", "json_schema"] {
+        if o.get(k).is_some_and(|v| !v.is_null()) {
+            return Err(ApiError::field(
+                k,
+                format!("'{k}' is not supported; response_format {{\"type\": \"json_object\"}} is"),
+            ));
+        }
+    }
+    let param = "response_format";
+    let kind = match o.get(param) {
+        None | Some(Value::Null) => return Ok(false),
+        Some(Value::Object(f)) => f.get("type").and_then(Value::as_str),
+        Some(_) => None,
+    };
+    match kind {
+        Some("text") => Ok(false),
+        Some("json_object") => Ok(true),
+        Some("json_schema") => Err(ApiError::field(
+            param,
+            "json_schema is not supported; {\"type\": \"json_object\"} is (any JSON object)",
+        )),
+        _ => Err(ApiError::field(
+            param,
+            "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}",
+        )),
+    }
+}
+
 /// The chat messages, checked, in the shape chat templates read: text content
 /// as a string, a tool call's `arguments` as an object.
 pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {

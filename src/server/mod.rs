@@ -145,6 +145,9 @@ struct Prepared {
     tools: bool,
     /// Alternatives per token's log-probability; `None`: none asked for.
     logprobs: Option<usize>,
+    /// JSON mode.
+    json: bool,
+    logit_bias: Vec<(u32, f32)>,
 }
 
 fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<Prepared, ApiError> {
@@ -153,6 +156,8 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         Kind::Chat => api::chat_logprobs(o)?,
         Kind::Completion => api::completion_logprobs(o)?,
     };
+    let json = api::json_mode(o)?;
+    let logit_bias = api::logit_bias(o, r.model.model.n_vocab())?;
     let (text, tools) = match kind {
         Kind::Chat => {
             let messages = api::messages(o)?;
@@ -188,6 +193,8 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         starts_thinking,
         tools,
         logprobs,
+        json,
+        logit_bias,
     })
 }
 
@@ -283,6 +290,8 @@ fn submit(r: &Ready, p: &Prepared) -> Result<mpsc::Receiver<Msg>, ApiError> {
         starts_thinking: p.starts_thinking,
         ignore_eos: p.common.ignore_eos,
         logprobs: p.logprobs,
+        json: p.json,
+        logit_bias: p.logit_bias.clone(),
         tx,
     };
     match r.sched.submit(job) {

@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::constrain::JsonGuard;
 use crate::engine::{
     generate, EngineError, GenEvent, GenOptions, LoadedModel, PromptEval, Session, SessionOptions,
     SpecStep, Step, StopReason,
@@ -51,6 +52,10 @@ pub struct Job {
     pub ignore_eos: bool,
     /// Report each token's log-probability with this many alternatives.
     pub logprobs: Option<usize>,
+    /// JSON mode: the reply is one JSON object ([`JsonGuard`]).
+    pub json: bool,
+    /// Added to these tokens' logits before sampling.
+    pub logit_bias: Vec<(u32, f32)>,
     pub tx: mpsc::Sender<Msg>,
 }
 
@@ -549,7 +554,12 @@ pub fn start(
                         registered: false,
                     };
                     let mut plain = crate::engine::PlainStep;
-                    let step: &mut dyn Step = match (spec_step.as_mut(), batching) {
+                    // A constrained or biased reply decodes token by token:
+                    // draft verification compares with the model's own
+                    // logits.
+                    let free = !job.json && job.logit_bias.is_empty();
+                    let spec = spec_step.as_mut().filter(|_| free);
+                    let step: &mut dyn Step = match (spec, batching) {
                         (Some(s), _) => s,
                         (None, true) => &mut batched,
                         (None, false) => &mut plain,
@@ -574,6 +584,11 @@ fn run_job(
     metrics: &Metrics,
 ) {
     let mut sampler = Sampler::new(job.sampler);
+    sampler.set_logit_bias(job.logit_bias.clone());
+    if job.json {
+        let model = Arc::clone(session.model());
+        sampler.constrain(Box::new(JsonGuard::new(model, job.starts_thinking)));
+    }
     let queue = job.logprobs.map(|top| sampler.log_probs(top));
     let mut held = Vec::new();
     let opts = GenOptions {
@@ -687,6 +702,8 @@ mod tests {
                 starts_thinking: false,
                 ignore_eos: false,
                 logprobs: None,
+                json: false,
+                logit_bias: Vec::new(),
                 tx,
             },
             rx,
