@@ -752,3 +752,165 @@ fn json_mode_replies_with_one_json_object() {
     );
     assert_eq!(code, 400, "{resp}");
 }
+
+#[test]
+fn echo_scores_the_prompt_and_several_prompts_get_a_choice_each() {
+    use clover::engine::LoadedModel;
+    use clover::model::{LogitsFor, StateOptions};
+
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let m = LoadedModel::open(&path).unwrap();
+    let s = start(&path, &["-np", "2"]);
+    let prompt = "And God called the light Day, and the darkness he called Night.";
+    let ids = m.tokenize(prompt).unwrap();
+    let text = |id: u32| String::from_utf8_lossy(m.tokenizer.piece(id).unwrap()).to_string();
+
+    // The reference: every position's logits in one forward pass, and the
+    // test's own log-softmax.
+    let mut st = m.model.new_state(StateOptions::new(256)).unwrap();
+    let v = m.model.n_vocab();
+    let rows = m
+        .model
+        .forward(&mut st, &ids, 0, LogitsFor::All)
+        .unwrap()
+        .to_vec();
+
+    // lm-eval's loglikelihood request: echo, one token, logprobs 1.
+    let (code, resp) = post(
+        &s,
+        "/v1/completions",
+        &format!(
+            r#"{{"prompt":"{prompt}","max_tokens":1,"temperature":0,"logprobs":1,"echo":true}}"#
+        ),
+        &[],
+    );
+    assert_eq!(code, 200, "{resp}");
+    let r = json(&resp);
+    let c = &r["choices"][0];
+    let lp = &c["logprobs"];
+    let tokens = lp["tokens"].as_array().unwrap();
+    assert_eq!(tokens.len(), ids.len() + 1, "{resp}");
+    assert!(c["text"].as_str().unwrap().starts_with(prompt), "{resp}");
+    assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null());
+    let mut offset = 0;
+    for (i, &id) in ids.iter().enumerate() {
+        assert_eq!(tokens[i].as_str().unwrap(), text(id), "token {i}");
+        assert_eq!(
+            lp["text_offset"][i].as_u64().unwrap() as usize,
+            offset,
+            "token {i}"
+        );
+        offset += text(id).chars().count();
+        if i == 0 {
+            continue;
+        }
+        let (want, best) = log_softmax_top(&rows[(i - 1) * v..i * v], 1);
+        let got = lp["token_logprobs"][i].as_f64().unwrap();
+        assert!(
+            (got - want[id as usize]).abs() < 1e-3,
+            "token {i}: {got} against {}",
+            want[id as usize]
+        );
+        let top = lp["top_logprobs"][i].as_object().unwrap();
+        assert!(
+            top.contains_key(&text(best[0] as u32)),
+            "token {i}: {top:?}"
+        );
+    }
+    // The generated token is the greedy one after the prompt.
+    let (_, best) = log_softmax_top(&rows[(ids.len() - 1) * v..], 1);
+    assert_eq!(tokens[ids.len()].as_str().unwrap(), text(best[0] as u32));
+    assert_eq!(r["usage"]["completion_tokens"], 1, "{resp}");
+
+    // The same as a stream: the echoed prompt's chunk first, then the token.
+    let out = Command::new("curl")
+        .args(["-s", "-N", &format!("{}/v1/completions", s.base), "-d"])
+        .arg(format!(
+            r#"{{"prompt":"{prompt}","max_tokens":1,"temperature":0,"logprobs":1,"echo":true,"stream":true}}"#
+        ))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    let chunks: Vec<serde_json::Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|l| *l != "[DONE]")
+        .map(json)
+        .collect();
+    let streamed: Vec<serde_json::Value> = chunks
+        .iter()
+        .filter(|c| !c["choices"][0]["logprobs"].is_null())
+        .flat_map(|c| {
+            c["choices"][0]["logprobs"]["token_logprobs"]
+                .as_array()
+                .unwrap()
+                .clone()
+        })
+        .collect();
+    assert_eq!(
+        &streamed,
+        lp["token_logprobs"].as_array().unwrap(),
+        "{body}"
+    );
+    assert_eq!(chunks[0]["choices"][0]["text"], prompt, "{body}");
+
+    // max_tokens 0 with echo: the prompt alone.
+    let (code, resp) = post(
+        &s,
+        "/v1/completions",
+        &format!(r#"{{"prompt":"{prompt}","max_tokens":0,"logprobs":0,"echo":true}}"#),
+        &[],
+    );
+    assert_eq!(code, 200, "{resp}");
+    let c = &json(&resp)["choices"][0];
+    assert_eq!(c["text"], prompt, "{resp}");
+    assert_eq!(c["logprobs"]["tokens"].as_array().unwrap().len(), ids.len());
+
+    // Several prompts, text and ids: one choice each, in order, each as
+    // greedy as alone.
+    let alone = |p: &str| {
+        let (code, resp) = post(
+            &s,
+            "/v1/completions",
+            &format!(r#"{{"prompt":{p},"max_tokens":6,"temperature":0}}"#),
+            &[],
+        );
+        assert_eq!(code, 200, "{resp}");
+        json(&resp)["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let id_list = format!("{ids:?}").replace(' ', "");
+    let a = alone(&format!(r#""{prompt}""#));
+    let b = alone(r#""In the beginning""#);
+    assert_eq!(alone(&id_list), a, "ids as the tokenizer gives them");
+    let (code, resp) = post(
+        &s,
+        "/v1/completions",
+        &format!(
+            r#"{{"prompt":["{prompt}","In the beginning",{id_list}],"max_tokens":6,"temperature":0}}"#
+        ),
+        &[],
+    );
+    assert_eq!(code, 200, "{resp}");
+    let r = json(&resp);
+    let choices = r["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 3, "{resp}");
+    for (i, want) in [&a, &b, &a].into_iter().enumerate() {
+        assert_eq!(choices[i]["index"], i, "{resp}");
+        assert_eq!(choices[i]["text"].as_str().unwrap(), want, "choice {i}");
+    }
+    assert_eq!(
+        r["usage"]["prompt_tokens"].as_u64().unwrap() as usize,
+        2 * ids.len() + m.tokenize("In the beginning").unwrap().len()
+    );
+    for bad in [
+        r#"{"prompt":["a","b"],"stream":true}"#,
+        r#"{"prompt":[99999999]}"#,
+        r#"{"prompt":[]}"#,
+    ] {
+        let (code, resp) = post(&s, "/v1/completions", bad, &[]);
+        assert_eq!(code, 400, "{bad}: {resp}");
+    }
+}

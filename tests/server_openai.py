@@ -101,6 +101,19 @@ assert cl.choices[0].text == completion_text and (joined == completion_text or "
 assert len(lps.tokens) == len(lps.token_logprobs) == len(lps.top_logprobs) == len(lps.text_offset), lps
 assert all(len(t) <= 2 for t in lps.top_logprobs) and lps.text_offset[0] == 0, lps
 
+# lm-eval's loglikelihood request: the prompt echoed and scored, token ids
+# and several prompts in one request.
+e = client.completions.create(model="any", prompt="In the beginning", max_tokens=1, temperature=0,
+                              logprobs=1, echo=True)
+el = e.choices[0].logprobs
+assert e.choices[0].text.startswith("In the beginning") and el.token_logprobs[0] is None, el
+assert all(x is not None and x <= 0 for x in el.token_logprobs[1:]), el
+assert len(el.tokens) == e.usage.prompt_tokens + e.usage.completion_tokens, (el, e.usage)
+two = client.completions.create(model="any", prompt=["In the beginning", [1, 2, 3]], max_tokens=4,
+                                temperature=0)
+head = two.choices[0].text.rstrip("\ufffd")
+assert [c.index for c in two.choices] == [0, 1] and completion_text.startswith(head), two
+
 # Errors come back as the client's exceptions with the right status.
 try:
     client.chat.completions.create(model="any", messages=MSGS, n=2)

@@ -444,6 +444,46 @@ impl Session {
         self.tokens.truncate(c.pos);
     }
 
+    /// Scores `prompt`: each token after the first with its log-probability
+    /// given the tokens before it and the `top` most likely tokens there
+    /// ([`crate::sample::logprobs`]). The state then holds all but the last
+    /// token, checkpointed, so that generating from `prompt` next evaluates
+    /// only that token. Nothing held is reused (every position needs its
+    /// logits); the batches are short, so their logits stay small.
+    pub fn score_prompt(
+        &mut self,
+        prompt: &[u32],
+        top: usize,
+    ) -> Result<Vec<crate::sample::TokenLogprob>, EngineError> {
+        /// Positions per forward pass: their logits are `SCORE_BATCH × V`.
+        const SCORE_BATCH: usize = 32;
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: prompt.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        self.reset();
+        let v = self.model.model.n_vocab();
+        let n = prompt.len();
+        let mut out = Vec::with_capacity(n - 1);
+        for chunk in prompt[..n - 1].chunks(SCORE_BATCH) {
+            let pos = self.tokens.len();
+            let (model, state) = (&self.model.model, &mut self.state);
+            let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);
+            let rows = pool.install(|| model.forward(state, chunk, pos, LogitsFor::All))?;
+            for (r, row) in rows.chunks_exact(v).enumerate() {
+                out.push(crate::sample::logprobs(row, prompt[pos + r + 1], top));
+            }
+            self.tokens.extend_from_slice(chunk);
+        }
+        self.checkpoint();
+        Ok(out)
+    }
+
     /// Runs one token at the next position and returns its logits.
     pub fn decode(&mut self, token: u32) -> Result<&[f32], EngineError> {
         let pos = self.tokens.len();

@@ -403,19 +403,55 @@ pub fn tools(o: &Map<String, Value>) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// A completion's `prompt`: a string, or a list holding one.
-pub fn prompt(o: &Map<String, Value>) -> Result<String, ApiError> {
-    match o.get("prompt") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-            Ok(a[0].as_str().unwrap_or_default().to_string())
-        }
-        Some(Value::Array(_)) => Err(ApiError::field(
+/// One completion prompt: text (tokenized with the model's BOS) or token
+/// ids (taken as they are).
+#[derive(Clone, Debug, PartialEq)]
+pub enum PromptIn {
+    Text(String),
+    Ids(Vec<u32>),
+}
+
+/// The most prompts one completion request may carry.
+pub const MAX_PROMPTS: usize = 64;
+
+/// A completion's `prompt`: a string, a list of token ids, or a list of
+/// either (one choice each, in order).
+pub fn prompts(o: &Map<String, Value>) -> Result<Vec<PromptIn>, ApiError> {
+    let bad = || {
+        ApiError::field(
             "prompt",
-            "only one prompt string per request is supported",
-        )),
-        _ => Err(ApiError::field("prompt", "'prompt' must be a string")),
+            "'prompt' must be a string, a list of token ids, or a list of those",
+        )
+    };
+    let ids = |a: &[Value]| -> Option<Vec<u32>> {
+        a.iter()
+            .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+            .collect()
+    };
+    let one = |v: &Value| match v {
+        Value::String(s) => Some(PromptIn::Text(s.clone())),
+        Value::Array(a) => ids(a).map(PromptIn::Ids),
+        _ => None,
+    };
+    let list = match o.get("prompt") {
+        Some(Value::String(s)) => vec![PromptIn::Text(s.clone())],
+        Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_number) => {
+            vec![PromptIn::Ids(ids(a).ok_or_else(bad)?)]
+        }
+        Some(Value::Array(a)) if !a.is_empty() => a
+            .iter()
+            .map(one)
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if list.len() > MAX_PROMPTS {
+        return Err(ApiError::field(
+            "prompt",
+            format!("at most {MAX_PROMPTS} prompts per request"),
+        ));
     }
+    Ok(list)
 }
 
 #[cfg(test)]
@@ -489,5 +525,37 @@ mod tests {
         ] {
             assert_eq!(messages(&obj(bad)).unwrap_err().status, 400);
         }
+    }
+
+    #[test]
+    fn a_prompt_is_text_ids_or_a_list_of_them() {
+        let get = |v: Value| prompts(&obj(json!({ "prompt": v })));
+        assert_eq!(get(json!("hi")).unwrap(), [PromptIn::Text("hi".into())]);
+        assert_eq!(get(json!([5, 6])).unwrap(), [PromptIn::Ids(vec![5, 6])]);
+        assert_eq!(
+            get(json!(["a", [1], "b"])).unwrap(),
+            [
+                PromptIn::Text("a".into()),
+                PromptIn::Ids(vec![1]),
+                PromptIn::Text("b".into())
+            ]
+        );
+        for bad in [
+            json!([]),
+            json!(3),
+            json!([1, "a"]),
+            json!([[-1]]),
+            json!([[1.5]]),
+            json!(null),
+        ] {
+            let e = get(bad.clone()).unwrap_err();
+            assert_eq!(
+                (e.status, e.param.as_deref()),
+                (400, Some("prompt")),
+                "{bad}"
+            );
+        }
+        let many: Vec<Value> = (0..=MAX_PROMPTS).map(|_| json!("x")).collect();
+        assert!(get(Value::Array(many)).is_err());
     }
 }

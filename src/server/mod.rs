@@ -140,7 +140,10 @@ enum Kind {
 struct Prepared {
     kind: Kind,
     common: api::Common,
-    prompt: Vec<u32>,
+    /// One prompt per choice (several only for completions).
+    prompts: Vec<Vec<u32>>,
+    /// Completions' `echo`: each choice's text starts with its prompt's.
+    echo: Option<Vec<String>>,
     starts_thinking: bool,
     tools: bool,
     /// Alternatives per token's log-probability; `None`: none asked for.
@@ -158,7 +161,12 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
     };
     let json = api::json_mode(o)?;
     let logit_bias = api::logit_bias(o, r.model.model.n_vocab())?;
-    let (text, tools) = match kind {
+    let tokenize = |text: &str| {
+        r.model
+            .tokenize(text)
+            .map_err(|e| ApiError::bad(format!("tokenizing the prompt: {e}")))
+    };
+    let (prompts, texts, tools, starts_thinking) = match kind {
         Kind::Chat => {
             let messages = api::messages(o)?;
             let tools = api::tools(o)?;
@@ -167,29 +175,66 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
                 .template
                 .render_json(&messages, tools.as_ref(), true)
                 .map_err(|e| ApiError::bad(format!("chat template: {e}")))?;
-            (text, tools.is_some())
+            let thinking = text.trim_end().ends_with("<think>");
+            (
+                vec![tokenize(&text)?],
+                vec![text],
+                tools.is_some(),
+                thinking,
+            )
         }
-        Kind::Completion => (api::prompt(o)?, false),
+        Kind::Completion => {
+            let (mut prompts, mut texts) = (Vec::new(), Vec::new());
+            let n_vocab = r.model.model.n_vocab();
+            for p in api::prompts(o)? {
+                match p {
+                    api::PromptIn::Text(t) => {
+                        prompts.push(tokenize(&t)?);
+                        texts.push(t);
+                    }
+                    api::PromptIn::Ids(ids) => {
+                        if let Some(&bad) = ids.iter().find(|&&i| i as usize >= n_vocab) {
+                            return Err(ApiError::field(
+                                "prompt",
+                                format!("token id {bad} is not below the vocabulary's {n_vocab}"),
+                            ));
+                        }
+                        let text = r.model.tokenizer.decode(&ids).unwrap_or_default();
+                        prompts.push(ids);
+                        texts.push(text);
+                    }
+                }
+            }
+            (prompts, texts, false, false)
+        }
     };
-    let starts_thinking = kind == Kind::Chat && text.trim_end().ends_with("<think>");
-    let prompt = r
-        .model
-        .tokenize(&text)
-        .map_err(|e| ApiError::bad(format!("tokenizing the prompt: {e}")))?;
-    if prompt.is_empty() {
-        return Err(ApiError::bad("the prompt is empty"));
+    for prompt in &prompts {
+        if prompt.is_empty() {
+            return Err(ApiError::bad("the prompt is empty"));
+        }
+        if prompt.len() >= app.cfg.n_ctx_slot {
+            return Err(ApiError::bad(format!(
+                "the prompt is {} tokens, more than a slot's context of {} leaves for a reply (raise -c)",
+                prompt.len(),
+                app.cfg.n_ctx_slot
+            )));
+        }
     }
-    if prompt.len() >= app.cfg.n_ctx_slot {
-        return Err(ApiError::bad(format!(
-            "the prompt is {} tokens, more than a slot's context of {} leaves for a reply (raise -c)",
-            prompt.len(),
-            app.cfg.n_ctx_slot
-        )));
+    if prompts.len() > 1 && common.stream {
+        return Err(ApiError::field(
+            "prompt",
+            "several prompts are answered with stream: false only",
+        ));
     }
+    let echo = match kind {
+        Kind::Completion => api::boolean(o, "echo")?.unwrap_or(false),
+        Kind::Chat => false,
+    };
     Ok(Prepared {
         kind,
         common,
-        prompt,
+        prompts,
+        echo: echo.then_some(texts),
         starts_thinking,
         tools,
         logprobs,
@@ -257,33 +302,63 @@ fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Value {
 
 /// A completion choice's `logprobs` (the legacy shape): `tokens`,
 /// `token_logprobs`, `top_logprobs` (text → log-probability) and
-/// `text_offset`, counted in characters from the completion's start;
-/// `offset` is where these tokens start, and moves past them.
-fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+/// `text_offset`, counted in characters from the choice's start; `offset`
+/// is where these tokens start, and moves past them. A token without a
+/// record (an echoed prompt's first) gets nulls.
+fn legacy_logprobs<'a>(
+    tok: &Tokenizer,
+    entries: impl Iterator<Item = (u32, Option<&'a TokenLogprob>)>,
+    offset: &mut usize,
+) -> Value {
     let text = |id: u32| String::from_utf8_lossy(tok.piece(id).unwrap_or(&[])).into_owned();
     let finite = |lp: f32| if lp.is_finite() { lp as f64 } else { -9999.0 };
     let (mut tokens, mut lp, mut top, mut at) = (vec![], vec![], vec![], vec![]);
-    for r in lps {
-        let t = text(r.id);
+    for (id, r) in entries {
+        let t = text(id);
         at.push(*offset);
         *offset += t.chars().count();
         tokens.push(t);
-        lp.push(finite(r.logprob));
-        let alts: Map<String, Value> = r
-            .top
-            .iter()
-            .map(|&(i, l)| (text(i), json!(finite(l))))
-            .collect();
-        top.push(Value::Object(alts));
+        lp.push(r.map_or(Value::Null, |r| json!(finite(r.logprob))));
+        top.push(r.map_or(Value::Null, |r| {
+            let alts: Map<String, Value> = r
+                .top
+                .iter()
+                .map(|&(i, l)| (text(i), json!(finite(l))))
+                .collect();
+            Value::Object(alts)
+        }));
     }
     json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": at})
 }
 
-/// Submits the job; the receiving end of its messages.
-fn submit(r: &Ready, p: &Prepared) -> Result<mpsc::Receiver<Msg>, ApiError> {
+/// [`legacy_logprobs`] of generated tokens.
+fn completion_logprobs(tok: &Tokenizer, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    legacy_logprobs(tok, lps.iter().map(|r| (r.id, Some(r))), offset)
+}
+
+/// [`legacy_logprobs`] of an echoed prompt: its first token has none, each
+/// other one the record `scored` holds for it.
+fn echoed_logprobs(
+    tok: &Tokenizer,
+    prompt: &[u32],
+    scored: Option<&[TokenLogprob]>,
+    offset: &mut usize,
+) -> Value {
+    let records = std::iter::once(None).chain(scored.unwrap_or(&[]).iter().map(Some));
+    let entries = prompt
+        .iter()
+        .zip(records.chain(std::iter::repeat(None)))
+        .map(|(&id, r)| (id, r));
+    legacy_logprobs(tok, entries, offset)
+}
+
+/// Submits prompt `i`'s job; the receiving end of its messages.
+fn submit(r: &Ready, p: &Prepared, i: usize) -> Result<mpsc::Receiver<Msg>, ApiError> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let job = Job {
-        prompt: p.prompt.clone(),
+        prompt: p.prompts[i].clone(),
+        // Echoed log-probabilities score the prompt first.
+        score_prompt: p.logprobs.filter(|_| p.echo.is_some()),
         sampler: p.common.sampler.clone(),
         n_predict: p.common.n_predict,
         stop: p.common.stop.clone(),
@@ -383,11 +458,13 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         let r = ready(&app)?;
         let o = read_body(&app, body).await?;
         let p = prepare(&app, r, kind, &o)?;
-        let rx = submit(r, &p)?;
-        Ok::<_, ApiError>((p, rx, Arc::clone(&r.model)))
+        let rxs = (0..p.prompts.len())
+            .map(|i| submit(r, &p, i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok::<_, ApiError>((p, rxs, Arc::clone(&r.model)))
     }
     .await;
-    let (p, rx, model) = match result {
+    let (p, mut rxs, model) = match result {
         Ok(x) => x,
         Err(e) => return error_response(&app, e),
     };
@@ -396,7 +473,7 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         Kind::Chat => format!("chatcmpl-clover-{n}"),
         Kind::Completion => format!("cmpl-clover-{n}"),
     };
-    let asm = Assembler {
+    let asm = || Assembler {
         kind,
         tools: p.tools.then(ToolCallParser::default),
         n_calls: 0,
@@ -405,23 +482,30 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
     };
     if p.common.stream {
         app.metrics.request(200);
+        let (asm, rx) = (asm(), rxs.remove(0));
         stream(app, p, rx, asm, id, model)
     } else {
-        whole(app, p, rx, asm, id, &model).await
+        let choices = rxs.into_iter().map(|rx| (rx, asm())).collect();
+        whole(app, p, choices, id, &model).await
     }
 }
 
-/// A non-streaming response: everything, then one JSON object.
-async fn whole(
-    app: Arc<App>,
-    p: Prepared,
+/// One choice of a whole response, and how its generation ended.
+struct Choice {
+    value: Value,
+    done: Done,
+}
+
+/// Collects one slot's messages into a choice.
+async fn collect(
+    p: &Prepared,
+    index: usize,
     mut rx: mpsc::Receiver<Msg>,
     mut asm: Assembler,
-    id: String,
-    loaded: &LoadedModel,
-) -> Response {
+    tok: &Tokenizer,
+) -> Result<Choice, ApiError> {
     let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
-    let mut lps = Vec::new();
+    let (mut lps, mut scored) = (Vec::new(), None);
     let mut take = |parts: Vec<Part>| {
         for part in parts {
             match part {
@@ -441,28 +525,20 @@ async fn whole(
                 thinking,
                 logprobs,
             }) => take(asm.text(text, thinking, logprobs)),
+            Some(Msg::Scored(s)) => scored = Some(s),
             Some(Msg::Done(d)) => break d,
-            Some(Msg::Error(e)) => return error_response(&app, ApiError::status(500, e)),
-            None => {
-                return error_response(
-                    &app,
-                    ApiError::status(500, "the slot ended without a result"),
-                )
-            }
+            Some(Msg::Error(e)) => return Err(ApiError::status(500, e)),
+            None => return Err(ApiError::status(500, "the slot ended without a result")),
         }
     };
     take(asm.finish());
-    let created = now_secs();
-    let model = app.cfg.model_name.clone();
     let finish = asm.finish_reason(&done);
-    let tok = &loaded.tokenizer;
-    let logprobs = match (p.logprobs, p.kind) {
-        (None, _) => Value::Null,
-        (Some(_), Kind::Chat) => chat_logprobs(tok, &lps),
-        (Some(_), Kind::Completion) => completion_logprobs(tok, &lps, &mut 0),
-    };
-    let v = match p.kind {
+    let value = match p.kind {
         Kind::Chat => {
+            let logprobs = match p.logprobs {
+                Some(_) => chat_logprobs(tok, &lps),
+                None => Value::Null,
+            };
             let mut message = json!({"role": "assistant", "content": content});
             if !reasoning.is_empty() {
                 message["reasoning_content"] = Value::String(reasoning);
@@ -470,18 +546,68 @@ async fn whole(
             if !calls.is_empty() {
                 message["tool_calls"] = Value::Array(calls);
             }
-            json!({
-                "id": id, "object": "chat.completion", "created": created, "model": model,
-                "choices": [{"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}],
-                "usage": usage(&done), "timings": timings(&done),
-            })
+            json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
         }
-        Kind::Completion => json!({
-            "id": id, "object": "text_completion", "created": created, "model": model,
-            "choices": [{"index": 0, "text": content, "logprobs": logprobs, "finish_reason": finish}],
-            "usage": usage(&done), "timings": timings(&done),
-        }),
+        Kind::Completion => {
+            let echoed = p.echo.as_ref().map(|texts| texts[index].as_str());
+            let mut offset = 0;
+            let mut logprobs = Value::Null;
+            if p.logprobs.is_some() {
+                let mut v = match echoed {
+                    Some(_) => {
+                        echoed_logprobs(tok, &p.prompts[index], scored.as_deref(), &mut offset)
+                    }
+                    None => completion_logprobs(tok, &[], &mut offset),
+                };
+                let rest = completion_logprobs(tok, &lps, &mut offset);
+                for k in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+                    if let (Some(a), Some(b)) = (v[k].as_array_mut(), rest[k].as_array()) {
+                        a.extend(b.iter().cloned());
+                    }
+                }
+                logprobs = v;
+            }
+            let text = format!("{}{content}", echoed.unwrap_or(""));
+            json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
+        }
     };
+    Ok(Choice { value, done })
+}
+
+/// A non-streaming response: every choice, then one JSON object (usage
+/// summed over the choices; `timings` of the first).
+async fn whole(
+    app: Arc<App>,
+    p: Prepared,
+    choices: Vec<(mpsc::Receiver<Msg>, Assembler)>,
+    id: String,
+    loaded: &LoadedModel,
+) -> Response {
+    let mut out = Vec::new();
+    for (i, (rx, asm)) in choices.into_iter().enumerate() {
+        match collect(&p, i, rx, asm, &loaded.tokenizer).await {
+            Ok(c) => out.push(c),
+            Err(e) => return error_response(&app, e),
+        }
+    }
+    let created = now_secs();
+    let model = app.cfg.model_name.clone();
+    let total = out.iter().fold(Done::default(), |mut a, c| {
+        a.prompt_n += c.done.prompt_n;
+        a.predicted_n += c.done.predicted_n;
+        a.cached_n += c.done.cached_n;
+        a
+    });
+    let first = out[0].done;
+    let choices: Vec<Value> = out.into_iter().map(|c| c.value).collect();
+    let object = match p.kind {
+        Kind::Chat => "chat.completion",
+        Kind::Completion => "text_completion",
+    };
+    let v = json!({
+        "id": id, "object": object, "created": created, "model": model,
+        "choices": choices, "usage": usage(&total), "timings": timings(&first),
+    });
     json_response(&app, v)
 }
 
@@ -510,8 +636,12 @@ fn stream(
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
     let want_logprobs = p.logprobs.is_some();
-    let mut offset = 0;
-    let mut part_choice = move |part: Part| -> Value {
+    let echo = p
+        .echo
+        .as_ref()
+        .map(|t| (t[0].clone(), p.prompts[0].clone()));
+    let tok_model = Arc::clone(&loaded);
+    let part_choice = move |part: Part, offset: &mut usize| -> Value {
         let tok = &loaded.tokenizer;
         match (kind, part) {
             (Kind::Chat, Part::Content(t, l)) => {
@@ -529,7 +659,7 @@ fn stream(
             }
             (Kind::Completion, Part::Content(t, l)) => {
                 let lp = match want_logprobs {
-                    true => completion_logprobs(tok, &l, &mut offset),
+                    true => completion_logprobs(tok, &l, offset),
                     false => Value::Null,
                 };
                 json!({"index": 0, "text": t, "logprobs": lp, "finish_reason": null})
@@ -557,15 +687,39 @@ fn stream(
                 return;
             }
         }
+        let mut offset = 0;
+        // The echoed prompt comes first: at once, or with its scores.
+        let echo_chunk = |scored: Option<&[TokenLogprob]>, offset: &mut usize| {
+            let (text, ids) = echo.as_ref()?;
+            let lp = match scored {
+                Some(s) => echoed_logprobs(&tok_model.tokenizer, ids, Some(s), offset),
+                None => Value::Null,
+            };
+            Some(json!({"index": 0, "text": text, "logprobs": lp, "finish_reason": null}))
+        };
+        if !want_logprobs {
+            if let Some(c) = echo_chunk(None, &mut offset) {
+                if !send(chunk(c)).await {
+                    return;
+                }
+            }
+        }
         let done = loop {
             match rx.recv().await {
+                Some(Msg::Scored(s)) => {
+                    if let Some(c) = echo_chunk(Some(&s), &mut offset) {
+                        if !send(chunk(c)).await {
+                            return;
+                        }
+                    }
+                }
                 Some(Msg::Text {
                     text,
                     thinking,
                     logprobs,
                 }) => {
                     for part in asm.text(text, thinking, logprobs) {
-                        if !send(chunk(part_choice(part))).await {
+                        if !send(chunk(part_choice(part, &mut offset))).await {
                             return;
                         }
                     }
@@ -579,7 +733,7 @@ fn stream(
             }
         };
         for part in asm.finish() {
-            if !send(chunk(part_choice(part))).await {
+            if !send(chunk(part_choice(part, &mut offset))).await {
                 return;
             }
         }

@@ -52,6 +52,9 @@ pub struct Job {
     pub ignore_eos: bool,
     /// Report each token's log-probability with this many alternatives.
     pub logprobs: Option<usize>,
+    /// Score the prompt first, with this many alternatives per token
+    /// ([`Msg::Scored`]).
+    pub score_prompt: Option<usize>,
     /// JSON mode: the reply is one JSON object ([`JsonGuard`]).
     pub json: bool,
     /// Added to these tokens' logits before sampling.
@@ -72,6 +75,9 @@ pub enum Msg {
         thinking: bool,
         logprobs: Vec<TokenLogprob>,
     },
+    /// The prompt's tokens after the first, scored (`Job::score_prompt`),
+    /// before any text.
+    Scored(Vec<TokenLogprob>),
     Done(Done),
     Error(String),
 }
@@ -654,6 +660,25 @@ fn run_job(
         }
     };
     let prompt = job.prompt;
+    // Scoring evaluates the prompt (all of it: nothing is reused), so its
+    // time is the prompt's.
+    let mut scored_ms = None;
+    if let Some(top) = job.score_prompt {
+        let t0 = std::time::Instant::now();
+        let scored = session.score_prompt(&prompt, top);
+        scored_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
+        match scored {
+            Ok(s) => {
+                if !send(Msg::Scored(s)) {
+                    return;
+                }
+            }
+            Err(e) => {
+                let _ = job.tx.blocking_send(Msg::Error(e.to_string()));
+                return;
+            }
+        }
+    }
     let result = generate(session, &prompt, &mut sampler, step, &opts, &mut sink);
     let msg = match result {
         Ok(gen) => {
@@ -670,8 +695,12 @@ fn run_job(
             let t = gen.timings;
             let done = Done {
                 prompt_n: prompt.len(),
-                prompt_ms: t.prompt_ms,
-                cached_n: gen.prefill.reused,
+                prompt_ms: t.prompt_ms + scored_ms.unwrap_or(0.0),
+                cached_n: if scored_ms.is_some() {
+                    0
+                } else {
+                    gen.prefill.reused
+                },
                 predicted_n: gen.tokens.len(),
                 predicted_ms: t.eval_ms + t.sample_ms,
                 draft_n: drafted,
@@ -702,6 +731,7 @@ mod tests {
                 starts_thinking: false,
                 ignore_eos: false,
                 logprobs: None,
+                score_prompt: None,
                 json: false,
                 logit_bias: Vec::new(),
                 tx,
