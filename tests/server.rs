@@ -914,3 +914,91 @@ fn echo_scores_the_prompt_and_several_prompts_get_a_choice_each() {
         assert_eq!(code, 400, "{bad}: {resp}");
     }
 }
+
+#[test]
+fn llama_servers_own_completion_endpoint_answers_in_its_shape() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let s = start(&path, &["-np", "2"]);
+    let prompt = "In the beginning God created";
+    let oai = |extra: &str| {
+        let (code, resp) = post(
+            &s,
+            "/v1/completions",
+            &format!(r#"{{"prompt":"{prompt}","max_tokens":12,"temperature":0{extra}}}"#),
+            &[],
+        );
+        assert_eq!(code, 200, "{resp}");
+        json(&resp)["choices"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let native = |extra: &str| {
+        let (code, resp) = post(
+            &s,
+            "/completion",
+            &format!(r#"{{"prompt":"{prompt}","n_predict":12,"temperature":0{extra}}}"#),
+            &[],
+        );
+        assert_eq!(code, 200, "{resp}");
+        json(&resp)
+    };
+    let want = oai("");
+    let r = native(r#","n_probs":2"#);
+    assert_eq!(r["content"], want.as_str(), "{r}");
+    assert_eq!(
+        (r["stop"].as_bool(), r["stop_type"].as_str()),
+        (Some(true), Some("limit")),
+        "{r}"
+    );
+    assert_eq!(r["tokens_predicted"], 12, "{r}");
+    assert_eq!(r["prompt"], prompt, "{r}");
+    assert!(r["timings"]["predicted_n"] == 12, "{r}");
+    let probs = r["completion_probabilities"].as_array().unwrap();
+    assert!(!probs.is_empty() && probs.len() <= 12, "{r}");
+    for p in probs {
+        let top = p["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2, "{p}");
+        assert_eq!(top[0]["id"], p["id"], "{p}");
+    }
+
+    // A stop word: the text before it, and which word it was.
+    let word = &want[want.len() / 2..want.len() / 2 + 3];
+    let r = native(&format!(r#","stop":["{word}"]"#));
+    assert_eq!(r["stop_type"], "word", "{r}");
+    assert_eq!(r["stopping_word"], word, "{r}");
+    assert_eq!(
+        r["content"],
+        oai(&format!(r#","stop":["{word}"]"#)).as_str(),
+        "{r}"
+    );
+
+    // Streamed: bare objects, pieces then the final result, no [DONE].
+    let out = Command::new("curl")
+        .args(["-s", "-N", &format!("{}/completion", s.base), "-d"])
+        .arg(format!(
+            r#"{{"prompt":"{prompt}","n_predict":12,"temperature":0,"stream":true}}"#
+        ))
+        .output()
+        .unwrap();
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    let events: Vec<serde_json::Value> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(json)
+        .collect();
+    let (last, pieces) = events.split_last().expect("events");
+    assert!(pieces.iter().all(|e| e["stop"] == false), "{body}");
+    let text: String = pieces
+        .iter()
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, want, "{body}");
+    assert_eq!(
+        (last["stop"].as_bool(), last["tokens_predicted"].as_u64()),
+        (Some(true), Some(12)),
+        "{body}"
+    );
+    let (code, resp) = post(&s, "/completion", r#"{"prompt":"x","n_probs":99}"#, &[]);
+    assert_eq!(code, 400, "{resp}");
+}

@@ -224,6 +224,19 @@ pub fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> 
     Ok(on.then(|| top.unwrap_or(0) as usize))
 }
 
+/// llama-server's `n_probs`: how many alternatives each token comes with
+/// (0, the default: no probabilities).
+pub fn n_probs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
+    match integer(o, "n_probs")? {
+        None | Some(0) => Ok(None),
+        Some(n) if (1..=MAX_TOP_LOGPROBS).contains(&n) => Ok(Some(n as usize)),
+        Some(_) => Err(ApiError::field(
+            "n_probs",
+            format!("'n_probs' must be between 0 and {MAX_TOP_LOGPROBS}"),
+        )),
+    }
+}
+
 /// A completion request's `logprobs`: an integer, 0 to 20 alternatives per
 /// token (0: the chosen token's alone).
 pub fn completion_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {

@@ -134,9 +134,12 @@ async fn read_body(app: &App, body: Body) -> Result<Map<String, Value>, ApiError
 enum Kind {
     Chat,
     Completion,
+    /// llama-server's own `POST /completion`.
+    Native,
 }
 
 /// A checked request, ready for a slot.
+#[derive(Clone)]
 struct Prepared {
     kind: Kind,
     common: api::Common,
@@ -144,6 +147,8 @@ struct Prepared {
     prompts: Vec<Vec<u32>>,
     /// Completions' `echo`: each choice's text starts with its prompt's.
     echo: Option<Vec<String>>,
+    /// Each prompt as text.
+    texts: Vec<String>,
     starts_thinking: bool,
     tools: bool,
     /// Alternatives per token's log-probability; `None`: none asked for.
@@ -158,6 +163,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
     let logprobs = match kind {
         Kind::Chat => api::chat_logprobs(o)?,
         Kind::Completion => api::completion_logprobs(o)?,
+        Kind::Native => api::n_probs(o)?,
     };
     let json = api::json_mode(o)?;
     let logit_bias = api::logit_bias(o, r.model.model.n_vocab())?;
@@ -183,7 +189,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
                 thinking,
             )
         }
-        Kind::Completion => {
+        Kind::Completion | Kind::Native => {
             let (mut prompts, mut texts) = (Vec::new(), Vec::new());
             let n_vocab = r.model.model.n_vocab();
             for p in api::prompts(o)? {
@@ -228,13 +234,15 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
     }
     let echo = match kind {
         Kind::Completion => api::boolean(o, "echo")?.unwrap_or(false),
+        Kind::Native => false,
         Kind::Chat => false,
     };
     Ok(Prepared {
         kind,
         common,
         prompts,
-        echo: echo.then_some(texts),
+        echo: echo.then(|| texts.clone()),
+        texts,
         starts_thinking,
         tools,
         logprobs,
@@ -471,7 +479,7 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-clover-{n}"),
-        Kind::Completion => format!("cmpl-clover-{n}"),
+        Kind::Completion | Kind::Native => format!("cmpl-clover-{n}"),
     };
     let asm = || Assembler {
         kind,
@@ -488,6 +496,50 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         let choices = rxs.into_iter().map(|rx| (rx, asm())).collect();
         whole(app, p, choices, id, &model).await
     }
+}
+
+/// llama-server's `/completion` result: the text, how it stopped, the
+/// counts and `timings`.
+fn native_final(p: &Prepared, index: usize, content: &str, done: &Done) -> Value {
+    let stop_type = match (done.length, &done.stopping_word) {
+        (true, _) => "limit",
+        (false, Some(_)) => "word",
+        (false, None) => "eos",
+    };
+    let s = &p.common.sampler;
+    json!({
+        "index": index, "content": content, "tokens": [], "id_slot": done.slot, "stop": true,
+        "tokens_predicted": done.predicted_n, "tokens_evaluated": done.prompt_n,
+        "tokens_cached": done.cached_n, "prompt": p.texts[index],
+        "has_new_line": content.contains('\n'), "truncated": false, "stop_type": stop_type,
+        "stopping_word": done.stopping_word.clone().unwrap_or_default(),
+        "generation_settings": {
+            "n_predict": p.common.n_predict.map_or(-1, |n| n as i64), "temperature": s.temp,
+            "top_k": s.top_k, "top_p": s.top_p, "min_p": s.min_p, "seed": s.seed,
+            "stop": p.common.stop, "ignore_eos": p.common.ignore_eos,
+        },
+        "timings": timings(done),
+    })
+}
+
+/// llama-server's `completion_probabilities`: each token with its id,
+/// text, log-probability, bytes and alternatives.
+fn native_probs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Value {
+    let entry = |id: u32, lp: f32| {
+        let mut v = token_json(tok, id, lp);
+        v["id"] = json!(id);
+        v
+    };
+    let list: Vec<Value> = lps
+        .iter()
+        .map(|r| {
+            let mut v = entry(r.id, r.logprob);
+            let top = r.top.iter().map(|&(i, l)| entry(i, l));
+            v["top_logprobs"] = Value::Array(top.collect());
+            v
+        })
+        .collect();
+    Value::Array(list)
 }
 
 /// One choice of a whole response, and how its generation ended.
@@ -570,6 +622,13 @@ async fn collect(
             let text = format!("{}{content}", echoed.unwrap_or(""));
             json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
         }
+        Kind::Native => {
+            let mut v = native_final(p, index, &content, &done);
+            if p.logprobs.is_some() {
+                v["completion_probabilities"] = native_probs(tok, &lps);
+            }
+            v
+        }
     };
     Ok(Choice { value, done })
 }
@@ -598,11 +657,14 @@ async fn whole(
         a.cached_n += c.done.cached_n;
         a
     });
-    let first = out[0].done;
-    let choices: Vec<Value> = out.into_iter().map(|c| c.value).collect();
+    let first = out[0].done.clone();
+    let mut choices: Vec<Value> = out.into_iter().map(|c| c.value).collect();
     let object = match p.kind {
         Kind::Chat => "chat.completion",
         Kind::Completion => "text_completion",
+        // llama-server answers one prompt with its result, several with a list.
+        Kind::Native if choices.len() == 1 => return json_response(&app, choices.remove(0)),
+        Kind::Native => return json_response(&app, Value::Array(choices)),
     };
     let v = json!({
         "id": id, "object": object, "created": created, "model": model,
@@ -632,6 +694,8 @@ fn stream(
         let object = match kind {
             Kind::Chat => "chat.completion.chunk",
             Kind::Completion => "text_completion",
+            // llama-server's own stream sends the bare objects.
+            Kind::Native => return choice,
         };
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
@@ -669,6 +733,19 @@ fn stream(
             }
             (Kind::Completion, Part::Call(_)) => {
                 json!({"index": 0, "text": "", "finish_reason": null})
+            }
+            (Kind::Native, Part::Content(t, l)) => {
+                let mut v = json!({"index": 0, "content": t, "tokens": [], "stop": false});
+                if want_logprobs {
+                    v["completion_probabilities"] = native_probs(tok, &l);
+                }
+                v
+            }
+            (Kind::Native, Part::Reasoning(t)) => {
+                json!({"index": 0, "content": t, "tokens": [], "stop": false})
+            }
+            (Kind::Native, Part::Call(_)) => {
+                json!({"index": 0, "content": "", "tokens": [], "stop": false})
             }
         }
     };
@@ -743,6 +820,11 @@ fn stream(
             Kind::Completion => {
                 chunk(json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish}))
             }
+            // llama-server's own stream ends with its final result, no `[DONE]`.
+            Kind::Native => {
+                let _ = send(native_final(&p, 0, "", &done)).await;
+                return;
+            }
         };
         last["timings"] = timings(&done);
         if !send(last.clone()).await {
@@ -770,6 +852,11 @@ async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Re
 
 async fn completions(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     generate(app, Kind::Completion, headers, body).await
+}
+
+/// llama-server's own `POST /completion`.
+async fn completion(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Kind::Native, headers, body).await
 }
 
 async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
@@ -992,6 +1079,7 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
         let router = Router::new()
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
+            .route("/completion", post(completion))
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/tokenize", post(tokenize))

@@ -83,7 +83,7 @@ pub enum Msg {
 }
 
 /// How a generation ended, and what it cost.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Done {
     pub prompt_n: usize,
     pub prompt_ms: f64,
@@ -95,6 +95,8 @@ pub struct Done {
     pub draft_accepted: usize,
     /// `true`: a limit (max_tokens or the context) ended it, not EOG or a stop.
     pub length: bool,
+    /// The stop string that ended it.
+    pub stopping_word: Option<String>,
     pub slot: usize,
 }
 
@@ -706,6 +708,7 @@ fn run_job(
                 draft_n: drafted,
                 draft_accepted: accepted,
                 length: matches!(gen.stop, StopReason::Limit | StopReason::ContextFull),
+                stopping_word: stops.word.clone(),
                 slot: i,
             };
             metrics.finished(&done);

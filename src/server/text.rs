@@ -11,6 +11,8 @@ pub struct StopMatcher {
     stops: Vec<String>,
     held: String,
     pub stopped: bool,
+    /// The stop string that ended the text.
+    pub word: Option<String>,
 }
 
 impl StopMatcher {
@@ -19,6 +21,7 @@ impl StopMatcher {
             stops: stops.into_iter().filter(|s| !s.is_empty()).collect(),
             held: String::new(),
             stopped: false,
+            word: None,
         }
     }
 
@@ -28,13 +31,14 @@ impl StopMatcher {
             return String::new();
         }
         self.held.push_str(piece);
-        if let Some(at) = self
+        if let Some((at, word)) = self
             .stops
             .iter()
-            .filter_map(|s| self.held.find(s.as_str()))
-            .min()
+            .filter_map(|s| self.held.find(s.as_str()).map(|at| (at, s)))
+            .min_by_key(|&(at, _)| at)
         {
             self.stopped = true;
+            self.word = Some(word.clone());
             let out = self.held[..at].to_string();
             self.held.clear();
             return out;
