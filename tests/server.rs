@@ -1002,3 +1002,33 @@ fn llama_servers_own_completion_endpoint_answers_in_its_shape() {
     let (code, resp) = post(&s, "/completion", r#"{"prompt":"x","n_probs":99}"#, &[]);
     assert_eq!(code, 400, "{resp}");
 }
+
+#[test]
+fn the_anthropic_python_client_works_against_it() {
+    let have = Command::new("python3")
+        .args(["-c", "import anthropic"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have {
+        assert!(
+            std::env::var_os("CLOVER_REQUIRE_ORACLES").is_none(),
+            "CLOVER_REQUIRE_ORACLES is set but python3 cannot import anthropic"
+        );
+        eprintln!("SKIPPED: python3 cannot import anthropic (pip install anthropic)");
+        return;
+    }
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let s = start(&path, &["-np", "2", "--api-key", "sesame"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server_anthropic.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(&s.base)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

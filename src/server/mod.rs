@@ -10,6 +10,7 @@
 //! Endpoints: `POST /v1/chat/completions`, `POST /v1/completions`,
 //! `GET /v1/models`, `GET /health`, `GET /metrics`.
 
+pub mod anthropic;
 pub mod api;
 pub mod metrics;
 pub mod slots;
@@ -77,9 +78,18 @@ fn now_secs() -> u64 {
 }
 
 fn error_response(app: &App, e: ApiError) -> Response {
+    error_response_as(app, e, Kind::Chat)
+}
+
+/// The error in the shape of the endpoint's API (Anthropic's or OpenAI's).
+fn error_response_as(app: &App, e: ApiError, kind: Kind) -> Response {
     app.metrics.request(e.status);
     let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut r = (status, axum::Json(e.body())).into_response();
+    let body = match kind {
+        Kind::Anthropic => anthropic::error_body(&e),
+        _ => e.body(),
+    };
+    let mut r = (status, axum::Json(body)).into_response();
     if e.status == 503 {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -97,10 +107,12 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(key) = &app.cfg.api_key else {
         return Ok(());
     };
+    // OpenAI's clients send `Authorization: Bearer`, Anthropic's `x-api-key`.
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
     match given {
         Some(g) if g == key => Ok(()),
         Some(_) => Err(ApiError::status(401, "Invalid API key")),
@@ -136,6 +148,8 @@ enum Kind {
     Completion,
     /// llama-server's own `POST /completion`.
     Native,
+    /// Anthropic's `POST /v1/messages` (run as the chat request it means).
+    Anthropic,
 }
 
 /// A checked request, ready for a slot.
@@ -161,7 +175,7 @@ struct Prepared {
 fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<Prepared, ApiError> {
     let common = api::common(o)?;
     let logprobs = match kind {
-        Kind::Chat => api::chat_logprobs(o)?,
+        Kind::Chat | Kind::Anthropic => api::chat_logprobs(o)?,
         Kind::Completion => api::completion_logprobs(o)?,
         Kind::Native => api::n_probs(o)?,
     };
@@ -173,7 +187,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
             .map_err(|e| ApiError::bad(format!("tokenizing the prompt: {e}")))
     };
     let (prompts, texts, tools, starts_thinking) = match kind {
-        Kind::Chat => {
+        Kind::Chat | Kind::Anthropic => {
             let messages = api::messages(o)?;
             let tools = api::tools(o)?;
             let text = r
@@ -235,7 +249,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
     let echo = match kind {
         Kind::Completion => api::boolean(o, "echo")?.unwrap_or(false),
         Kind::Native => false,
-        Kind::Chat => false,
+        Kind::Chat | Kind::Anthropic => false,
     };
     Ok(Prepared {
         kind,
@@ -409,7 +423,7 @@ enum Part {
 
 impl Assembler {
     fn text(&mut self, text: String, thinking: bool, logprobs: Vec<TokenLogprob>) -> Vec<Part> {
-        if thinking && self.kind == Kind::Chat {
+        if thinking && matches!(self.kind, Kind::Chat | Kind::Anthropic) {
             // OpenAI reports log-probabilities for the content only.
             return vec![Part::Reasoning(text)];
         }
@@ -465,6 +479,10 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         authorize(&app, &headers)?;
         let r = ready(&app)?;
         let o = read_body(&app, body).await?;
+        let o = match kind {
+            Kind::Anthropic => anthropic::to_chat(&o)?,
+            _ => o,
+        };
         let p = prepare(&app, r, kind, &o)?;
         let rxs = (0..p.prompts.len())
             .map(|i| submit(r, &p, i))
@@ -474,11 +492,12 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
     .await;
     let (p, mut rxs, model) = match result {
         Ok(x) => x,
-        Err(e) => return error_response(&app, e),
+        Err(e) => return error_response_as(&app, e, kind),
     };
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-clover-{n}"),
+        Kind::Anthropic => format!("msg_clover_{n}"),
         Kind::Completion | Kind::Native => format!("cmpl-clover-{n}"),
     };
     let asm = || Assembler {
@@ -491,7 +510,10 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
     if p.common.stream {
         app.metrics.request(200);
         let (asm, rx) = (asm(), rxs.remove(0));
-        stream(app, p, rx, asm, id, model)
+        match kind {
+            Kind::Anthropic => stream_anthropic(app, p, rx, asm, id),
+            _ => stream(app, p, rx, asm, id, model),
+        }
     } else {
         let choices = rxs.into_iter().map(|rx| (rx, asm())).collect();
         whole(app, p, choices, id, &model).await
@@ -622,6 +644,19 @@ async fn collect(
             let text = format!("{}{content}", echoed.unwrap_or(""));
             json!({"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish})
         }
+        Kind::Anthropic => {
+            let mut blocks = Vec::new();
+            if !reasoning.is_empty() {
+                blocks.push(json!({"type": "thinking", "thinking": reasoning, "signature": ""}));
+            }
+            if !content.is_empty() || calls.is_empty() {
+                blocks.push(json!({"type": "text", "text": content}));
+            }
+            blocks.extend(calls.iter().map(anthropic::tool_use));
+            let word = done.stopping_word.as_deref();
+            let (reason, seq) = anthropic::stop(!calls.is_empty(), done.length, word);
+            json!({"content": blocks, "stop_reason": reason, "stop_sequence": seq})
+        }
         Kind::Native => {
             let mut v = native_final(p, index, &content, &done);
             if p.logprobs.is_some() {
@@ -646,7 +681,7 @@ async fn whole(
     for (i, (rx, asm)) in choices.into_iter().enumerate() {
         match collect(&p, i, rx, asm, &loaded.tokenizer).await {
             Ok(c) => out.push(c),
-            Err(e) => return error_response(&app, e),
+            Err(e) => return error_response_as(&app, e, p.kind),
         }
     }
     let created = now_secs();
@@ -662,6 +697,17 @@ async fn whole(
     let object = match p.kind {
         Kind::Chat => "chat.completion",
         Kind::Completion => "text_completion",
+        Kind::Anthropic => {
+            let c = choices.remove(0);
+            let v = json!({
+                "id": id, "type": "message", "role": "assistant", "model": model,
+                "content": c["content"], "stop_reason": c["stop_reason"],
+                "stop_sequence": c["stop_sequence"],
+                "usage": {"input_tokens": first.prompt_n, "output_tokens": first.predicted_n,
+                          "cache_read_input_tokens": first.cached_n},
+            });
+            return json_response(&app, v);
+        }
         // llama-server answers one prompt with its result, several with a list.
         Kind::Native if choices.len() == 1 => return json_response(&app, choices.remove(0)),
         Kind::Native => return json_response(&app, Value::Array(choices)),
@@ -692,7 +738,8 @@ fn stream(
     let include_usage = p.common.include_usage;
     let chunk = move |choice: Value| -> Value {
         let object = match kind {
-            Kind::Chat => "chat.completion.chunk",
+            // (Anthropic streams through `stream_anthropic`.)
+            Kind::Chat | Kind::Anthropic => "chat.completion.chunk",
             Kind::Completion => "text_completion",
             // llama-server's own stream sends the bare objects.
             Kind::Native => return choice,
@@ -708,17 +755,17 @@ fn stream(
     let part_choice = move |part: Part, offset: &mut usize| -> Value {
         let tok = &loaded.tokenizer;
         match (kind, part) {
-            (Kind::Chat, Part::Content(t, l)) => {
+            (Kind::Chat | Kind::Anthropic, Part::Content(t, l)) => {
                 let lp = match want_logprobs {
                     true => chat_logprobs(tok, &l),
                     false => Value::Null,
                 };
                 json!({"index": 0, "delta": {"content": t}, "logprobs": lp, "finish_reason": null})
             }
-            (Kind::Chat, Part::Reasoning(t)) => {
+            (Kind::Chat | Kind::Anthropic, Part::Reasoning(t)) => {
                 json!({"index": 0, "delta": {"reasoning_content": t}, "finish_reason": null})
             }
-            (Kind::Chat, Part::Call(c)) => {
+            (Kind::Chat | Kind::Anthropic, Part::Call(c)) => {
                 json!({"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": null})
             }
             (Kind::Completion, Part::Content(t, l)) => {
@@ -816,7 +863,9 @@ fn stream(
         }
         let finish = asm.finish_reason(&done);
         let mut last = match kind {
-            Kind::Chat => chunk(json!({"index": 0, "delta": {}, "finish_reason": finish})),
+            Kind::Chat | Kind::Anthropic => {
+                chunk(json!({"index": 0, "delta": {}, "finish_reason": finish}))
+            }
             Kind::Completion => {
                 chunk(json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish}))
             }
@@ -844,6 +893,158 @@ fn stream(
         let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
     });
     Sse::new(tokio_stream::wrappers::ReceiverStream::new(out)).into_response()
+}
+
+/// The Messages API's content-block events for one piece of a reply:
+/// `open` is the open block (index, type), `next` the next block's index.
+fn block_events(
+    part: Part,
+    open: &mut Option<(usize, &'static str)>,
+    next: &mut usize,
+) -> Vec<(&'static str, Value)> {
+    let mut ev = Vec::new();
+    let close = |open: &mut Option<(usize, &'static str)>, ev: &mut Vec<_>| {
+        if let Some((i, _)) = open.take() {
+            ev.push((
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": i}),
+            ));
+        }
+    };
+    let (kind, delta) = match part {
+        Part::Content(t, _) if t.is_empty() => return ev,
+        Part::Content(t, _) => ("text", json!({"type": "text_delta", "text": t})),
+        Part::Reasoning(t) if t.is_empty() => return ev,
+        Part::Reasoning(t) => ("thinking", json!({"type": "thinking_delta", "thinking": t})),
+        Part::Call(c) => {
+            close(open, &mut ev);
+            let mut block = anthropic::tool_use(&c);
+            let input = block["input"].to_string();
+            block["input"] = json!({});
+            let i = *next;
+            *next += 1;
+            ev.push((
+                "content_block_start",
+                json!({"type": "content_block_start", "index": i, "content_block": block}),
+            ));
+            let delta = json!({"type": "input_json_delta", "partial_json": input});
+            ev.push((
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": i, "delta": delta}),
+            ));
+            ev.push((
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": i}),
+            ));
+            return ev;
+        }
+    };
+    if open.is_none_or(|(_, k)| k != kind) {
+        close(open, &mut ev);
+        let block = match kind {
+            "text" => json!({"type": "text", "text": ""}),
+            _ => json!({"type": "thinking", "thinking": ""}),
+        };
+        ev.push((
+            "content_block_start",
+            json!({"type": "content_block_start", "index": *next, "content_block": block}),
+        ));
+        *open = Some((*next, kind));
+        *next += 1;
+    }
+    let i = open.map_or(0, |(i, _)| i);
+    ev.push((
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": i, "delta": delta}),
+    ));
+    ev
+}
+
+/// The Messages API's event stream: `message_start`, content blocks
+/// (`content_block_start`, deltas, `content_block_stop`), `message_delta`
+/// with the stop reason and usage, `message_stop`.
+fn stream_anthropic(
+    app: Arc<App>,
+    p: Prepared,
+    mut rx: mpsc::Receiver<Msg>,
+    mut asm: Assembler,
+    id: String,
+) -> Response {
+    let (tx, out) = mpsc::channel::<Result<Event, Infallible>>(STREAM_BUFFER);
+    let model = app.cfg.model_name.clone();
+    let input_tokens = p.prompts[0].len();
+    tokio::spawn(async move {
+        let send = |name: &'static str, v: Value| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Ok(Event::default().event(name).data(v.to_string())))
+                    .await
+                    .is_ok()
+            }
+        };
+        let start = json!({"type": "message_start", "message": {
+            "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 0},
+        }});
+        if !send("message_start", start).await {
+            return;
+        }
+        let (mut open, mut next) = (None, 0);
+        let done = loop {
+            let parts = match rx.recv().await {
+                Some(Msg::Text {
+                    text,
+                    thinking,
+                    logprobs,
+                }) => asm.text(text, thinking, logprobs),
+                Some(Msg::Scored(_)) => continue,
+                Some(Msg::Done(d)) => break d,
+                Some(Msg::Error(e)) => {
+                    let _ = send("error", anthropic::error_body(&ApiError::status(500, e))).await;
+                    return;
+                }
+                None => return,
+            };
+            for part in parts {
+                for (name, v) in block_events(part, &mut open, &mut next) {
+                    if !send(name, v).await {
+                        return;
+                    }
+                }
+            }
+        };
+        let mut tail: Vec<(&'static str, Value)> = Vec::new();
+        for part in asm.finish() {
+            tail.extend(block_events(part, &mut open, &mut next));
+        }
+        if let Some((i, _)) = open {
+            tail.push((
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": i}),
+            ));
+        }
+        let word = done.stopping_word.as_deref();
+        let (reason, seq) = anthropic::stop(asm.n_calls > 0, done.length, word);
+        tail.push((
+            "message_delta",
+            json!({"type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": seq},
+            "usage": {"output_tokens": done.predicted_n}}),
+        ));
+        tail.push(("message_stop", json!({"type": "message_stop"})));
+        for (name, v) in tail {
+            if !send(name, v).await {
+                return;
+            }
+        }
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(out)).into_response()
+}
+
+/// Anthropic's `POST /v1/messages`.
+async fn messages(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Kind::Anthropic, headers, body).await
 }
 
 async fn chat(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
@@ -1080,6 +1281,7 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             .route("/v1/chat/completions", post(chat))
             .route("/v1/completions", post(completions))
             .route("/completion", post(completion))
+            .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
             .route("/health", get(health))
             .route("/tokenize", post(tokenize))
