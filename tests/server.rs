@@ -243,6 +243,7 @@ fn an_api_key_is_required_when_set() {
     assert_eq!(post(&s, "/tokenize", tok, &key).0, 200);
     assert_eq!(post(&s, "/detokenize", r#"{"tokens":[1]}"#, &[]).0, 401);
     assert_eq!(curl(&s, &["/props"]).0, 401);
+    assert_eq!(curl(&s, &["/slots"]).0, 401);
     // Health and metrics stay open (load balancers probe them).
     assert_eq!(curl(&s, &["/health"]).0, 200);
     assert_eq!(curl(&s, &["/metrics"]).0, 200);
@@ -665,6 +666,34 @@ fn tokenize_detokenize_and_props_answer_as_llama_server_does() {
         v["default_generation_settings"]["params"]["temperature"], 0.8,
         "{resp}"
     );
+
+    // The slots, before and after a request: one keeps its sequence.
+    let slots = || {
+        let (code, resp) = curl(&s, &["/slots"]);
+        assert_eq!(code, 200, "{resp}");
+        json(&resp).as_array().unwrap().clone()
+    };
+    let before = slots();
+    assert_eq!(before.len(), 3);
+    assert!(before
+        .iter()
+        .all(|x| x["n_ctx"] == 512 / 3 && x["is_processing"] == false));
+    let (code, resp) = post(
+        &s,
+        "/v1/completions",
+        r#"{"prompt":"And God saw","max_tokens":3}"#,
+        &[],
+    );
+    assert_eq!(code, 200, "{resp}");
+    let kept: Vec<u64> = slots()
+        .iter()
+        .map(|x| x["n_tokens_cached"].as_u64().unwrap())
+        .collect();
+    assert_eq!(kept.iter().filter(|&&n| n > 0).count(), 1, "{kept:?}");
+    // llama-server's aliases.
+    let id = |path: &str| json(&curl(&s, &[path]).1)["data"][0]["id"].clone();
+    assert_eq!(id("/models"), id("/v1/models"));
+    assert_eq!(curl(&s, &["/v1/health"]).0, 200);
 }
 
 #[test]

@@ -1146,6 +1146,25 @@ async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
     }
 }
 
+/// llama-server's `GET /slots`: each slot's id, context, whether it is
+/// busy, and the tokens its sequence kept from its last request.
+async fn slots_info(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let r = match authorize(&app, &headers).and_then(|_| ready(&app)) {
+        Ok(r) => r,
+        Err(e) => return error_response(&app, e),
+    };
+    let list: Vec<Value> = r
+        .sched
+        .slot_states()
+        .into_iter()
+        .enumerate()
+        .map(|(id, (busy, n))| {
+            json!({"id": id, "n_ctx": app.cfg.n_ctx_slot, "is_processing": busy, "n_tokens_cached": n})
+        })
+        .collect();
+    json_response(&app, Value::Array(list))
+}
+
 /// llama-server's `GET /props`: the slots, their context and the sampling
 /// defaults a request starts from.
 async fn props(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
@@ -1287,6 +1306,9 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             .route("/tokenize", post(tokenize))
             .route("/detokenize", post(detokenize))
             .route("/props", get(props))
+            .route("/slots", get(slots_info))
+            .route("/models", get(models))
+            .route("/v1/health", get(health))
             .route("/metrics", get(metrics_text))
             .fallback(not_found)
             .with_state(Arc::clone(&app));

@@ -201,6 +201,16 @@ impl Scheduler {
         self.cv.notify_all();
     }
 
+    /// Each slot: whether it has a job, and how many tokens its sequence
+    /// held when its last job ended (what a next prompt can reuse).
+    pub fn slot_states(&self) -> Vec<(bool, usize)> {
+        let g = self.lock();
+        g.slots
+            .iter()
+            .map(|s| (s.busy || s.job.is_some(), s.tokens.len()))
+            .collect()
+    }
+
     /// Refuses new jobs; queued ones are told the server is stopping.
     pub fn close(&self) {
         let mut g = self.lock();
