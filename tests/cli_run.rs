@@ -459,3 +459,48 @@ fn mlock_locks_the_model_or_warns_and_answers_the_same() {
     let args = ["run", "-p", "hello", "-n", "2", "-t", "1", "--mlock"];
     said(&default_model_run(&args, cache.path()));
 }
+
+#[test]
+fn json_mode_gives_one_json_object() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
+    let out = run_ok(
+        &model,
+        &[
+            "-p",
+            "In the beginning",
+            "-n",
+            "200",
+            "--temp",
+            "0",
+            "--json-mode",
+            "--json",
+        ],
+    );
+    let s = summary(&out);
+    let text = s["text"].as_str().unwrap();
+    assert!(text.trim_start().starts_with('{'), "{text:?}");
+    // Ended by the model (end of generation is allowed only once the object
+    // is complete): the text is one JSON object.
+    if s["stop_reason"] == "eog" {
+        let v: serde_json::Value =
+            serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        assert!(v.is_object(), "{text:?}");
+    }
+    let m = model.to_str().unwrap();
+    let bad = clover(&[
+        "run",
+        "-m",
+        m,
+        "-p",
+        "x",
+        "--json-mode",
+        "--spec-type",
+        "draft-self",
+    ]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("--json-mode") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+}

@@ -12,6 +12,7 @@ use clap::Args;
 use serde_json::json;
 
 use crate::chat::ChatMessage;
+use crate::constrain::JsonGuard;
 use crate::engine::SpecStep;
 use crate::engine::{generate, EngineError, GenEvent, GenOptions, Generation, PlainStep, Session};
 use crate::sample::Sampler;
@@ -63,6 +64,10 @@ pub struct RunArgs {
     /// After the text, print a JSON summary (tokens, timings) as the last line
     #[arg(long)]
     pub json: bool,
+    /// The reply is one JSON object (OpenAI's JSON mode): tokens that no JSON
+    /// object continues with are masked; decodes token by token
+    #[arg(long = "json-mode")]
+    pub json_mode: bool,
     /// none: plain decoding; draft-self: draft by block diffusion, verify in one pass
     #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
     pub spec_type: SpecType,
@@ -84,6 +89,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         SpecType::DraftSelf => Some(args.spec.config(n_predict)?),
         SpecType::None => None,
     };
+    if args.json_mode && spec_cfg.is_some() {
+        anyhow::bail!("--json-mode decodes token by token: drop --spec-type draft-self");
+    }
     if args.spec_profile_out.is_some() && spec_cfg.is_none() {
         anyhow::bail!("--spec-profile-out needs --spec-type draft-self");
     }
@@ -123,6 +131,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let mut session = args.context.new_session(Arc::new(model))?;
     let mut sampler = Sampler::new(params);
+    if args.json_mode {
+        let model = Arc::clone(session.model());
+        sampler.constrain(Box::new(JsonGuard::new(model, starts_thinking)));
+    }
     let opts = GenOptions {
         n_predict,
         starts_thinking,
