@@ -411,26 +411,31 @@ fn prompts_evaluated_beside_decoding_slots_keep_their_greedy_text() {
     );
 }
 
-#[test]
-fn the_openai_python_client_works_against_it() {
+/// Whether python3 can import `module`; a test without it is skipped,
+/// unless CLOVER_REQUIRE_ORACLES is set (as in CI).
+fn python_has(module: &str) -> bool {
     let have = Command::new("python3")
-        .args(["-c", "import openai"])
+        .args(["-c", &format!("import {module}")])
         .status()
         .is_ok_and(|s| s.success());
     if !have {
         assert!(
             std::env::var_os("CLOVER_REQUIRE_ORACLES").is_none(),
-            "CLOVER_REQUIRE_ORACLES is set but python3 cannot import openai"
+            "CLOVER_REQUIRE_ORACLES is set but python3 cannot import {module}"
         );
-        eprintln!("SKIPPED: python3 cannot import openai (pip install openai)");
-        return;
+        eprintln!("SKIPPED: python3 cannot import {module} (pip install {module})");
     }
-    let dir = tempfile::tempdir().unwrap();
-    let s = start(&tiny_model(dir.path()), &["-np", "4"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server_openai.py");
+    have
+}
+
+/// Runs the client script `tests/NAME` against `url`; fails with its output.
+fn run_client(name: &str, url: &str) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join(name);
     let out = Command::new("python3")
         .arg(script)
-        .arg(format!("{}/v1", s.base))
+        .arg(url)
         .output()
         .unwrap();
     assert!(
@@ -439,6 +444,16 @@ fn the_openai_python_client_works_against_it() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn the_openai_python_client_works_against_it() {
+    if !python_has("openai") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&tiny_model(dir.path()), &["-np", "4"]);
+    run_client("server_openai.py", &format!("{}/v1", s.base));
 }
 
 /// `ln softmax(row)` in f64, and the `n` largest entries (ties to the lower
@@ -1034,30 +1049,10 @@ fn llama_servers_own_completion_endpoint_answers_in_its_shape() {
 
 #[test]
 fn the_anthropic_python_client_works_against_it() {
-    let have = Command::new("python3")
-        .args(["-c", "import anthropic"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !have {
-        assert!(
-            std::env::var_os("CLOVER_REQUIRE_ORACLES").is_none(),
-            "CLOVER_REQUIRE_ORACLES is set but python3 cannot import anthropic"
-        );
-        eprintln!("SKIPPED: python3 cannot import anthropic (pip install anthropic)");
+    if !python_has("anthropic") {
         return;
     }
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv.gguf");
     let s = start(&path, &["-np", "2", "--api-key", "sesame"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/server_anthropic.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(&s.base)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_client("server_anthropic.py", &s.base);
 }

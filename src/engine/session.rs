@@ -339,15 +339,7 @@ impl Session {
         prompt: &[u32],
         checkpoint: bool,
     ) -> Result<(Prefill, &[f32]), EngineError> {
-        if prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if prompt.len() > self.n_ctx() {
-            return Err(EngineError::PromptTooLong {
-                n_prompt: prompt.len(),
-                n_ctx: self.n_ctx(),
-            });
-        }
+        self.check_prompt(prompt)?;
         let keep = self.reusable_prefix(prompt);
         if keep < self.tokens.len() {
             if self.checkpoint.as_ref().is_some_and(|c| c.pos == keep) {
@@ -391,6 +383,20 @@ impl Session {
             ms: t0.elapsed().as_secs_f64() * 1000.0,
         };
         Ok((info, self.state.logits(self.model.model.n_vocab())))
+    }
+
+    /// A prompt must have a token and fit the context.
+    fn check_prompt(&self, prompt: &[u32]) -> Result<(), EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::EmptyPrompt);
+        }
+        if prompt.len() > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                n_prompt: prompt.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        Ok(())
     }
 
     /// How much of `prompt` can stay: all the state holds when `prompt` extends it
@@ -457,15 +463,7 @@ impl Session {
     ) -> Result<Vec<crate::sample::TokenLogprob>, EngineError> {
         /// Positions per forward pass: their logits are `SCORE_BATCH × V`.
         const SCORE_BATCH: usize = 32;
-        if prompt.is_empty() {
-            return Err(EngineError::EmptyPrompt);
-        }
-        if prompt.len() > self.n_ctx() {
-            return Err(EngineError::PromptTooLong {
-                n_prompt: prompt.len(),
-                n_ctx: self.n_ctx(),
-            });
-        }
+        self.check_prompt(prompt)?;
         self.reset();
         let v = self.model.model.n_vocab();
         let n = prompt.len();
