@@ -107,6 +107,13 @@ fn post(s: &Server, path: &str, body: &str, more: &[&str]) -> (u16, String) {
     curl(s, &args)
 }
 
+/// `post` that must answer 200: its JSON.
+fn post_ok(s: &Server, path: &str, body: &str) -> serde_json::Value {
+    let (code, resp) = post(s, path, body, &[]);
+    assert_eq!(code, 200, "{path} {body}: {resp}");
+    json(&resp)
+}
+
 fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
 }
@@ -965,27 +972,13 @@ fn llama_servers_own_completion_endpoint_answers_in_its_shape() {
     let s = start(&path, &["-np", "2"]);
     let prompt = "In the beginning God created";
     let oai = |extra: &str| {
-        let (code, resp) = post(
-            &s,
-            "/v1/completions",
-            &format!(r#"{{"prompt":"{prompt}","max_tokens":12,"temperature":0{extra}}}"#),
-            &[],
-        );
-        assert_eq!(code, 200, "{resp}");
-        json(&resp)["choices"][0]["text"]
-            .as_str()
-            .unwrap()
-            .to_string()
+        let body = format!(r#"{{"prompt":"{prompt}","max_tokens":12,"temperature":0{extra}}}"#);
+        let v = post_ok(&s, "/v1/completions", &body);
+        v["choices"][0]["text"].as_str().unwrap().to_string()
     };
     let native = |extra: &str| {
-        let (code, resp) = post(
-            &s,
-            "/completion",
-            &format!(r#"{{"prompt":"{prompt}","n_predict":12,"temperature":0{extra}}}"#),
-            &[],
-        );
-        assert_eq!(code, 200, "{resp}");
-        json(&resp)
+        let body = format!(r#"{{"prompt":"{prompt}","n_predict":12,"temperature":0{extra}}}"#);
+        post_ok(&s, "/completion", &body)
     };
     let want = oai("");
     let r = native(r#","n_probs":2"#);
