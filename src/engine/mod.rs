@@ -80,6 +80,8 @@ pub enum EngineError {
     },
     #[error("{0}")]
     Options(String),
+    #[error("cancelled")]
+    Cancelled,
     #[error("thread pool: {0}")]
     Threads(String),
     #[error("speculative step: {0}")]

@@ -456,10 +456,13 @@ impl Session {
     /// token, checkpointed, so that generating from `prompt` next evaluates
     /// only that token. Nothing held is reused (every position needs its
     /// logits); the batches are short, so their logits stay small.
+    /// `go_on` is asked before each batch: `false` stops with
+    /// [`EngineError::Cancelled`] (a client that left).
     pub fn score_prompt(
         &mut self,
         prompt: &[u32],
         top: usize,
+        go_on: &dyn Fn() -> bool,
     ) -> Result<Vec<crate::sample::TokenLogprob>, EngineError> {
         /// Positions per forward pass: their logits are `SCORE_BATCH × V`.
         const SCORE_BATCH: usize = 32;
@@ -469,6 +472,9 @@ impl Session {
         let n = prompt.len();
         let mut out = Vec::with_capacity(n - 1);
         for chunk in prompt[..n - 1].chunks(SCORE_BATCH) {
+            if !go_on() {
+                return Err(EngineError::Cancelled);
+            }
             let pos = self.tokens.len();
             let (model, state) = (&self.model.model, &mut self.state);
             let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);

@@ -793,3 +793,43 @@ fn different_model_contents_get_different_cache_names() {
 
 #[path = "chat_spec_tests.rs"]
 mod chat_spec;
+
+#[test]
+fn scoring_a_prompt_leaves_it_checkpointed_before_its_last_token_and_stops_when_told() {
+    let m = load(&tiny(Arch::CloverMoe, Recipe::F32));
+    // Longer than one scoring batch (32 positions).
+    let mut p = prompt(&m);
+    while p.len() < 70 {
+        p.extend(prompt(&m).into_iter().skip(1));
+    }
+    let mut s = session(&m, 256);
+    let scored = s.score_prompt(&p, 2, &|| true).unwrap();
+    assert_eq!(scored.len(), p.len() - 1);
+    for (r, &t) in scored.iter().zip(&p[1..]) {
+        assert_eq!(r.id, t);
+        assert!(r.logprob <= 0.0 && r.top.len() == 2 && r.top[0].1 >= r.logprob);
+    }
+    assert_eq!(
+        (s.tokens(), s.checkpoint_pos()),
+        (&p[..p.len() - 1], Some(p.len() - 1))
+    );
+    // Generating from the prompt evaluates its last token only, with the
+    // logits a session that never scored gets the same way.
+    let (info, logits) = s.prefill_checkpointed(&p).unwrap();
+    assert_eq!((info.reused, info.evaluated), (p.len() - 1, 1));
+    let got = logits.to_vec();
+    let mut fresh = session(&m, 256);
+    let want = fresh.prefill_checkpointed(&p).unwrap().1.to_vec();
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g - w).abs() <= 1e-4, "{g} against {w}");
+    }
+    // Told to stop before the second batch.
+    let asked = std::cell::Cell::new(0);
+    let go_on = || {
+        asked.set(asked.get() + 1);
+        asked.get() < 2
+    };
+    let e = s.score_prompt(&p, 0, &go_on).unwrap_err();
+    assert!(matches!(e, EngineError::Cancelled), "{e}");
+    assert_eq!(asked.get(), 2);
+}

@@ -677,7 +677,10 @@ fn run_job(
     let mut scored_ms = None;
     if let Some(top) = job.score_prompt {
         let t0 = std::time::Instant::now();
-        let scored = session.score_prompt(&prompt, top);
+        // A client that left, or the end of the grace period at shutdown,
+        // stops scoring at the next batch.
+        let go_on = || !tx.is_closed() && !cancel.load(Ordering::Relaxed);
+        let scored = session.score_prompt(&prompt, top, &go_on);
         scored_ms = Some(t0.elapsed().as_secs_f64() * 1e3);
         match scored {
             Ok(s) => {
