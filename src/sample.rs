@@ -474,23 +474,17 @@ pub fn logprobs(logits: &[f32], id: u32, top: usize) -> TokenLogprob {
     let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
     let lse = max as f64 + sum.ln();
     let lp = |i: u32| (logits[i as usize] as f64 - lse) as f32;
-    // The `top` best, kept sorted; a logit enters only when it beats the
-    // last kept (ties keep the earlier, lower id).
-    let mut best: Vec<u32> = Vec::with_capacity(top + 1);
+    // The chain's own top-m selection, ordered as the chain orders ties.
+    let mut best = Vec::new();
     if top > 0 {
-        for (i, &l) in logits.iter().enumerate() {
-            if best.len() == top && l <= logits[best[top - 1] as usize] {
-                continue;
-            }
-            let at = best.partition_point(|&b| logits[b as usize] >= l);
-            best.insert(at, i as u32);
-            best.truncate(top);
-        }
+        top_m(logits, top, &mut best);
+        best.sort_unstable_by(by_value_desc);
+        best.truncate(top);
     }
     TokenLogprob {
         id,
         logprob: lp(id),
-        top: best.into_iter().map(|i| (i, lp(i))).collect(),
+        top: best.into_iter().map(|c| (c.id, lp(c.id))).collect(),
     }
 }
 

@@ -61,7 +61,15 @@ fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
     let (mut text, mut calls, mut results) = (String::new(), Vec::new(), Vec::new());
     for b in &blocks {
         match b.get("type").and_then(Value::as_str) {
-            Some("text") => text.push_str(&text_of(&Value::Array(vec![b.clone()]), &what)?),
+            Some("text") => match b.get("text") {
+                Some(Value::String(t)) => text.push_str(t),
+                _ => {
+                    return Err(ApiError::field(
+                        "messages",
+                        format!("{what}: a text block needs a 'text' string"),
+                    ))
+                }
+            },
             // Earlier reasoning is not sent back to the template.
             Some("thinking" | "redacted_thinking") => {}
             Some("tool_use") if role == "assistant" => {

@@ -97,6 +97,14 @@ fn error_response_as(app: &App, e: ApiError, kind: Kind) -> Response {
     r
 }
 
+/// The JSON, or the error.
+fn answer(app: &App, result: Result<Value, ApiError>) -> Response {
+    match result {
+        Ok(v) => json_response(app, v),
+        Err(e) => error_response(app, e),
+    }
+}
+
 fn json_response(app: &App, v: Value) -> Response {
     app.metrics.request(200);
     axum::Json(v).into_response()
@@ -160,7 +168,7 @@ struct Prepared {
     /// One prompt per choice (several only for completions).
     prompts: Vec<Vec<u32>>,
     /// Completions' `echo`: each choice's text starts with its prompt's.
-    echo: Option<Vec<String>>,
+    echo: bool,
     /// Each prompt as text.
     texts: Vec<String>,
     starts_thinking: bool,
@@ -255,7 +263,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         kind,
         common,
         prompts,
-        echo: echo.then(|| texts.clone()),
+        echo,
         texts,
         starts_thinking,
         tools,
@@ -295,16 +303,21 @@ fn timings(d: &Done) -> Value {
     })
 }
 
-/// A token as OpenAI's `logprobs` give it: its text, its log-probability
-/// (−9999 for an impossible token, as OpenAI writes it) and its bytes.
-fn token_json(tok: &Tokenizer, id: u32, logprob: f32) -> Value {
-    let bytes = tok.piece(id).unwrap_or(&[]);
-    let lp = if logprob.is_finite() {
+/// A log-probability as JSON can carry it: −9999 for an impossible token, as
+/// OpenAI writes it.
+fn finite_lp(logprob: f32) -> f64 {
+    if logprob.is_finite() {
         logprob as f64
     } else {
         -9999.0
-    };
-    json!({"token": String::from_utf8_lossy(bytes), "logprob": lp, "bytes": bytes})
+    }
+}
+
+/// A token as OpenAI's `logprobs` give it: its text, its log-probability
+/// and its bytes.
+fn token_json(tok: &Tokenizer, id: u32, logprob: f32) -> Value {
+    let bytes = tok.piece(id).unwrap_or(&[]);
+    json!({"token": String::from_utf8_lossy(bytes), "logprob": finite_lp(logprob), "bytes": bytes})
 }
 
 /// A chat choice's `logprobs`: `{"content": [...]}`, each token with its
@@ -333,19 +346,18 @@ fn legacy_logprobs<'a>(
     offset: &mut usize,
 ) -> Value {
     let text = |id: u32| String::from_utf8_lossy(tok.piece(id).unwrap_or(&[])).into_owned();
-    let finite = |lp: f32| if lp.is_finite() { lp as f64 } else { -9999.0 };
     let (mut tokens, mut lp, mut top, mut at) = (vec![], vec![], vec![], vec![]);
     for (id, r) in entries {
         let t = text(id);
         at.push(*offset);
         *offset += t.chars().count();
         tokens.push(t);
-        lp.push(r.map_or(Value::Null, |r| json!(finite(r.logprob))));
+        lp.push(r.map_or(Value::Null, |r| json!(finite_lp(r.logprob))));
         top.push(r.map_or(Value::Null, |r| {
             let alts: Map<String, Value> = r
                 .top
                 .iter()
-                .map(|&(i, l)| (text(i), json!(finite(l))))
+                .map(|&(i, l)| (text(i), json!(finite_lp(l))))
                 .collect();
             Value::Object(alts)
         }));
@@ -380,7 +392,7 @@ fn submit(r: &Ready, p: &Prepared, i: usize) -> Result<mpsc::Receiver<Msg>, ApiE
     let job = Job {
         prompt: p.prompts[i].clone(),
         // Echoed log-probabilities score the prompt first.
-        score_prompt: p.logprobs.filter(|_| p.echo.is_some()),
+        score_prompt: p.logprobs.filter(|_| p.echo),
         sampler: p.common.sampler.clone(),
         n_predict: p.common.n_predict,
         stop: p.common.stop.clone(),
@@ -623,7 +635,7 @@ async fn collect(
             json!({"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish})
         }
         Kind::Completion => {
-            let echoed = p.echo.as_ref().map(|texts| texts[index].as_str());
+            let echoed = p.echo.then(|| p.texts[index].as_str());
             let mut offset = 0;
             let mut logprobs = Value::Null;
             if p.logprobs.is_some() {
@@ -747,10 +759,7 @@ fn stream(
         json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
     };
     let want_logprobs = p.logprobs.is_some();
-    let echo = p
-        .echo
-        .as_ref()
-        .map(|t| (t[0].clone(), p.prompts[0].clone()));
+    let echo = p.echo.then(|| (p.texts[0].clone(), p.prompts[0].clone()));
     let tok_model = Arc::clone(&loaded);
     let part_choice = move |part: Part, offset: &mut usize| -> Value {
         let tok = &loaded.tokenizer;
@@ -1111,10 +1120,7 @@ async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -
         Ok(json!({"tokens": tokens}))
     }
     .await;
-    match result {
-        Ok(v) => json_response(&app, v),
-        Err(e) => error_response(&app, e),
-    }
+    answer(&app, result)
 }
 
 /// llama-server's `POST /detokenize`: `tokens` (ids) to `content`.
@@ -1140,10 +1146,7 @@ async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
         Ok(json!({"content": content}))
     }
     .await;
-    match result {
-        Ok(v) => json_response(&app, v),
-        Err(e) => error_response(&app, e),
-    }
+    answer(&app, result)
 }
 
 /// llama-server's `GET /slots`: each slot's id, context, whether it is
