@@ -140,6 +140,24 @@ pub fn has_fma() -> bool {
     }
 }
 
+/// Whether the CPU has FMA, AVX and F16C (x86; f16 rows converted in
+/// vectors by the scalar helpers).
+pub fn has_fma_f16c() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static F16C: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *F16C.get_or_init(|| {
+            has_fma()
+                && std::arch::is_x86_feature_detected!("avx")
+                && std::arch::is_x86_feature_detected!("f16c")
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// Whether the CPU has AVX2 (x86).
 pub fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]

@@ -34,8 +34,8 @@ use super::dump;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::ops::{
-    dot_f32, fma_dispatch, mad_f32, rmsnorm_inplace, sigmoid, softmax_padded_inplace, RopeCache,
-    GGML_LANES,
+    dot_f32, fma_dispatch, mad_f16, mad_f32, rmsnorm_inplace, round_to_f16, sigmoid,
+    softmax_padded_inplace, RopeCache, GGML_LANES,
 };
 use super::profile::{self, Op};
 use super::weights::AttentionWeights;
@@ -350,8 +350,9 @@ pub(super) fn attend(
     let block_k = |j: usize, g: usize| &bk[(j * nkv + g) * d..(j * nkv + g + 1) * d];
     let block_v = |j: usize, g: usize| &bv[(j * nkv + g) * d..(j * nkv + g + 1) * d];
     // Several queries read the same cached V rows: convert them once (the
-    // same values the per-row conversion gives, so the same bits).
-    let shared_v = t > 1 && ty_v != GgmlType::F32;
+    // same values the per-row conversion gives, so the same bits). F32 and
+    // F16 rows are read where they lie (f16 converted in registers).
+    let shared_v = t > 1 && !matches!(ty_v, GgmlType::F32 | GgmlType::F16);
     let n_cached = match span {
         Span::Causal => pos0 + t,
         Span::Block => pos0,
@@ -371,56 +372,98 @@ pub(super) fn attend(
             });
     }
     let v_f32 = &sc.v_f32;
+    // Tasks of `hpt` query heads within one KV group: each K and V row is
+    // read from memory once per task and reused from cache by its heads.
+    let hpt = heads_per_task(group, nkv, rayon::current_num_threads());
     for ti in rows {
         let (n_cache, n_block) = match span {
             Span::Causal => (pos0 + ti + 1, 0),
             Span::Block => (pos0, t),
         };
+        let n_vis = n_cache + n_block;
         let qrow = &sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
         let orow = &mut sc.o[ti * nh * d..(ti + 1) * nh * d];
-        orow.par_chunks_mut(d)
-            .zip(sc.scores.par_chunks_mut(n_ctx))
-            .zip(sc.vacc.par_chunks_mut(d * V_LANES))
-            .zip(sc.q_act.par_chunks_mut(qaw))
+        orow.par_chunks_mut(hpt * d)
+            .zip(sc.scores.par_chunks_mut(hpt * n_ctx))
+            .zip(sc.vacc.par_chunks_mut(hpt * d * V_LANES))
+            .zip(sc.q_act.par_chunks_mut(hpt * qaw))
             .enumerate()
-            .for_each(|(h, (((o, scores), vacc), q_act))| {
-                let g = h / group;
-                let q = &qrow[h * 2 * d..h * 2 * d + d];
-                let gate = &qrow[h * 2 * d + d..(h + 1) * 2 * d];
-                let qa = &mut bytemuck::cast_slice_mut::<u64, u8>(q_act)[..q_bytes];
-                quant(q, qa);
-                let scores = &mut scores[..n_cache + n_block];
-                let (cached, block) = scores.split_at_mut(n_cache);
-                for (s, sc) in cached.iter_mut().enumerate() {
-                    *sc = dot(d, kv.k_head(layer, s, g), qa) * scale;
+            .for_each(|(task, (((o, scores), vacc), q_act))| {
+                let h0 = task * hpt;
+                let g = h0 / group;
+                let q = |i: usize| &qrow[(h0 + i) * 2 * d..(h0 + i) * 2 * d + d];
+                let q_act = bytemuck::cast_slice_mut::<u64, u8>(q_act);
+                let qa_bytes = qaw * size_of::<u64>();
+                for i in 0..hpt {
+                    quant(q(i), &mut q_act[i * qa_bytes..i * qa_bytes + q_bytes]);
                 }
-                for (j, sc) in block.iter_mut().enumerate() {
-                    *sc = dot_f32(kt, q, block_k(j, g)) * scale;
+                let qa = |i: usize| &q_act[i * qa_bytes..i * qa_bytes + q_bytes];
+                // Scores, a block of positions at a time for every head.
+                for s0 in (0..n_cache).step_by(SCORE_BLOCK) {
+                    let s1 = (s0 + SCORE_BLOCK).min(n_cache);
+                    for (i, sc) in scores.chunks_exact_mut(n_ctx).enumerate() {
+                        for (s, sc) in sc[s0..s1].iter_mut().enumerate() {
+                            *sc = dot(d, kv.k_head(layer, s0 + s, g), qa(i)) * scale;
+                        }
+                    }
                 }
-                softmax_padded_inplace(scores);
-                round_to_v_type(ty_v, scores);
-                v_weighted_sum(scores, o, vacc, batch_order, |s, row| {
-                    if s >= n_cache {
-                        row.copy_from_slice(block_v(s - n_cache, g));
-                        return;
+                for (i, sc) in scores.chunks_exact_mut(n_ctx).enumerate() {
+                    for (j, sc) in sc[n_cache..n_vis].iter_mut().enumerate() {
+                        *sc = dot_f32(kt, q(i), block_k(j, g)) * scale;
                     }
-                    if shared_v {
-                        let at = (s * nkv + g) * d;
-                        row.copy_from_slice(&v_f32[at..at + d]);
-                        return;
+                    softmax_padded_inplace(&mut sc[..n_vis]);
+                    round_to_v_type(ty_v, &mut sc[..n_vis]);
+                }
+                v_weighted_sum(
+                    (scores, n_ctx, n_vis),
+                    (o, d),
+                    vacc,
+                    batch_order,
+                    |s, row| {
+                        if s >= n_cache {
+                            return VRow::F32(block_v(s - n_cache, g));
+                        }
+                        if shared_v {
+                            let at = (s * nkv + g) * d;
+                            return VRow::F32(&v_f32[at..at + d]);
+                        }
+                        let vh = kv.v_head(layer, s, g);
+                        match ty_v {
+                            GgmlType::F32 => VRow::F32(bytemuck::cast_slice(vh)),
+                            GgmlType::F16 => VRow::F16(bytemuck::cast_slice(vh)),
+                            _ => {
+                                scalar::dequantize_row(ty_v, vh, row);
+                                VRow::Converted
+                            }
+                        }
+                    },
+                );
+                for (i, o) in o.chunks_exact_mut(d).enumerate() {
+                    let gate = &qrow[(h0 + i) * 2 * d + d..(h0 + i + 1) * 2 * d];
+                    for (oj, &gj) in o.iter_mut().zip(gate) {
+                        *oj *= sigmoid(gj);
                     }
-                    let vh = kv.v_head(layer, s, g);
-                    if ty_v == GgmlType::F32 {
-                        row.copy_from_slice(bytemuck::cast_slice(vh));
-                    } else {
-                        scalar::dequantize_row(ty_v, vh, row);
-                    }
-                });
-                for (oj, &gj) in o.iter_mut().zip(gate) {
-                    *oj *= sigmoid(gj);
                 }
             });
     }
+}
+
+/// Cached positions scored for every head of a task before the next block
+/// (their K rows, 64 × 512 bytes at the full shape, stay in L1/L2).
+const SCORE_BLOCK: usize = 64;
+
+/// Query heads per attention task: a whole KV group when the groups alone
+/// give every thread one, else the group split (by a divisor of its size)
+/// until they do.
+fn heads_per_task(group: usize, nkv: usize, threads: usize) -> usize {
+    let mut hpt = group;
+    while nkv * (group / hpt) < threads && hpt > 1 {
+        hpt = (1..hpt)
+            .rev()
+            .find(|&c| group.is_multiple_of(c))
+            .unwrap_or(1);
+    }
+    hpt
 }
 
 /// The fewest rows of a prompt batch that [`attend_prompt`] takes.
@@ -595,31 +638,73 @@ fn prompt_v_sum_body(
 /// Lane accumulators per output of `v_weighted_sum`: 4 × 16.
 const V_LANES: usize = 4 * GGML_LANES;
 
-/// `o[j] = Σ_s p[s]·v_s[j]` in ggml's order (module doc): `p` the visible
-/// weights (positions `0..p.len()`), `v_row(s, buf)` writes V at position s;
-/// `batch` selects tinyBLAS's single 16-lane set, else `ggml_vec_dot_f32`'s
-/// four sets over blocks of 64 folded `(a0+a2) + (a1+a3)`. `acc` holds
-/// `o.len() × 64` floats.
-fn v_weighted_sum(
-    p: &[f32],
-    o: &mut [f32],
+/// A V row as [`v_weighted_sum`] reads it: where it lies, or converted into
+/// the buffer it handed out.
+#[derive(Clone, Copy)]
+enum VRow<'a> {
+    F32(&'a [f32]),
+    /// f16 bits, converted in registers by [`mad_f16`].
+    F16(&'a [u16]),
+    /// Written into the row buffer.
+    Converted,
+}
+
+/// `o[j] = Σ_s p[s]·v_s[j]` in ggml's order (module doc), for each head of a
+/// task sharing one KV head: `p = (weights, stride, n)` holds each head's
+/// visible weights (positions `0..n`) `stride` apart, `(o, d)` each head's
+/// output of `d` floats, `acc` each head's `d × 64` lane accumulators;
+/// `v_row(s, buf)` gives V at position s or writes it into `buf` (the first
+/// head's output until the end) and says so. `batch` selects
+/// tinyBLAS's single 16-lane set, else `ggml_vec_dot_f32`'s four sets over
+/// blocks of 64 folded `(a0+a2) + (a1+a3)`.
+///
+/// Lane by lane: lane l's accumulator row of each head (`d` floats,
+/// cache-resident) takes the fused products of positions l, l + span, … in
+/// increasing order, which is exactly the sequence each (lane, output) sees
+/// position by position, so every bit is the same; every V row is read once
+/// per task and serves all its heads.
+fn v_weighted_sum<'a>(
+    (p, stride, n): (&[f32], usize, usize),
+    (o, d): (&mut [f32], usize),
     acc: &mut [f32],
     batch: bool,
-    mut v_row: impl FnMut(usize, &mut [f32]),
+    mut v_row: impl FnMut(usize, &mut [f32]) -> VRow<'a>,
 ) {
-    let d = o.len();
-    let acc = &mut acc[..d * V_LANES];
+    let heads = o.len() / d;
+    assert!(
+        o.len() == heads * d
+            && acc.len() == heads * d * V_LANES
+            && p.len() >= (heads - 1) * stride + n,
+        "v_weighted_sum: shapes"
+    );
     acc.fill(0.0);
     let span = if batch { GGML_LANES } else { V_LANES };
-    // `acc` is `[lane][d]`; `o` doubles as the row buffer until the end.
-    for (s, &ps) in p.iter().enumerate() {
-        v_row(s, o);
-        let lane = s % span;
-        mad_f32(&mut acc[lane * d..(lane + 1) * d], o, ps);
+    let (buf, _) = o.split_at_mut(d);
+    for lane in 0..span.min(n) {
+        for s in (lane..n).step_by(span) {
+            let r = v_row(s, buf);
+            for (h, acc) in acc.chunks_exact_mut(d * V_LANES).enumerate() {
+                let a = &mut acc[lane * d..(lane + 1) * d];
+                let w = p[h * stride + s];
+                match r {
+                    VRow::F32(r) => mad_f32(a, &r[..d], w),
+                    VRow::F16(r) => mad_f16(a, &r[..d], w),
+                    VRow::Converted => mad_f32(a, buf, w),
+                }
+            }
+        }
     }
-    // Per output j: lanes l = (a_l + a_{32+l}) + (a_{16+l} + a_{48+l}) (or
-    // a_l for `batch`), then `reduce_add_16`'s tree. Done row by row over j
-    // (each j's adds in the same association), so it vectorises.
+    for (acc, o) in acc.chunks_exact_mut(d * V_LANES).zip(o.chunks_exact_mut(d)) {
+        reduce_lanes(acc, o, batch);
+    }
+}
+
+/// One head's output from its lane accumulators `acc` (`[lane][d]`): per
+/// output j, lanes l = (a_l + a_{32+l}) + (a_{16+l} + a_{48+l}) (or a_l for
+/// `batch`), then `reduce_add_16`'s tree. Done row by row over j (each j's
+/// adds in the same association), so it vectorises.
+fn reduce_lanes(acc: &mut [f32], o: &mut [f32], batch: bool) {
+    let d = o.len();
     let row = |l: usize| l * d..(l + 1) * d;
     if !batch {
         for l in 0..GGML_LANES {
@@ -645,12 +730,139 @@ fn v_weighted_sum(
 /// Rounds softmax weights to the V cache's float type (no-op for f32/q8_0).
 fn round_to_v_type(ty_v: GgmlType, p: &mut [f32]) {
     match ty_v {
-        GgmlType::F16 => p
-            .iter_mut()
-            .for_each(|x| *x = half::f16::from_f32(*x).to_f32()),
+        GgmlType::F16 => round_to_f16(p),
         GgmlType::BF16 => p
             .iter_mut()
             .for_each(|x| *x = half::bf16::from_f32(*x).to_f32()),
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ops::reduce_add_16;
+
+    /// The plain reference: position by position, each V row converted to
+    /// f32 and fused into lane `s % span`, then the same reduction.
+    fn rowwise(p: &[f32], rows: &[Vec<f32>], d: usize, batch: bool) -> Vec<f32> {
+        let span = if batch { GGML_LANES } else { V_LANES };
+        let mut acc = vec![0f32; d * V_LANES];
+        for (s, &ps) in p.iter().enumerate() {
+            let lane = s % span;
+            for j in 0..d {
+                acc[lane * d + j] = rows[s][j].mul_add(ps, acc[lane * d + j]);
+            }
+        }
+        let a = |acc: &[f32], k: usize, j: usize| acc[k * d + j];
+        let mut o = vec![0f32; d];
+        for (j, oj) in o.iter_mut().enumerate() {
+            let lane = |l: usize| {
+                if batch {
+                    a(&acc, l, j)
+                } else {
+                    (a(&acc, l, j) + a(&acc, 32 + l, j)) + (a(&acc, 16 + l, j) + a(&acc, 48 + l, j))
+                }
+            };
+            let t: [f32; GGML_LANES] = std::array::from_fn(lane);
+            *oj = reduce_add_16(&t);
+        }
+        o
+    }
+
+    /// Deterministic values in [−1, 1) (splitmix64).
+    fn values(seed: u64, len: usize) -> Vec<f32> {
+        let mut s = seed;
+        (0..len)
+            .map(|_| {
+                s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn v_weighted_sum_lane_by_lane_over_a_task_of_heads_gives_the_position_by_position_bits() {
+        for d in [8, 17, 64, 256] {
+            for n in [1, 15, 16, 17, 63, 64, 65, 130, 300] {
+                let f16_rows: Vec<Vec<u16>> = (0..n)
+                    .map(|s| {
+                        values(1000 + s as u64, d)
+                            .iter()
+                            .map(|&x| half::f16::from_f32(x * 3.0).to_bits())
+                            .collect()
+                    })
+                    .collect();
+                let rows: Vec<Vec<f32>> = f16_rows
+                    .iter()
+                    .map(|r| {
+                        r.iter()
+                            .map(|&b| half::f16::from_bits(b).to_f32())
+                            .collect()
+                    })
+                    .collect();
+                for heads in [1, 3] {
+                    // Each head's weights, `stride` apart with garbage between.
+                    let stride = n + 5;
+                    let p = values(n as u64, heads * stride);
+                    for batch in [false, true] {
+                        let want: Vec<f32> = (0..heads)
+                            .flat_map(|h| rowwise(&p[h * stride..h * stride + n], &rows, d, batch))
+                            .collect();
+                        let mut acc = vec![f32::NAN; heads * d * V_LANES];
+                        for source in 0..3 {
+                            let mut o = vec![f32::NAN; heads * d];
+                            v_weighted_sum(
+                                (&p, stride, n),
+                                (&mut o, d),
+                                &mut acc,
+                                batch,
+                                |s, buf| match source {
+                                    0 => VRow::F32(&rows[s]),
+                                    1 => VRow::F16(&f16_rows[s]),
+                                    _ => {
+                                        buf.copy_from_slice(&rows[s]);
+                                        VRow::Converted
+                                    }
+                                },
+                            );
+                            let bits =
+                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&o),
+                                bits(&want),
+                                "d {d}, {n} positions, {heads} heads, batch {batch}, source {source}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn attention_tasks_stay_within_one_kv_group_and_give_every_thread_one() {
+        // (group, n_head_kv, threads) → heads per task.
+        for (group, nkv, threads, want) in [
+            (8, 2, 2, 8),
+            (8, 2, 1, 8),
+            (8, 2, 4, 4),
+            (8, 1, 2, 4),
+            (8, 1, 3, 2),
+            (6, 1, 4, 1),
+            (1, 16, 2, 1),
+            (2, 2, 8, 1),
+        ] {
+            let hpt = heads_per_task(group, nkv, threads);
+            assert_eq!(
+                hpt, want,
+                "group {group}, {nkv} KV heads, {threads} threads"
+            );
+            assert!(group.is_multiple_of(hpt));
+        }
     }
 }

@@ -196,6 +196,75 @@ unsafe fn mad_f32_fma(y: &mut [f32], x: &[f32], v: f32) {
     }
 }
 
+/// `y += f32(x) · v` over an f16 row `x` (the bits, little-endian): the
+/// same fused products as converting `x` and then [`mad_f32`], without the
+/// converted copy.
+#[inline]
+pub fn mad_f16(y: &mut [f32], x: &[u16], v: f32) {
+    assert!(x.len() >= y.len(), "mad_f16: row shorter than y");
+    #[cfg(target_arch = "x86_64")]
+    if kernels::cpu::has_fma_f16c() {
+        // SAFETY: FMA, AVX and F16C were detected on this host.
+        unsafe { mad_f16_f16c(y, x, v) };
+        return;
+    }
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = half::f16::from_bits(xi).to_f32().mul_add(v, *yi);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,fma,f16c")]
+unsafe fn mad_f16_f16c(y: &mut [f32], x: &[u16], v: f32) {
+    use std::arch::x86_64::*;
+    let n = y.len();
+    let vv = _mm256_set1_ps(v);
+    let mut j = 0;
+    while j + 8 <= n {
+        // SAFETY: j + 8 ≤ n ≤ x.len(): eight u16 and eight f32 in bounds.
+        unsafe {
+            let xs = _mm256_cvtph_ps(_mm_loadu_si128(x.as_ptr().add(j).cast()));
+            let yp = y.as_mut_ptr().add(j);
+            _mm256_storeu_ps(yp, _mm256_fmadd_ps(xs, vv, _mm256_loadu_ps(yp)));
+        }
+        j += 8;
+    }
+    for (yi, &xi) in y[j..].iter_mut().zip(&x[j..]) {
+        *yi = half::f16::from_bits(xi).to_f32().mul_add(v, *yi);
+    }
+}
+
+/// Rounds every value to f16 and back (round to nearest even, as
+/// `half::f16::from_f32`), eight at a time with F16C where the host has it.
+pub fn round_to_f16(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if kernels::cpu::has_fma_f16c() {
+        // SAFETY: AVX and F16C were detected on this host.
+        unsafe { round_to_f16_f16c(x) };
+        return;
+    }
+    for v in x {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+unsafe fn round_to_f16_f16c(x: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: `c` is eight f32.
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(c.as_ptr()));
+            _mm256_storeu_ps(c.as_mut_ptr(), _mm256_cvtph_ps(h));
+        }
+    }
+    for v in chunks.into_remainder() {
+        *v = half::f16::from_f32(*v).to_f32();
+    }
+}
+
 /// GCC's `_mm512_reduce_add_ps`: halves folded 256, 128, then pairs.
 pub fn reduce_add_16(a: &[f32; GGML_LANES]) -> f32 {
     let t8: [f32; 8] = std::array::from_fn(|i| a[i + 8] + a[i]);
@@ -335,6 +404,48 @@ impl RopeCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f16c_row_helpers_equal_the_scalar_conversions_bit_for_bit() {
+        // Values that round both ways, ties, f16 subnormals, overflow to
+        // infinity, and every length around the eight-lane step.
+        let mut x: Vec<f32> = (0..400)
+            .map(|i| ((i as f32) * 0.37 - 70.0) * f32::powi(2.0, (i % 40) - 30))
+            .collect();
+        x.extend([
+            1.0 + f32::EPSILON * 4096.0,
+            2049.0,
+            65520.0,
+            1e6,
+            -3e-7,
+            6e-8,
+        ]);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for n in [0, 1, 7, 8, 9, 15, 16, 17, x.len()] {
+            let mut got = x[..n].to_vec();
+            round_to_f16(&mut got);
+            let want: Vec<f32> = x[..n]
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_f32())
+                .collect();
+            assert_eq!(bits(&got), bits(&want), "round_to_f16, {n} values");
+
+            let h: Vec<u16> = x[..n]
+                .iter()
+                .map(|&v| half::f16::from_f32(v).to_bits())
+                .collect();
+            let y0: Vec<f32> = x[..n].iter().rev().map(|v| v * 0.5).collect();
+            let mut got = y0.clone();
+            mad_f16(&mut got, &h, 0.297_153_1);
+            let mut want = y0;
+            let conv: Vec<f32> = h
+                .iter()
+                .map(|&b| half::f16::from_bits(b).to_f32())
+                .collect();
+            mad_f32(&mut want, &conv, 0.297_153_1);
+            assert_eq!(bits(&got), bits(&want), "mad_f16, {n} values");
+        }
+    }
 
     fn close(a: f32, b: f32, tol: f32) -> bool {
         (a - b).abs() <= tol * (1.0 + b.abs())
