@@ -34,7 +34,7 @@ use super::dump;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::ops::{
-    dot_f32, fma_dispatch, mad_f16, mad_f32, rmsnorm_inplace, round_to_f16, sigmoid,
+    dot_f32, fma_dispatch, mad_f16, mad_f16_rows, mad_f32, rmsnorm_inplace, round_to_f16, sigmoid,
     softmax_padded_inplace, RopeCache, GGML_LANES,
 };
 use super::profile::{self, Op};
@@ -349,10 +349,11 @@ pub(super) fn attend(
     let (bk, bv) = (&sc.k, &sc.v);
     let block_k = |j: usize, g: usize| &bk[(j * nkv + g) * d..(j * nkv + g + 1) * d];
     let block_v = |j: usize, g: usize| &bv[(j * nkv + g) * d..(j * nkv + g + 1) * d];
-    // Several queries read the same cached V rows: convert them once (the
-    // same values the per-row conversion gives, so the same bits). F32 and
-    // F16 rows are read where they lie (f16 converted in registers).
-    let shared_v = t > 1 && !matches!(ty_v, GgmlType::F32 | GgmlType::F16);
+    // The heads of a task (and a batch's queries) read the same cached V
+    // rows: convert them once (the same values the per-row conversion gives,
+    // so the same bits). F32 and F16 rows are read where they lie (f16
+    // converted in registers).
+    let shared_v = !matches!(ty_v, GgmlType::F32 | GgmlType::F16);
     let n_cached = match span {
         Span::Causal => pos0 + t,
         Span::Block => pos0,
@@ -414,30 +415,20 @@ pub(super) fn attend(
                     softmax_padded_inplace(&mut sc[..n_vis]);
                     round_to_v_type(ty_v, &mut sc[..n_vis]);
                 }
-                v_weighted_sum(
-                    (scores, n_ctx, n_vis),
-                    (o, d),
-                    vacc,
-                    batch_order,
-                    |s, row| {
-                        if s >= n_cache {
-                            return VRow::F32(block_v(s - n_cache, g));
-                        }
-                        if shared_v {
-                            let at = (s * nkv + g) * d;
-                            return VRow::F32(&v_f32[at..at + d]);
-                        }
-                        let vh = kv.v_head(layer, s, g);
-                        match ty_v {
-                            GgmlType::F32 => VRow::F32(bytemuck::cast_slice(vh)),
-                            GgmlType::F16 => VRow::F16(bytemuck::cast_slice(vh)),
-                            _ => {
-                                scalar::dequantize_row(ty_v, vh, row);
-                                VRow::Converted
-                            }
-                        }
-                    },
-                );
+                v_weighted_sum((scores, n_ctx, n_vis), (o, d), vacc, batch_order, |s| {
+                    if s >= n_cache {
+                        return VRow::F32(block_v(s - n_cache, g));
+                    }
+                    if shared_v {
+                        let at = (s * nkv + g) * d;
+                        return VRow::F32(&v_f32[at..at + d]);
+                    }
+                    let vh = kv.v_head(layer, s, g);
+                    match ty_v {
+                        GgmlType::F16 => VRow::F16(bytemuck::cast_slice(vh)),
+                        _ => VRow::F32(bytemuck::cast_slice(vh)),
+                    }
+                });
                 for (i, o) in o.chunks_exact_mut(d).enumerate() {
                     let gate = &qrow[(h0 + i) * 2 * d + d..(h0 + i + 1) * 2 * d];
                     for (oj, &gj) in o.iter_mut().zip(gate) {
@@ -638,37 +629,34 @@ fn prompt_v_sum_body(
 /// Lane accumulators per output of `v_weighted_sum`: 4 × 16.
 const V_LANES: usize = 4 * GGML_LANES;
 
-/// A V row as [`v_weighted_sum`] reads it: where it lies, or converted into
-/// the buffer it handed out.
+/// A V row as [`v_weighted_sum`] reads it, where it lies.
 #[derive(Clone, Copy)]
 enum VRow<'a> {
     F32(&'a [f32]),
-    /// f16 bits, converted in registers by [`mad_f16`].
+    /// f16 bits, converted in registers.
     F16(&'a [u16]),
-    /// Written into the row buffer.
-    Converted,
 }
 
 /// `o[j] = Σ_s p[s]·v_s[j]` in ggml's order (module doc), for each head of a
 /// task sharing one KV head: `p = (weights, stride, n)` holds each head's
 /// visible weights (positions `0..n`) `stride` apart, `(o, d)` each head's
 /// output of `d` floats, `acc` each head's `d × 64` lane accumulators;
-/// `v_row(s, buf)` gives V at position s or writes it into `buf` (the first
-/// head's output until the end) and says so. `batch` selects
-/// tinyBLAS's single 16-lane set, else `ggml_vec_dot_f32`'s four sets over
-/// blocks of 64 folded `(a0+a2) + (a1+a3)`.
+/// `v_row(s)` gives V at position s. `batch` selects tinyBLAS's single
+/// 16-lane set, else `ggml_vec_dot_f32`'s four sets over blocks of 64 folded
+/// `(a0+a2) + (a1+a3)`.
 ///
-/// Lane by lane: lane l's accumulator row of each head (`d` floats,
-/// cache-resident) takes the fused products of positions l, l + span, … in
-/// increasing order, which is exactly the sequence each (lane, output) sees
-/// position by position, so every bit is the same; every V row is read once
-/// per task and serves all its heads.
+/// Lane by lane: lane l's accumulator row of each head takes the fused
+/// products of positions l, l + span, … in increasing order, which is exactly
+/// the sequence each (lane, output) sees position by position, so every bit
+/// is the same. A lane's V rows are gathered once per task and serve all its
+/// heads; f16 rows go through [`mad_f16_rows`], which keeps the accumulators
+/// in registers across them.
 fn v_weighted_sum<'a>(
     (p, stride, n): (&[f32], usize, usize),
     (o, d): (&mut [f32], usize),
     acc: &mut [f32],
     batch: bool,
-    mut v_row: impl FnMut(usize, &mut [f32]) -> VRow<'a>,
+    v_row: impl Fn(usize) -> VRow<'a>,
 ) {
     let heads = o.len() / d;
     assert!(
@@ -679,17 +667,30 @@ fn v_weighted_sum<'a>(
     );
     acc.fill(0.0);
     let span = if batch { GGML_LANES } else { V_LANES };
-    let (buf, _) = o.split_at_mut(d);
+    let per_lane = n.div_ceil(span);
+    let mut rows: Vec<VRow> = Vec::with_capacity(per_lane);
+    let mut f16_rows: Vec<&[u16]> = Vec::with_capacity(per_lane);
+    let mut w: Vec<f32> = Vec::with_capacity(per_lane);
     for lane in 0..span.min(n) {
-        for s in (lane..n).step_by(span) {
-            let r = v_row(s, buf);
-            for (h, acc) in acc.chunks_exact_mut(d * V_LANES).enumerate() {
-                let a = &mut acc[lane * d..(lane + 1) * d];
-                let w = p[h * stride + s];
-                match r {
-                    VRow::F32(r) => mad_f32(a, &r[..d], w),
-                    VRow::F16(r) => mad_f16(a, &r[..d], w),
-                    VRow::Converted => mad_f32(a, buf, w),
+        rows.clear();
+        rows.extend((lane..n).step_by(span).map(&v_row));
+        f16_rows.clear();
+        f16_rows.extend(rows.iter().map_while(|r| match r {
+            VRow::F16(r) => Some(&r[..d]),
+            VRow::F32(_) => None,
+        }));
+        for (h, acc) in acc.chunks_exact_mut(d * V_LANES).enumerate() {
+            let a = &mut acc[lane * d..(lane + 1) * d];
+            w.clear();
+            w.extend((lane..n).step_by(span).map(|s| p[h * stride + s]));
+            if f16_rows.len() == rows.len() {
+                mad_f16_rows(a, &f16_rows, &w);
+                continue;
+            }
+            for (r, &wi) in rows.iter().zip(&w) {
+                match *r {
+                    VRow::F32(r) => mad_f32(a, &r[..d], wi),
+                    VRow::F16(r) => mad_f16(a, &r[..d], wi),
                 }
             }
         }
@@ -814,22 +815,18 @@ mod tests {
                             .flat_map(|h| rowwise(&p[h * stride..h * stride + n], &rows, d, batch))
                             .collect();
                         let mut acc = vec![f32::NAN; heads * d * V_LANES];
+                        // f32 rows, f16 rows, and f16 rows up to position 40
+                        // then f32 (a diffusion block's rows after the cache).
                         for source in 0..3 {
                             let mut o = vec![f32::NAN; heads * d];
-                            v_weighted_sum(
-                                (&p, stride, n),
-                                (&mut o, d),
-                                &mut acc,
-                                batch,
-                                |s, buf| match source {
+                            v_weighted_sum((&p, stride, n), (&mut o, d), &mut acc, batch, |s| {
+                                match source {
                                     0 => VRow::F32(&rows[s]),
                                     1 => VRow::F16(&f16_rows[s]),
-                                    _ => {
-                                        buf.copy_from_slice(&rows[s]);
-                                        VRow::Converted
-                                    }
-                                },
-                            );
+                                    _ if s >= 40 => VRow::F32(&rows[s]),
+                                    _ => VRow::F16(&f16_rows[s]),
+                                }
+                            });
                             let bits =
                                 |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                             assert_eq!(

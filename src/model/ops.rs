@@ -234,6 +234,61 @@ unsafe fn mad_f16_f16c(y: &mut [f32], x: &[u16], v: f32) {
     }
 }
 
+/// `y += Σ_i f32(rows[i]) · w[i]`, the rows' fused products added in order
+/// of i per element: the bits of [`mad_f16`] row after row, with `y` held in
+/// registers across the rows (64 elements at a time) instead of loaded and
+/// stored per row.
+pub fn mad_f16_rows(y: &mut [f32], rows: &[&[u16]], w: &[f32]) {
+    assert!(
+        rows.len() == w.len() && rows.iter().all(|r| r.len() >= y.len()),
+        "mad_f16_rows: shapes"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if kernels::cpu::has_fma_f16c() {
+        // SAFETY: FMA, AVX and F16C were detected on this host; shapes checked.
+        unsafe { mad_f16_rows_f16c(y, rows, w) };
+        return;
+    }
+    for (r, &wi) in rows.iter().zip(w) {
+        mad_f16(y, r, wi);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,fma,f16c")]
+unsafe fn mad_f16_rows_f16c(y: &mut [f32], rows: &[&[u16]], w: &[f32]) {
+    use std::arch::x86_64::*;
+    const V: usize = 8;
+    const CHUNK: usize = 8 * V;
+    let n = y.len();
+    let mut j = 0;
+    while j + CHUNK <= n {
+        // SAFETY: j + CHUNK ≤ n ≤ every row's length (checked by the caller).
+        unsafe {
+            let yp = y.as_mut_ptr().add(j);
+            let mut acc: [__m256; 8] = std::array::from_fn(|k| _mm256_loadu_ps(yp.add(k * V)));
+            for (r, &wi) in rows.iter().zip(w) {
+                let wv = _mm256_set1_ps(wi);
+                let rp = r.as_ptr().add(j);
+                for (k, a) in acc.iter_mut().enumerate() {
+                    let x = _mm256_cvtph_ps(_mm_loadu_si128(rp.add(k * V).cast()));
+                    *a = _mm256_fmadd_ps(x, wv, *a);
+                }
+            }
+            for (k, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(yp.add(k * V), *a);
+            }
+        }
+        j += CHUNK;
+    }
+    if j < n {
+        for (r, &wi) in rows.iter().zip(w) {
+            // SAFETY: the same features; `mad_f16_f16c` bounds its own reads.
+            unsafe { mad_f16_f16c(&mut y[j..], &r[j..], wi) };
+        }
+    }
+}
+
 /// Rounds every value to f16 and back (round to nearest even, as
 /// `half::f16::from_f32`), eight at a time with F16C where the host has it.
 pub fn round_to_f16(x: &mut [f32]) {
@@ -444,6 +499,40 @@ mod tests {
                 .collect();
             mad_f32(&mut want, &conv, 0.297_153_1);
             assert_eq!(bits(&got), bits(&want), "mad_f16, {n} values");
+        }
+        // Several rows into one accumulator row, at lengths around the
+        // 64-element register block.
+        for n in [0, 7, 8, 63, 64, 65, 130, 256, 300] {
+            let rows: Vec<Vec<u16>> = (0..5)
+                .map(|r| {
+                    x.iter()
+                        .cycle()
+                        .skip(r * 37)
+                        .take(n)
+                        .map(|&v| half::f16::from_f32(v).to_bits())
+                        .collect()
+                })
+                .collect();
+            let w = [0.297_153_1, -1.3, 7e-3, 0.61, -0.052];
+            let y0: Vec<f32> = x
+                .iter()
+                .cycle()
+                .skip(11)
+                .take(n)
+                .map(|v| v * 0.25)
+                .collect();
+            let mut got = y0.clone();
+            let refs: Vec<&[u16]> = rows.iter().map(|r| &r[..]).collect();
+            mad_f16_rows(&mut got, &refs, &w);
+            let mut want = y0;
+            for (r, &wi) in rows.iter().zip(&w) {
+                let conv: Vec<f32> = r
+                    .iter()
+                    .map(|&b| half::f16::from_bits(b).to_f32())
+                    .collect();
+                mad_f32(&mut want, &conv, wi);
+            }
+            assert_eq!(bits(&got), bits(&want), "mad_f16_rows, {n} values");
         }
     }
 
