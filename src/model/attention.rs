@@ -743,6 +743,7 @@ fn round_to_v_type(ty_v: GgmlType, p: &mut [f32]) {
 mod tests {
     use super::*;
     use crate::model::ops::reduce_add_16;
+    use crate::sample::splitmix64;
 
     /// The plain reference: position by position, each V row converted to
     /// f32 and fused into lane `s % span`, then the same reduction.
@@ -775,14 +776,7 @@ mod tests {
     fn values(seed: u64, len: usize) -> Vec<f32> {
         let mut s = seed;
         (0..len)
-            .map(|_| {
-                s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = s;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^= z >> 31;
-                (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            })
+            .map(|_| (splitmix64(&mut s) >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
             .collect()
     }
 
