@@ -208,6 +208,11 @@ pub fn mad_f16(y: &mut [f32], x: &[u16], v: f32) {
         unsafe { mad_f16_f16c(y, x, v) };
         return;
     }
+    mad_f16_scalar(y, x, v);
+}
+
+/// [`mad_f16`] element by element (hosts without F16C, and vector tails).
+fn mad_f16_scalar(y: &mut [f32], x: &[u16], v: f32) {
     for (yi, &xi) in y.iter_mut().zip(x) {
         *yi = half::f16::from_bits(xi).to_f32().mul_add(v, *yi);
     }
@@ -229,9 +234,7 @@ unsafe fn mad_f16_f16c(y: &mut [f32], x: &[u16], v: f32) {
         }
         j += 8;
     }
-    for (yi, &xi) in y[j..].iter_mut().zip(&x[j..]) {
-        *yi = half::f16::from_bits(xi).to_f32().mul_add(v, *yi);
-    }
+    mad_f16_scalar(&mut y[j..], &x[j..], v);
 }
 
 /// `y += Σ_i f32(rows[i]) · w[i]`, the rows' fused products added in order
