@@ -11,12 +11,24 @@
 //!   An error, a drop before [`OutputFile::commit`], or a terminating signal
 //!   ([`crate::signals`]) removes the temporary file.
 //! * Replacing an existing file keeps its permission bits.
+//! * An output that is the same file as one of the process's inputs (same
+//!   device and inode, so through a symlink or a hard link too) is refused
+//!   with one line: every file a command reads is opened by [`open_input`],
+//!   which remembers it while its guard lives (a model: as long as it is
+//!   open), and [`OutputFile::create`] and [`check_not_input`] look the
+//!   target up. Commands call `check_not_input` on their outputs
+//!   right after opening their inputs, before any work.
+//! * An input must be a regular file (or a block device, which holds a
+//!   model as a file does): a FIFO would block the open forever, a
+//!   directory or character device is no model. Text read with a bound
+//!   (prompts, perplexity texts) may also come from a pipe or a device.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::FileTypeExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::signals;
 
@@ -35,6 +47,7 @@ impl OutputFile {
     /// Checks `path` ([`target`]) and creates the temporary file beside it.
     pub fn create(path: &Path) -> io::Result<OutputFile> {
         let dest = target(path)?;
+        check_not_input(&dest)?;
         let name = dest
             .file_name()
             .ok_or_else(|| invalid(format!("{} is not a file path", path.display())))?;
@@ -163,6 +176,97 @@ pub fn target(path: &Path) -> io::Result<PathBuf> {
     }
 }
 
+/// The files this process holds open as inputs: (device, inode, path, id).
+static INPUTS: Mutex<Vec<(u64, u64, PathBuf, u64)>> = Mutex::new(Vec::new());
+static INPUT_IDS: AtomicU64 = AtomicU64::new(0);
+
+/// An input's entry in the table [`check_not_input`] reads: removed when
+/// dropped, or kept for the rest of the process by [`InputGuard::keep`].
+#[derive(Debug)]
+pub struct InputGuard(u64);
+
+impl InputGuard {
+    /// The input stays protected until the process ends (a text file read
+    /// whole by a command).
+    pub fn keep(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for InputGuard {
+    fn drop(&mut self) {
+        let mut inputs = INPUTS.lock().unwrap_or_else(|e| e.into_inner());
+        inputs.retain(|e| e.3 != self.0);
+    }
+}
+
+/// Opens `path` for reading as an input: a regular file or a block device,
+/// anything else one error naming what it is, without blocking on a FIFO
+/// (`O_NONBLOCK` at the open, cleared after). While the guard lives, no
+/// output of this process replaces the file.
+pub fn open_input(path: &Path) -> io::Result<(File, InputGuard)> {
+    open_input_with(path, false)
+}
+
+/// [`open_input`] for text read with a bound (a prompt or a text file):
+/// pipes and character devices are taken too (`-f <(cmd)`, `-f /dev/stdin`),
+/// since the read stops at its limit.
+pub fn open_text_input(path: &Path) -> io::Result<(File, InputGuard)> {
+    open_input_with(path, true)
+}
+
+fn open_input_with(path: &Path, streams: bool) -> io::Result<(File, InputGuard)> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let t = meta.file_type();
+    let stream = t.is_fifo() || t.is_char_device() || t.is_socket();
+    if !(t.is_file() || t.is_block_device() || streams && stream) {
+        return Err(invalid(format!(
+            "{} is {}, not a regular file",
+            path.display(),
+            what(&t).unwrap_or("not a regular file")
+        )));
+    }
+    // Reads block again from here on (a regular file never blocks anyway).
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on a descriptor this function owns, with valid flags.
+    unsafe {
+        let fd = file.as_raw_fd();
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    let id = INPUT_IDS.fetch_add(1, Ordering::Relaxed);
+    let mut inputs = INPUTS.lock().unwrap_or_else(|e| e.into_inner());
+    inputs.push((meta.dev(), meta.ino(), path.to_path_buf(), id));
+    Ok((file, InputGuard(id)))
+}
+
+/// An error when `out` (followed through symlinks) is a file this process
+/// holds as an input ([`open_input`]): writing it would destroy what is
+/// being read. A path that does not exist yet is no input.
+pub fn check_not_input(out: &Path) -> io::Result<()> {
+    let Ok(meta) = fs::metadata(out) else {
+        return Ok(());
+    };
+    let inputs = INPUTS.lock().unwrap_or_else(|e| e.into_inner());
+    match inputs
+        .iter()
+        .find(|(d, i, ..)| *d == meta.dev() && *i == meta.ino())
+    {
+        Some((_, _, input, _)) => Err(invalid(format!(
+            "{} is the same file as the input {}: the output would replace the input it is read from (choose another output)",
+            out.display(),
+            input.display()
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// What a non-regular file is, in words (`None` for a regular file).
 fn what(t: &fs::FileType) -> Option<&'static str> {
     if t.is_file() {
@@ -196,6 +300,40 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| n.ends_with(".tmp"))
             .collect()
+    }
+
+    #[test]
+    fn an_input_is_protected_while_its_guard_lives_through_any_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("in.gguf");
+        fs::write(&p, b"model").unwrap();
+        std::os::unix::fs::symlink(&p, dir.path().join("link")).unwrap();
+        fs::hard_link(&p, dir.path().join("hard")).unwrap();
+        let (_f, guard) = open_input(&p).unwrap();
+        for name in ["in.gguf", "link", "hard"] {
+            let e = write_file_atomic(&dir.path().join(name), b"x").unwrap_err();
+            assert!(e.to_string().contains("same file as the input"), "{e}");
+        }
+        assert_eq!(fs::read(&p).unwrap(), b"model");
+        drop(guard);
+        write_file_atomic(&p, b"new").unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"new");
+    }
+
+    #[test]
+    fn an_input_that_is_a_fifo_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_input(&p).unwrap_err();
+        assert!(
+            e.to_string().contains("is a FIFO, not a regular file"),
+            "{e}"
+        );
+        // Text may come from a pipe: the open does not block either.
+        assert!(open_text_input(&p).is_ok());
     }
 
     #[test]

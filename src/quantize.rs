@@ -8,6 +8,8 @@
 //!   `general.quantization_version` (2) and `general.file_type` last;
 //! - tensor order: llama.cpp's loader order, tensors outside any block first,
 //!   then block by block, by name within each;
+//! - shapes: without trailing 1s (ggml's `ggml_n_dims`), so a converter's
+//!   `{n_embd, 1}` shared-expert gate is written `{n_embd}`;
 //! - types: the mix's rule for each tensor ([`crate::synth::Recipe::type_for`],
 //!   checked against llama-quantize by `scripts/compare_llama_quantize.sh`),
 //!   then `--tensor-type` / `--output-tensor-type` / `--token-embedding-type`,
@@ -81,14 +83,15 @@ pub fn recipe_of_type_name(s: &str) -> Option<Recipe> {
 }
 
 /// A tensor's role and block from its name (the names `clover synth` writes,
-/// which are llama.cpp's for both architectures); `None` for other names.
+/// which are llama.cpp's for both architectures, and an MTP block's
+/// `nextn.*`); `None` for other names.
 pub fn role_of(name: &str) -> Option<(Role, Option<usize>)> {
     static ROLES: std::sync::OnceLock<HashMap<String, Role>> = std::sync::OnceLock::new();
     let roles = ROLES.get_or_init(|| {
         // Every name a file can hold: a clover_moe model has both layer
         // kinds and every tensor qwen35moe has.
         let d = Dims::for_preset(Preset::Tiny, Arch::CloverMoe);
-        tensor_specs(Arch::CloverMoe, &d)
+        let mut roles: HashMap<String, Role> = tensor_specs(Arch::CloverMoe, &d)
             .into_iter()
             .map(|t| {
                 let suffix = match t.layer {
@@ -97,7 +100,19 @@ pub fn role_of(name: &str) -> Option<(Role, Option<usize>)> {
                 };
                 (suffix, t.role)
             })
-            .collect()
+            .collect();
+        // An MTP block's own tensors, as llama.cpp's converter names them.
+        for (suffix, role) in [
+            ("nextn.eh_proj.weight", Role::NextnEhProj),
+            ("nextn.enorm.weight", Role::NextnNorm),
+            ("nextn.hnorm.weight", Role::NextnNorm),
+            ("nextn.shared_head_norm.weight", Role::NextnNorm),
+            ("nextn.embed_tokens.weight", Role::NextnMatrix),
+            ("nextn.shared_head_head.weight", Role::NextnMatrix),
+        ] {
+            roles.insert(suffix.to_string(), role);
+        }
+        roles
     });
     match block_of(name) {
         Some((il, suffix)) => roles.get(suffix).map(|&r| (r, Some(il))),
@@ -242,7 +257,8 @@ pub fn plan(file: &GgufFile, opts: &QuantizeOptions) -> Result<QuantizePlan, Qua
         }
         tensors.push(Planned {
             name: t.name.clone(),
-            dims: t.dims.clone(),
+            // As llama-quantize writes shapes: without trailing 1s.
+            dims: crate::model::weights::trim_unit_dims(&t.dims).to_vec(),
             from: t.ty,
             to,
             weights,

@@ -10,6 +10,12 @@
 //! * `SIGBUS`: when the faulting address lies in a registered model mapping, the
 //!   file changed or shrank while in use: the same clean-up, one line on stderr
 //!   and exit status 1. Any other `SIGBUS` is cleaned up after and re-raised.
+//!   The handler stays installed (no `SA_RESETHAND`): when several threads
+//!   fault at once, the first prints and exits, the others wait for that
+//!   exit instead of dying of the default action.
+//! * `SIGXFSZ` ignored: a write past the file-size limit (`ulimit -f`) then
+//!   fails with `EFBIG`, and the writer's error path removes its temporary
+//!   file and prints one line, as for a full disk.
 //!
 //! Handlers run on whatever thread the kernel picks, at any instruction, so
 //! everything they touch is a fixed-size table of atomics filled ahead of time,
@@ -38,6 +44,8 @@ static MAP_LEN: [AtomicUsize; MAX_MAPS] = [const { AtomicUsize::new(0) }; MAX_MA
 static TERM_SAVED: OnceLock<(i32, libc::termios)> = OnceLock::new();
 /// Whether the TUI holds the terminal now.
 static TERM_ACTIVE: AtomicBool = AtomicBool::new(false);
+/// Set by the first thread whose `SIGBUS` lies in a model mapping.
+static BUS_EXITING: AtomicBool = AtomicBool::new(false);
 /// Set by `install`; registrations before it are still honoured.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
 
@@ -58,6 +66,7 @@ pub fn install() {
     // signature the flags promise; `sigaction` structs are zeroed then filled.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
         for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
             let mut sa: libc::sigaction = std::mem::zeroed();
             sa.sa_sigaction = on_terminate as extern "C" fn(libc::c_int) as usize;
@@ -68,7 +77,7 @@ pub fn install() {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction =
             on_bus as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
+        sa.sa_flags = libc::SA_SIGINFO;
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
     }
@@ -211,21 +220,31 @@ extern "C" fn on_terminate(sig: libc::c_int) {
 extern "C" fn on_bus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let in_map = in_mapping(addr);
-    clean_up();
-    if in_map {
-        // SAFETY: write and _exit are async-signal-safe.
-        unsafe {
-            libc::write(
-                libc::STDERR_FILENO,
-                BUS_MESSAGE.as_ptr().cast(),
-                BUS_MESSAGE.len(),
-            );
-            libc::_exit(1);
+    if !in_mapping(addr) {
+        // Not ours: clean up, put the default action back, and return: the
+        // faulting access runs again and ends the process as before.
+        clean_up();
+        // SAFETY: signal is async-signal-safe.
+        unsafe { libc::signal(libc::SIGBUS, libc::SIG_DFL) };
+        return;
+    }
+    if BUS_EXITING.swap(true, Ordering::SeqCst) {
+        // Another thread faulted first and is exiting: wait for it.
+        loop {
+            // SAFETY: pause is async-signal-safe.
+            unsafe { libc::pause() };
         }
     }
-    // Not ours: SA_RESETHAND restored the default action, and returning
-    // re-runs the faulting access, which now ends the process as before.
+    clean_up();
+    // SAFETY: write and _exit are async-signal-safe.
+    unsafe {
+        libc::write(
+            libc::STDERR_FILENO,
+            BUS_MESSAGE.as_ptr().cast(),
+            BUS_MESSAGE.len(),
+        );
+        libc::_exit(1);
+    }
 }
 
 #[cfg(test)]

@@ -36,13 +36,15 @@ fn temp_file(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
     p
 }
 
-/// A clover_moe file: 41 blocks (the last an MTP block), interval 4, 8
+/// A clover_moe file: 41 blocks (the last an MTP block, as
+/// `nextn_predict_layers` says), interval 4, 8
 /// experts of which 2 are used, embedding 8, vocab 5, context 4096.
 fn valid_model(path: &Path) {
     let mut w = GgufWriter::new();
     w.set("general.architecture", Value::str("clover_moe"));
     w.set("general.name", Value::str("Clover-Tiny"));
     w.set("clover_moe.block_count", Value::U32(41));
+    w.set("clover_moe.nextn_predict_layers", Value::U32(1));
     w.set("clover_moe.full_attention_interval", Value::U32(4));
     w.set("clover_moe.expert_count", Value::U32(8));
     w.set("clover_moe.expert_used_count", Value::U32(2));
@@ -266,7 +268,8 @@ fn meta_prints_every_key_with_long_values_abbreviated() {
     let out = inspect(&p, &["--meta"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text.lines().count(), 10, "{text}");
+    // Eleven keys, `nextn_predict_layers` among them.
+    assert_eq!(text.lines().count(), 11, "{text}");
     assert!(
         text.contains("clover_moe.block_count: u32 = 41\n"),
         "{text}"

@@ -494,3 +494,194 @@ fn nan_weights_stop_generation_with_one_line_naming_the_first_bad_layer() {
     assert_one_error_line(&out, "NaN or infinite");
     assert!(stderr(&out).contains("layer 1"), "{}", stderr(&out));
 }
+
+#[test]
+fn an_output_that_is_the_same_file_as_an_input_is_refused_before_any_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let m = d.join("x.gguf");
+    std::fs::copy(tiny(Arch::Qwen35Moe), &m).unwrap();
+    let before = std::fs::read(&m).unwrap();
+    std::os::unix::fs::symlink(&m, d.join("link.gguf")).unwrap();
+    std::fs::hard_link(&m, d.join("hard.gguf")).unwrap();
+    let text = d.join("t.txt");
+    std::fs::write(
+        &text,
+        "In the beginning God created the heaven and the earth. ".repeat(8),
+    )
+    .unwrap();
+    let (ms, ts) = (m.to_str().unwrap(), text.to_str().unwrap());
+    let abs = std::fs::canonicalize(&m).unwrap();
+    let cases: Vec<Vec<String>> = [
+        vec!["quantize", ms, abs.to_str().unwrap(), "Q4_0"],
+        vec![
+            "quantize",
+            ms,
+            d.join("link.gguf").to_str().unwrap(),
+            "Q4_0",
+        ],
+        vec![
+            "quantize",
+            ms,
+            d.join("hard.gguf").to_str().unwrap(),
+            "Q4_0",
+        ],
+        vec!["imatrix", "-m", ms, "-f", ts, "-c", "16", "-o", ms],
+        vec!["inspect", ms, "--dequant", "output_norm.weight", "-o", ms],
+        vec![
+            "perplexity",
+            "-m",
+            ms,
+            "-f",
+            ts,
+            "-c",
+            "16",
+            "--kl-divergence-base",
+            ms,
+        ],
+    ]
+    .iter()
+    .map(|c| c.iter().map(|s| s.to_string()).collect())
+    .collect();
+    for c in &cases {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        let out = clover(&args);
+        assert_one_error_line(&out, "is the same file as the input");
+        assert_eq!(
+            std::fs::read(&m).unwrap(),
+            before,
+            "{args:?} changed the model"
+        );
+    }
+    assert_eq!(
+        strays(d, &["x.gguf", "link.gguf", "hard.gguf", "t.txt"]),
+        Vec::<String>::new()
+    );
+}
+
+#[test]
+fn a_model_path_that_is_a_fifo_is_one_error_line_not_a_hang() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("f");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo with a valid C string.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let t0 = Instant::now();
+    let out = clover(&["run", "-m", fifo.to_str().unwrap(), "-p", "hi"]);
+    assert_one_error_line(&out, "is a FIFO, not a regular file");
+    assert!(t0.elapsed() < Duration::from_secs(20));
+    let out = clover(&[
+        "perplexity",
+        "-m",
+        fifo.to_str().unwrap(),
+        "-f",
+        "/dev/null",
+    ]);
+    assert!(!out.status.success());
+}
+
+/// The model shrinks under a decoding run at `-t 2`: whichever threads
+/// fault, the run ends with the one line and status 1, every time.
+#[test]
+fn sigbus_on_several_threads_is_the_error_line_every_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..20 {
+        let model = default_model_copy(dir.path());
+        let mut child = Command::new(bin())
+            .args(["run", "-m", model.to_str().unwrap(), "-t", "2"])
+            .args(["-p", "In the beginning", "-n", "100000", "-c", "4096"])
+            .args(["--temp", "0", "--ignore-eos"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut first = Vec::new();
+        out.read_until(b' ', &mut first).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&model)
+            .unwrap()
+            .set_len(300_000)
+            .unwrap();
+        let out = finish(child, out);
+        assert_eq!(out.status.code(), Some(1), "run {i}: {}", stderr(&out));
+        assert_one_error_line(&out, "the model file changed or shrank while in use");
+    }
+}
+
+/// `ulimit -f`: the write past the limit is an `EFBIG` error line, and the
+/// temporary file is removed, as on a full disk.
+#[test]
+fn a_file_size_limit_is_one_error_line_and_leaves_no_temporary_file() {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("x.gguf");
+    let src = tiny(Arch::Qwen35Moe);
+    let runs: [Vec<&str>; 3] = [
+        vec![
+            "synth",
+            "--arch",
+            "clover_moe",
+            "--preset",
+            "tiny",
+            "-o",
+            out_path.to_str().unwrap(),
+        ],
+        vec![
+            "quantize",
+            src.to_str().unwrap(),
+            out_path.to_str().unwrap(),
+            "Q8_0",
+        ],
+        vec![
+            "inspect",
+            src.to_str().unwrap(),
+            "--dequant",
+            "token_embd.weight",
+            "-o",
+            out_path.to_str().unwrap(),
+        ],
+    ];
+    for args in &runs {
+        let mut cmd = Command::new(bin());
+        cmd.args(args).stdin(Stdio::null());
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs in the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                let lim = libc::rlimit {
+                    rlim_cur: 100 * 1024,
+                    rlim_max: 100 * 1024,
+                };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = cmd.output().unwrap();
+        assert_one_error_line(&out, "too large");
+        assert_eq!(strays(dir.path(), &[]), Vec::<String>::new(), "{args:?}");
+    }
+}
+
+#[test]
+fn perplexity_with_chunks_0_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "In the beginning ".repeat(64)).unwrap();
+    let m = tiny(Arch::Qwen35Moe);
+    let out = clover(&[
+        "perplexity",
+        "-m",
+        m.to_str().unwrap(),
+        "-f",
+        text.to_str().unwrap(),
+        "-c",
+        "16",
+        "--chunks",
+        "0",
+    ]);
+    assert_one_error_line(&out, "--chunks 0 scores nothing");
+}

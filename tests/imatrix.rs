@@ -5,6 +5,8 @@
 //! scripts/oracle/make_imatrix_fixtures.sh), and the same metadata. Both
 //! summation orders. Plus the refusals, each one line.
 
+mod converter_common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -188,4 +190,52 @@ fn bad_requests_are_one_line_errors() {
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!o.exists() && !q.exists(), "{args:?} left a file");
     }
+}
+
+/// On a file llama.cpp's converter wrote (tests/converter_common), clover
+/// imatrix collects the matrices llama-imatrix collects, each with as many
+/// values (tests/fixtures/converter/imatrix.json): the trunk's products, the
+/// `{n_embd, 1}` shared-expert gate included, and nothing of the MTP block,
+/// which neither program runs.
+#[test]
+fn converter_file_entries_are_llama_imatrixs() {
+    #[derive(serde::Deserialize)]
+    struct Want {
+        entries: std::collections::BTreeMap<String, usize>,
+    }
+    let want: Want = serde_json::from_str(
+        &std::fs::read_to_string(converter_common::dir().join("imatrix.json")).unwrap(),
+    )
+    .unwrap();
+    let model = converter_common::file("real-f32.gguf");
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, &converter_common::reference().text).unwrap();
+    let out = dir.path().join("imatrix.gguf");
+    let run = clover(
+        &[
+            "imatrix",
+            "-m",
+            model.to_str().unwrap(),
+            "-f",
+            text.to_str().unwrap(),
+            "-c",
+            "64",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let im = Imatrix::load(&out).unwrap();
+    let got: std::collections::BTreeMap<String, usize> = im
+        .entries
+        .iter()
+        .map(|(k, e)| (k.clone(), e.sums.len()))
+        .collect();
+    assert_eq!(got, want.entries);
 }

@@ -1,8 +1,11 @@
 //! `clover quantize` writes the bytes llama-quantize writes: for each case of
 //! tests/fixtures/quantize.json (llama-quantize's outputs, as sha256 and size,
 //! written by scripts/oracle/make_quantize_fixtures.sh), the same synthetic
-//! f32 source quantized with the same arguments. Plus the refusals, each one
-//! line.
+//! f32 source quantized with the same arguments; and the same for the
+//! converter's F32 and BF16 files (tests/converter_common). Plus the
+//! refusals, each one line.
+
+mod converter_common;
 
 use std::path::Path;
 use std::process::Command;
@@ -98,6 +101,68 @@ fn quantized_files_are_llama_quantizes_byte_for_byte() {
         let what = format!("{} {} {}", c.preset, c.args, c.ty);
         assert_eq!(std::fs::metadata(&out).unwrap().len(), c.bytes, "{what}");
         assert_eq!(sha256(&out), c.sha256, "{what}");
+        eprintln!("{what}: identical to llama-quantize");
+    }
+}
+
+#[derive(Deserialize)]
+struct ConverterCases {
+    cases: Vec<ConverterCase>,
+}
+
+#[derive(Deserialize)]
+struct ConverterCase {
+    source: String,
+    #[serde(rename = "type")]
+    ty: String,
+    sha256: String,
+    bytes: u64,
+}
+
+/// llama-quantize on files llama.cpp's converter wrote: shapes written
+/// without trailing 1s (the shared expert's `{n_embd, 1}` gate), the MTP
+/// block's `nextn.eh_proj` quantized like any matrix, BF16 sources.
+#[test]
+fn converter_files_quantize_as_llama_quantize_does() {
+    let text = std::fs::read_to_string(converter_common::dir().join("quantize.json")).unwrap();
+    let fx: ConverterCases = serde_json::from_str(&text).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for c in &fx.cases {
+        let src = converter_common::file(&c.source);
+        let out = dir.path().join("q.gguf");
+        let run = clover(&[
+            "quantize",
+            src.to_str().unwrap(),
+            out.to_str().unwrap(),
+            &c.ty,
+            "-t",
+            "2",
+        ]);
+        let what = format!("{} {}", c.source, c.ty);
+        assert!(
+            run.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert_eq!(std::fs::metadata(&out).unwrap().len(), c.bytes, "{what}");
+        assert_eq!(sha256(&out), c.sha256, "{what}");
+        // clover loads what it wrote.
+        let ran = clover(&[
+            "run",
+            "-m",
+            out.to_str().unwrap(),
+            "-p",
+            "In the",
+            "-n",
+            "4",
+            "--temp",
+            "0",
+        ]);
+        assert!(
+            ran.status.success(),
+            "{what}: {}",
+            String::from_utf8_lossy(&ran.stderr)
+        );
         eprintln!("{what}: identical to llama-quantize");
     }
 }

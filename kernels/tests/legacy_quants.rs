@@ -325,3 +325,15 @@ fn all_zero_blocks_quantise_to_zero() {
     }
     let _ = Buf::zeroed(0);
 }
+
+#[test]
+fn an_all_zero_iq4_nl_block_is_ggmls_with_the_search() {
+    // ggml's quantize_iq4_nl: scale 0, and each level still chosen for 0 · x,
+    // the one nearest 0 (index 8, value 1): bytes 0x88 (as llama-quantize
+    // writes a zero row of a converter's embedding).
+    let x = [0f32; 32];
+    let mut q = [0u8; 18];
+    scalar::iq4_nl::quantize_searched(&x, &mut q, None);
+    assert_eq!(&q[..2], &[0, 0]);
+    assert!(q[2..].iter().all(|&b| b == 0x88), "{q:?}");
+}

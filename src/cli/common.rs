@@ -100,8 +100,10 @@ pub const MAX_PROMPT_FILE: u64 = 64 << 20;
 pub fn read_text_file(path: &std::path::Path, max: u64, what: &str) -> anyhow::Result<String> {
     use anyhow::Context;
     use std::io::Read;
-    let file = std::fs::File::open(path)
+    let (file, guard) = crate::output::open_text_input(path)
         .with_context(|| format!("reading the {what} {}", path.display()))?;
+    // A command's text stays its input to the end: no output replaces it.
+    guard.keep();
     let mut bytes = Vec::new();
     file.take(max + 1)
         .read_to_end(&mut bytes)

@@ -92,6 +92,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
     }
     let text = super::common::read_text_file(&args.file, MAX_TEXT_FILE, "text file")?;
     let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
+    crate::output::check_not_input(&args.output)?;
     let mut tokens = m.tokenizer.encode(&text, false)?;
     let c = args.ctx_size;
     // llama-imatrix's rule: at least two chunks of text.

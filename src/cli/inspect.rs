@@ -87,29 +87,49 @@ fn total_parameters(file: &GgufFile) -> u128 {
 /// How the layers of a hybrid model divide into kinds.
 #[derive(Debug, PartialEq, Eq)]
 pub struct LayerKinds {
-    /// Layers the forward pass runs (without an MTP block).
+    /// Layers the forward pass runs (without the MTP blocks).
     pub layers: u32,
     pub full_attention: u32,
     pub gated_deltanet: u32,
-    /// Index of a trailing MTP block that is skipped, if any.
+    /// Index of the first trailing MTP block, which the forward pass skips.
     pub mtp_block: Option<u32>,
+    /// How many MTP blocks trail the stack.
+    pub mtp_blocks: u32,
 }
 
-/// For clover_moe / qwen35moe: layer i is full attention iff
-/// (i + 1) % interval == 0, Gated DeltaNet otherwise; with 41 blocks the
-/// last one (blk.40) is the MTP block and is not part of the stack.
-pub fn layer_kinds(block_count: u32, interval: u32) -> anyhow::Result<LayerKinds> {
+/// For clover_moe / qwen35moe: the last `nextn` of `block_count` blocks are
+/// MTP blocks; the others divide into kinds as the loader divides them
+/// (`attention.recurrent_layers` when given, else every `interval`th layer
+/// is full attention).
+pub fn layer_kinds(
+    block_count: u32,
+    interval: u32,
+    nextn: u32,
+    recurrent: Option<(&str, &Value)>,
+) -> anyhow::Result<LayerKinds> {
     if interval == 0 {
         bail!("full_attention_interval is 0");
     }
-    let mtp_block = (block_count == 41).then_some(40);
-    let layers = if mtp_block.is_some() { 40 } else { block_count };
-    let full_attention = (0..layers).filter(|i| (i + 1) % interval == 0).count() as u32;
+    if nextn >= block_count {
+        bail!("nextn_predict_layers {nextn} leaves no trunk of {block_count} blocks");
+    }
+    let layers = block_count - nextn;
+    let kinds = crate::model::config::trunk_layer_kinds(
+        recurrent,
+        interval as usize,
+        layers as usize,
+        block_count as usize,
+    )?;
+    let full_attention = kinds
+        .iter()
+        .filter(|k| **k == crate::model::LayerKind::Attention)
+        .count() as u32;
     Ok(LayerKinds {
         layers,
         full_attention,
         gated_deltanet: layers - full_attention,
-        mtp_block,
+        mtp_block: (nextn > 0).then_some(layers),
+        mtp_blocks: nextn,
     })
 }
 
@@ -142,21 +162,43 @@ pub fn summary(file: &GgufFile) -> anyhow::Result<String> {
         if !is_hybrid(arch) {
             writeln!(s, "layers: {blocks}")?;
         } else {
-            // Without the interval key the kinds are unknown; the MTP rule
-            // still holds.
+            // The MTP blocks: `nextn_predict_layers`, or (as the loader
+            // reads a file without the key) a last block holding `nextn.*`.
+            let nextn = match opt_u32("nextn_predict_layers")? {
+                Some(n) => n,
+                None => {
+                    let last = blocks.saturating_sub(1);
+                    let eh = format!("blk.{last}.nextn.eh_proj.weight");
+                    u32::from(blocks > 1 && file.tensor(&eh).is_some())
+                }
+            };
+            let recurrent_key = key("attention.recurrent_layers");
+            let recurrent = file
+                .get(&recurrent_key)
+                .map(|v| (recurrent_key.as_str(), v));
+            // Without either pattern key the kinds are unknown.
             let interval = opt_u32("full_attention_interval")?;
-            let k = layer_kinds(blocks, interval.unwrap_or(1))
-                .with_context(|| key("full_attention_interval"))?;
-            match interval {
-                Some(i) => writeln!(
+            let k = layer_kinds(blocks, interval.unwrap_or(1), nextn, recurrent)
+                .with_context(|| key("block_count"))?;
+            match (recurrent.is_some(), interval) {
+                (true, _) => writeln!(
+                    s,
+                    "layers: {} ({} gated deltanet, {} full attention, from recurrent_layers)",
+                    k.layers, k.gated_deltanet, k.full_attention
+                )?,
+                (false, Some(i)) => writeln!(
                     s,
                     "layers: {} ({} gated deltanet, {} full attention, every {i}th)",
                     k.layers, k.gated_deltanet, k.full_attention
                 )?,
-                None => writeln!(s, "layers: {}", k.layers)?,
+                (false, None) => writeln!(s, "layers: {}", k.layers)?,
             }
-            if let Some(b) = k.mtp_block {
-                writeln!(s, "mtp: blk.{b} is an MTP block, skipped")?;
+            match (k.mtp_block, k.mtp_blocks) {
+                (Some(b), 1) => writeln!(s, "mtp: blk.{b} is an MTP block, skipped")?,
+                (Some(b), n) => {
+                    writeln!(s, "mtp: blk.{b}..blk.{} are MTP blocks, skipped", b + n - 1)?
+                }
+                _ => {}
             }
         }
     }
@@ -333,14 +375,18 @@ mod tests {
 
     #[test]
     fn every_fourth_layer_is_full_attention_in_the_35b_stack() {
-        let k = layer_kinds(40, 4).unwrap();
+        let k = layer_kinds(40, 4, 0, None).unwrap();
         assert_eq!((k.layers, k.gated_deltanet, k.full_attention), (40, 30, 10));
         assert_eq!(k.mtp_block, None);
     }
 
     #[test]
     fn a_41st_block_is_the_mtp_block_and_is_skipped() {
-        let k = layer_kinds(41, 4).unwrap();
+        // With one MTP block announced: any layer count, not only 41.
+        let k = layer_kinds(9, 4, 1, None).unwrap();
+        assert_eq!((k.layers, k.gated_deltanet, k.full_attention), (8, 6, 2));
+        assert_eq!(k.mtp_block, Some(8));
+        let k = layer_kinds(41, 4, 1, None).unwrap();
         assert_eq!((k.layers, k.gated_deltanet, k.full_attention), (40, 30, 10));
         assert_eq!(k.mtp_block, Some(40));
     }
@@ -348,15 +394,15 @@ mod tests {
     #[test]
     fn layer_counts_that_are_not_a_multiple_of_the_interval_round_down() {
         // Layers 0..6: full attention at i = 3 only ((i + 1) % 4 == 0).
-        let k = layer_kinds(6, 4).unwrap();
+        let k = layer_kinds(6, 4, 0, None).unwrap();
         assert_eq!((k.gated_deltanet, k.full_attention), (5, 1));
-        let k = layer_kinds(3, 1).unwrap();
+        let k = layer_kinds(3, 1, 0, None).unwrap();
         assert_eq!((k.gated_deltanet, k.full_attention), (0, 3));
     }
 
     #[test]
     fn an_interval_of_zero_is_an_error() {
-        assert!(layer_kinds(40, 0).is_err());
+        assert!(layer_kinds(40, 0, 0, None).is_err());
     }
 
     #[test]

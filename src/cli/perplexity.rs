@@ -129,6 +129,9 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     if args.threads == Some(0) {
         bail!("--threads must be at least 1");
     }
+    if args.chunks == 0 {
+        bail!("--chunks 0 scores nothing: give a positive number of windows, or -1 for the whole text");
+    }
     if args.kl_divergence {
         return run_kld(&args);
     }
@@ -223,7 +226,7 @@ fn run_kld(args: &PerplexityArgs) -> anyhow::Result<()> {
         .as_deref()
         .context("--kl-divergence needs --kl-divergence-base FILE")?;
     let what = || format!("--kl-divergence-base {}", path.display());
-    let f = std::fs::File::open(path).with_context(what)?;
+    let (f, _input) = crate::output::open_input(path).with_context(what)?;
     let len = f.metadata().with_context(what)?.len();
     let mut r = std::io::BufReader::new(f);
     let h = kld::read_header(&mut r, len).with_context(what)?;

@@ -108,10 +108,10 @@ pub fn run(args: QuantizeArgs) -> anyhow::Result<()> {
     if args.threads == Some(0) {
         bail!("-t must be at least 1");
     }
-    if args.input == args.output {
-        bail!("the output would replace the input it is read from: choose another OUT");
-    }
     let file = GgufFile::open(&args.input).with_context(|| format!("{}", args.input.display()))?;
+    // By file identity: the same file through another name, a symlink or a
+    // hard link is refused too, before any work.
+    crate::output::check_not_input(&args.output)?;
     let plan = quantize::plan(&file, &opts).with_context(|| format!("{}", args.input.display()))?;
     if let Some((im, p)) = &opts.imatrix {
         eprintln!(

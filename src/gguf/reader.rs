@@ -76,6 +76,9 @@ pub struct GgufFile {
     /// Tensors derived from this file's (repacked for a kernel), built once
     /// by the first [`GgufFile::derived`] call and kept with the mapping.
     derived: OnceLock<HashMap<String, Vec<u64>>>,
+    /// While the file is open, no output of this process may replace it
+    /// ([`crate::output::open_input`]).
+    input: Option<crate::output::InputGuard>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -265,18 +268,12 @@ impl GgufFile {
 
     /// Maps `path` read-only (populated at once with `populate`), registered
     /// with [`crate::signals`] so that a `SIGBUS` inside it is one error line.
-    fn map(path: &Path, populate: bool) -> Result<Storage, GgufError> {
+    fn map(path: &Path, populate: bool) -> Result<(Storage, crate::output::InputGuard), GgufError> {
         let io = |cause| GgufError::Io {
             path: path.to_path_buf(),
             cause,
         };
-        let file = File::open(path).map_err(io)?;
-        if file.metadata().map_err(io)?.is_dir() {
-            return Err(io(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "is a directory",
-            )));
-        }
+        let (file, guard) = crate::output::open_input(path).map_err(io)?;
         let mut options = MmapOptions::new();
         if populate {
             options.populate();
@@ -287,11 +284,14 @@ impl GgufFile {
         // parsing below is bounds-checked against the mapping's length.
         let map = unsafe { options.map(&file) }.map_err(io)?;
         let slot = crate::signals::register_mapping(map.as_ptr(), map.len());
-        Ok(Storage::Mmap(map, slot, file))
+        Ok((Storage::Mmap(map, slot, file), guard))
     }
 
     fn open_with(path: &Path, populate: bool) -> Result<GgufFile, GgufError> {
-        GgufFile::parse(GgufFile::map(path, populate)?)
+        let (storage, guard) = GgufFile::map(path, populate)?;
+        let mut f = GgufFile::parse(storage)?;
+        f.input = Some(guard);
+        Ok(f)
     }
 
     /// Reads the whole file into memory (`--no-mmap`, like llama.cpp's): no
@@ -302,7 +302,7 @@ impl GgufFile {
             path: path.to_path_buf(),
             cause,
         };
-        let mut file = File::open(path).map_err(io)?;
+        let (mut file, guard) = crate::output::open_input(path).map_err(io)?;
         let meta = file.metadata().map_err(io)?;
         if !meta.is_file() {
             return Err(io(std::io::Error::new(
@@ -326,7 +326,9 @@ impl GgufFile {
         words.resize(len.div_ceil(8), 0);
         let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
         file.read_exact(bytes).map_err(io)?;
-        GgufFile::parse(Storage::Owned { words, len })
+        let mut f = GgufFile::parse(Storage::Owned { words, len })?;
+        f.input = Some(guard);
+        Ok(f)
     }
 
     /// Validates a file held in memory (tests, fuzzing).
@@ -360,6 +362,7 @@ impl GgufFile {
             tensors: header.tensors,
             tensor_index,
             derived: OnceLock::new(),
+            input: None,
         })
     }
 

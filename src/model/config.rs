@@ -4,8 +4,9 @@
 //! Head dims are read from `attention.key_length` / `value_length` (never
 //! `embedding_length / head_count`). `block_count` includes exported MTP blocks
 //! (`nextn_predict_layers`, e.g. 41 = 40 + `blk.40`); those are not executed.
-//! Layer `i` is full attention iff `(i + 1) % full_attention_interval == 0`,
-//! otherwise Gated DeltaNet.
+//! Which layers are Gated DeltaNet comes from `attention.recurrent_layers`
+//! when the file has it (llama.cpp's converter writes it), else layer `i` is
+//! full attention iff `(i + 1) % full_attention_interval == 0`.
 
 use thiserror::Error;
 
@@ -181,6 +182,62 @@ fn rope_sections(key: &str, v: &Value, head_dim: usize) -> Result<[u32; 4], Conf
     Ok(s)
 }
 
+/// The mixer of each of the `n_layer` trunk layers. With
+/// `attention.recurrent_layers` (`recurrent`: its key and value), as
+/// llama.cpp reads it: one flag per block, MTP blocks included (an array of
+/// bool, uint32 or int32 of `block_count` entries, or one scalar for every
+/// block), a set flag meaning Gated DeltaNet. Without it, layer `i` is full
+/// attention iff `(i + 1) % interval == 0`.
+pub fn trunk_layer_kinds(
+    recurrent: Option<(&str, &Value)>,
+    interval: usize,
+    n_layer: usize,
+    n_layer_all: usize,
+) -> Result<Vec<LayerKind>, ConfigError> {
+    let kind = |gdn: bool| match gdn {
+        true => LayerKind::DeltaNet,
+        false => LayerKind::Attention,
+    };
+    let Some((k, v)) = recurrent else {
+        return Ok((0..n_layer)
+            .map(|i| kind(!(i + 1).is_multiple_of(interval)))
+            .collect());
+    };
+    let flag = |v: &Value| match v {
+        Value::Bool(b) => Some(*b),
+        Value::U32(_) | Value::I32(_) => v.as_i64().map(|n| n != 0),
+        _ => None,
+    };
+    let wrong_type = || ConfigError::WrongType {
+        key: k.to_string(),
+        expected: "bool, uint32 or int32, or an array of them",
+        found: match v {
+            Value::Array(ty, _) => format!("array of {}", ty.name()),
+            _ => v.value_type().name().to_string(),
+        },
+    };
+    let flags: Vec<bool> = match v {
+        Value::Array(_, items) => {
+            if items.len() != n_layer_all {
+                return Err(invalid(
+                    k,
+                    format!(
+                        "has {} entries; expected block_count {n_layer_all}",
+                        items.len()
+                    ),
+                ));
+            }
+            items
+                .iter()
+                .map(flag)
+                .collect::<Option<_>>()
+                .ok_or_else(wrong_type)?
+        }
+        _ => vec![flag(v).ok_or_else(wrong_type)?; n_layer_all],
+    };
+    Ok(flags[..n_layer].iter().map(|&f| kind(f)).collect())
+}
+
 /// Hard caps against hostile metadata (sizes far beyond any real model).
 const MAX_DIM: usize = 1 << 20;
 const MAX_LAYERS: usize = 1024;
@@ -319,15 +376,13 @@ impl ModelConfig {
                 "must be at least 1",
             ));
         }
-        let layer_kinds = (0..n_layer)
-            .map(|i| {
-                if (i + 1).is_multiple_of(full_attention_interval) {
-                    LayerKind::Attention
-                } else {
-                    LayerKind::DeltaNet
-                }
-            })
-            .collect();
+        let recurrent_key = key("attention.recurrent_layers");
+        let layer_kinds = trunk_layer_kinds(
+            get(&recurrent_key).map(|v| (recurrent_key.as_str(), v)),
+            full_attention_interval,
+            n_layer,
+            n_layer_all,
+        )?;
         let ssm_conv_kernel_right = opt_usize("ssm.conv_kernel_right", 0)?;
         if ssm_conv_kernel_right > MAX_DIM {
             return Err(invalid(&key("ssm.conv_kernel_right"), "too large"));
@@ -573,5 +628,55 @@ mod tests {
             load(&m).unwrap_err(),
             ConfigError::UnknownArch("llama".into())
         );
+    }
+
+    #[test]
+    fn recurrent_layers_decide_the_pattern_over_the_interval() {
+        // The converter's array: one flag per block, the MTP block's false.
+        let mut m = a3b_metadata("qwen35moe");
+        let mut flags = vec![Value::Bool(true); 41];
+        for i in [5, 20, 40] {
+            flags[i] = Value::Bool(false);
+        }
+        m.insert(
+            "qwen35moe.attention.recurrent_layers".into(),
+            Value::Array(ValueType::Bool, flags),
+        );
+        let c = load(&m).unwrap();
+        let attention: Vec<usize> = (0..c.n_layer)
+            .filter(|&i| c.layer_kinds[i] == LayerKind::Attention)
+            .collect();
+        assert_eq!(attention, [5, 20]);
+        assert_eq!(c.n_layer, 40);
+
+        // uint32 flags as llama.cpp accepts them; a scalar for every block.
+        m.insert(
+            "qwen35moe.attention.recurrent_layers".into(),
+            Value::Array(ValueType::U32, (0..41).map(|i| Value::U32(i % 2)).collect()),
+        );
+        assert_eq!(load(&m).unwrap().layer_kinds[0], LayerKind::Attention);
+        assert_eq!(load(&m).unwrap().layer_kinds[1], LayerKind::DeltaNet);
+        m.insert(
+            "qwen35moe.attention.recurrent_layers".into(),
+            Value::Bool(true),
+        );
+        assert_eq!(load(&m).unwrap().n_attention_layers(), 0);
+    }
+
+    #[test]
+    fn recurrent_layers_of_the_wrong_length_or_type_are_refused() {
+        let mut m = a3b_metadata("qwen35moe");
+        m.insert(
+            "qwen35moe.attention.recurrent_layers".into(),
+            Value::Array(ValueType::Bool, vec![Value::Bool(true); 40]),
+        );
+        let e = load(&m).unwrap_err().to_string();
+        assert!(e.contains("has 40 entries; expected block_count 41"), "{e}");
+        m.insert(
+            "qwen35moe.attention.recurrent_layers".into(),
+            Value::Array(ValueType::F32, vec![Value::F32(1.0); 41]),
+        );
+        let e = load(&m).unwrap_err().to_string();
+        assert!(e.contains("array of f32"), "{e}");
     }
 }

@@ -190,6 +190,20 @@ pub struct Weights<'a> {
     pub n_vocab: usize,
 }
 
+/// The dims without trailing 1s (at least one kept): what ggml's
+/// `ggml_n_dims` counts, and so how llama-quantize writes a shape.
+pub fn trim_unit_dims(dims: &[u64]) -> &[u64] {
+    let n = dims.iter().rposition(|&d| d != 1).map_or(1, |i| i + 1);
+    &dims[..n.min(dims.len())]
+}
+
+/// Shapes compared as llama.cpp's loader compares them: dimension by
+/// dimension with missing ones taken as 1, so a converter's `{n, 1}` is the
+/// `{n}` the model expects.
+pub fn same_shape(found: &[u64], expected: &[u64]) -> bool {
+    trim_unit_dims(found) == trim_unit_dims(expected)
+}
+
 fn usable_weight_type(ty: GgmlType) -> bool {
     !matches!(ty, GgmlType::Q8_1 | GgmlType::Q8_K)
 }
@@ -211,7 +225,7 @@ impl<'a> Binder<'_, 'a> {
         w: WeightRef<'a>,
         expected: &[u64],
     ) -> Result<WeightRef<'a>, WeightError> {
-        if w.dims != expected {
+        if !same_shape(&w.dims, expected) {
             return Err(WeightError::Shape {
                 name: name.to_string(),
                 expected: expected.to_vec(),
@@ -322,7 +336,7 @@ impl<'a> Weights<'a> {
         let e = cfg.n_embd;
         let embd_name = "token_embd.weight";
         let embd = lookup(embd_name).ok_or_else(|| WeightError::Missing(embd_name.into()))?;
-        let n_vocab = match embd.dims.as_slice() {
+        let n_vocab = match trim_unit_dims(&embd.dims) {
             [d0, v] if *d0 == e as u64 && *v >= 1 && *v <= (1 << 24) => *v as usize,
             _ => {
                 return Err(WeightError::Shape {
@@ -449,7 +463,9 @@ fn bind_diffusion(
     let ch = cfg.ssm_conv_channels() as u64;
     let k_right = match cfg.ssm_conv_kernel_right {
         0 => match (b.lookup)(&right).map(|w| w.dims) {
-            Some(d) if d.len() == 2 && d[0] >= 1 && d[0] <= 64 => d[0] as usize,
+            Some(d) if d.len() >= 2 && same_shape(&d, &[d[0], ch]) && d[0] >= 1 && d[0] <= 64 => {
+                d[0] as usize
+            }
             Some(d) => {
                 return Err(WeightError::Shape {
                     name: right,

@@ -43,6 +43,15 @@ pub enum Role {
     AttnOutput,
     AttnQNorm,
     AttnKNorm,
+    // A multi-token-prediction block's own tensors (`blk.N.nextn.*`)
+    /// `nextn.eh_proj {2·n_embd, n_embd}`: the projection of
+    /// [enorm(embedding); hnorm(hidden)].
+    NextnEhProj,
+    /// `nextn.enorm`, `nextn.hnorm`, `nextn.shared_head_norm`.
+    NextnNorm,
+    /// `nextn.embed_tokens` and `nextn.shared_head_head`, when a file has its
+    /// own (they are optional: the block shares the model's otherwise).
+    NextnMatrix,
 }
 
 impl Role {
@@ -73,6 +82,8 @@ impl Role {
                 | Role::AttnK
                 | Role::AttnV
                 | Role::AttnOutput
+                | Role::NextnEhProj
+                | Role::NextnMatrix
         )
     }
 }

@@ -70,7 +70,8 @@ pub fn init_for(t: &TensorSpec) -> Init {
         | Role::PostAttnNorm
         | Role::AttnQNorm
         | Role::AttnKNorm
-        | Role::SsmNorm => Init::AroundOne { std: 0.05 },
+        | Role::SsmNorm
+        | Role::NextnNorm => Init::AroundOne { std: 0.05 },
         // Router logits ~ N(0, 1.5²): decisive but not one-hot.
         Role::Router => Init::Normal {
             std: 1.5 * inv_sqrt,
@@ -90,7 +91,9 @@ pub fn init_for(t: &TensorSpec) -> Init {
         | Role::AttnQ
         | Role::AttnK
         | Role::AttnV
-        | Role::AttnOutput => Init::Normal { std: inv_sqrt },
+        | Role::AttnOutput
+        | Role::NextnEhProj
+        | Role::NextnMatrix => Init::Normal { std: inv_sqrt },
         Role::Conv => Init::Normal { std: 0.3 },
         Role::ConvRight => Init::Normal { std: 0.2 },
         Role::DtBias => Init::InvSoftplusLogUniform { lo: 1e-3, hi: 1e-1 },

@@ -8,7 +8,10 @@
 //! * when the engine drops the oldest turns to fit the context (`ContextShift`),
 //!   they are not sent again, and a note says so; a reply cut by the end of the
 //!   context ends with [`CONTEXT_FULL_MARKER`];
-//! * `/clear` starts a fresh conversation (the system prompt kept).
+//! * `/clear` starts a fresh conversation (the system prompt kept);
+//! * a line longer than [`MAX_LINE`] bytes (1 MiB) is read no further than
+//!   that: the rest of it up to its newline is skipped unread into memory,
+//!   and the turn fails with `error: …` like any failed turn.
 //!
 //! Notes go to stderr (or the `notes` writer of [`run_lines_with`]), prefixed `clover:`.
 
@@ -62,6 +65,43 @@ pub enum LineError {
     },
 }
 
+/// The longest input line line mode takes, in bytes: a turn beyond it is
+/// refused, so `clover chat < /dev/zero` holds 1 MiB, not all of memory.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// Reads up to and including the next `\n` into `buf`, keeping at most
+/// `cap` bytes. Returns the bytes consumed (0 at the end of input) and
+/// whether the line was longer than `cap` (its rest was skipped).
+fn read_line_capped(
+    input: &mut impl BufRead,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> io::Result<(usize, bool)> {
+    let (mut consumed, mut long) = (0, false);
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok((consumed, long));
+        }
+        let (n, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = cap.saturating_sub(buf.len());
+        buf.extend_from_slice(&chunk[..n.min(room)]);
+        long |= n > room;
+        input.consume(n);
+        consumed += n;
+        if done {
+            return Ok((consumed, long));
+        }
+    }
+}
+
 /// [`run_lines_with`] with notes on stderr.
 pub fn run_lines<E: ChatEngine>(
     engine: &mut E,
@@ -91,10 +131,23 @@ pub fn run_lines_with<E: ChatEngine>(
     let mut line_no = 0;
     loop {
         buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
+        let (n, too_long) = read_line_capped(&mut input, &mut buf, MAX_LINE)?;
+        if n == 0 {
             break;
         }
         line_no += 1;
+        if too_long {
+            let e = format!(
+                "input line {line_no} is longer than {} MiB ({n} bytes): it was skipped",
+                MAX_LINE >> 20
+            );
+            writeln!(output, "error: {e}\n")?;
+            output.flush()?;
+            turns += 1;
+            failed += 1;
+            first_error.get_or_insert(e);
+            continue;
+        }
         let line = match std::str::from_utf8(&buf) {
             Ok(s) => Cow::Borrowed(s),
             Err(_) => {
@@ -298,6 +351,34 @@ mod tests {
         assert!(out.contains("You wrote \"next\"."), "{out}");
         assert_eq!(notes.matches("not valid UTF-8").count(), 1, "{notes}");
         assert!(notes.contains("line 1 "), "{notes}");
+    }
+
+    #[test]
+    fn a_line_longer_than_the_cap_is_one_failed_turn_read_in_bounded_memory() {
+        let mut input = vec![b'x'; MAX_LINE * 3];
+        input.extend_from_slice(b"\nnext\n");
+        let (r, out, _) = run(&mut DemoEngine::instant(), &ChatOptions::default(), &input);
+        assert!(
+            out.contains("error: input line 1 is longer than 1 MiB"),
+            "{out}"
+        );
+        assert!(out.contains("You wrote \"next\"."), "{out}");
+        assert!(
+            matches!(
+                r,
+                Err(LineError::TurnsFailed {
+                    failed: 1,
+                    turns: 2,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        // The buffer never holds more than the cap.
+        let mut buf = Vec::new();
+        let mut rd = std::io::BufReader::new(&input[..]);
+        let (n, long) = read_line_capped(&mut rd, &mut buf, MAX_LINE).unwrap();
+        assert_eq!((n, long, buf.len()), (MAX_LINE * 3 + 1, true, MAX_LINE));
     }
 
     #[test]

@@ -87,6 +87,12 @@ fn quantize_block(x: &[f32], qw: Option<&[f32]>, ntry: i32) -> BlockIq4Nl {
         qs: [0; QK / 2],
     };
     if amax < GROUP_MAX_EPS {
+        // ggml leaves the scale 0; with the search (ntry > 0) it still
+        // picks each level for 0 · x, the level nearest 0 (0x88 packed).
+        if ntry > 0 {
+            let k = best_index_int8(values, 0.0) as u8;
+            b.qs = [k | (k << 4); QK / 2];
+        }
         return b;
     }
     let v0 = values[0] as f32;
