@@ -83,3 +83,45 @@ fn a_chat_template_whose_namespace_holds_itself_is_one_error_line_not_a_stack_ov
         "nesting limit",
     );
 }
+
+/// A template that does not compile blocks only what renders it: a raw
+/// `run` and `perplexity` work, `run --chat` is one line naming it.
+#[test]
+fn a_template_with_a_syntax_error_refuses_chat_but_not_raw_prompts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.gguf");
+    model_with_template(&path, "{% for m in messages %}{{ m.content }");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_clover"))
+            .args(["run", "-m", path.to_str().unwrap(), "-t", "1"])
+            .args(["-p", "hello", "-n", "2", "--temp", "0"])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let raw = run(&[]);
+    assert!(
+        raw.status.success(),
+        "{}",
+        String::from_utf8_lossy(&raw.stderr)
+    );
+    let text = dir.path().join("t.txt");
+    std::fs::write(&text, "hello world, this is a text. ".repeat(20)).unwrap();
+    let ppl = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args(["perplexity", "-m", path.to_str().unwrap(), "-f"])
+        .arg(&text)
+        .args(["-c", "16", "-t", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        ppl.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ppl.stderr)
+    );
+    let chat = run(&["--chat"]);
+    let err = String::from_utf8_lossy(&chat.stderr);
+    assert!(!chat.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("chat template does not compile"), "{err:?}");
+}

@@ -685,3 +685,15 @@ fn perplexity_with_chunks_0_says_so() {
     ]);
     assert_one_error_line(&out, "--chunks 0 scores nothing");
 }
+
+#[test]
+fn minus_one_means_the_default_where_llama_cpp_says_so_and_is_a_clear_line_elsewhere() {
+    let m = tiny(Arch::Qwen35Moe);
+    let ms = m.to_str().unwrap();
+    let out = clover(&[
+        "run", "-m", ms, "-p", "hi", "-n", "2", "-t", "-1", "--seed", "-1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = clover(&["run", "-m", ms, "-p", "hi", "-n", "2", "-c", "-1"]);
+    assert_one_error_line(&out, "invalid value '-1' for '--ctx-size");
+}

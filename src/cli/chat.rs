@@ -111,6 +111,8 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
         Some(path) => (super::common::load_model_file(path, mmap)?, None),
         None => super::common::load_default(mmap)?,
     };
+    // The chat renders the template every turn: refuse a broken one now.
+    model.template()?;
     args.spec.apply_draft_pool(&mut model.model)?;
     if args.spec_type == Some(SpecType::DraftSelf) && !model.model.has_diffusion() {
         anyhow::bail!(

@@ -26,6 +26,40 @@ const LLAMA_SHORT: [(&str, &str); 6] = [
     ("-fa", "--flash-attn"),
 ];
 
+/// Flags whose value `-1` means llama.cpp's default.
+const DEFAULT_AT_MINUS_ONE: [&str; 5] = ["-t", "--threads", "-tb", "--threads-batch", "--seed"];
+
+/// llama.cpp's `-1` for "the default" (`-t -1`: the machine's threads;
+/// `--seed -1`: a random seed): the flag and its value are dropped, so
+/// clover's default applies. Everything after a bare `--` is left alone.
+fn drop_default_minus_one(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    let mut rest = false;
+    for a in args {
+        let s = a.to_str().unwrap_or("");
+        if !rest {
+            if s == "--" {
+                rest = true;
+            } else if s == "-1"
+                && out
+                    .last()
+                    .and_then(|f| f.to_str())
+                    .is_some_and(|f| DEFAULT_AT_MINUS_ONE.contains(&f))
+            {
+                out.pop();
+                continue;
+            } else if s
+                .strip_suffix("=-1")
+                .is_some_and(|f| DEFAULT_AT_MINUS_ONE.contains(&f))
+            {
+                continue;
+            }
+        }
+        out.push(a);
+    }
+    out
+}
+
 /// Rewrites `-ub N`, `-np N`, `-ctk T`, `-ctv T`, `-tb N`, `-fa V` (and `-ctk=T`) to
 /// their long forms; everything after a bare `--` is left alone.
 pub fn rewrite_llama_flags(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
@@ -41,7 +75,7 @@ pub fn rewrite_llama_flags_noting(
     let mut used = Vec::new();
     let mut out = Vec::new();
     let mut rest = false;
-    for a in args {
+    for a in drop_default_minus_one(args) {
         if rest {
             out.push(a);
             continue;
@@ -127,7 +161,7 @@ fn cache_type(s: &str) -> Result<GgmlType, String> {
 #[derive(Args, Debug, Clone)]
 pub struct ContextArgs {
     /// Context size in tokens [default: 4096]
-    #[arg(short = 'c', long = "ctx-size")]
+    #[arg(short = 'c', long = "ctx-size", allow_negative_numbers = true)]
     pub ctx_size: Option<usize>,
     /// Threads for generation (default: all cores)
     #[arg(short = 't', long = "threads")]
@@ -521,6 +555,18 @@ mod tests {
 
     fn strs(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn minus_one_for_threads_and_seed_means_the_default_as_in_llama_cpp() {
+        let got = rewrite_llama_flags(strs(&[
+            "clover", "run", "-t", "-1", "-tb=-1", "--seed", "-1", "-n", "-1", "-p", "-1", "--",
+            "-t", "-1",
+        ]));
+        assert_eq!(
+            got,
+            strs(&["clover", "run", "-n", "-1", "-p", "-1", "--", "-t", "-1"])
+        );
     }
 
     #[test]

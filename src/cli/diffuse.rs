@@ -53,7 +53,12 @@ pub struct DiffuseArgs {
     #[arg(long = "diffusion-threshold")]
     pub threshold: Option<f32>,
     /// Context size
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        default_value_t = 4096,
+        allow_negative_numbers = true
+    )]
     pub ctx_size: usize,
 }
 

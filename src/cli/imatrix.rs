@@ -33,7 +33,12 @@ pub struct ImatrixArgs {
     #[arg(short = 'o', long = "output-file", default_value = "imatrix.gguf")]
     pub output: PathBuf,
     /// Chunk size in tokens
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
     pub ctx_size: usize,
     /// Process at most this many chunks (-1: all)
     #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]

@@ -40,7 +40,12 @@ pub struct PerplexityArgs {
     #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
     pub kl_divergence: bool,
     /// Window size in tokens (the second half of each window is scored)
-    #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
     pub ctx_size: usize,
     /// Score at most this many windows (-1: all)
     #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]

@@ -92,6 +92,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let spec_args = args.spec.clone();
     let load = Box::new(move || {
         let mut m = open_model(path.as_deref(), no_mmap)?;
+        // Chat requests render the template: a file whose template does not
+        // compile is refused at start.
+        m.template()?;
         spec_args.apply_draft_pool(&mut m.model)?;
         if has_spec && !m.model.has_diffusion() {
             bail!(

@@ -23,7 +23,10 @@ pub struct LoadedModel {
     pub file: &'static GgufFile,
     pub model: Model<'static>,
     pub tokenizer: Tokenizer,
-    pub template: ChatTemplate,
+    /// The chat template, or why it does not compile: a raw prompt, a
+    /// perplexity or a benchmark never renders it, so only the chat paths
+    /// refuse such a file ([`LoadedModel::template`]).
+    template: Result<ChatTemplate, String>,
     /// True when the file has no `tokenizer.chat_template` and ChatML is used.
     pub template_fallback: bool,
     /// `general.name`, else the file name.
@@ -105,7 +108,7 @@ impl LoadedModel {
             ),
             None => (CHATML_TEMPLATE, true),
         };
-        let template = ChatTemplate::new(source, &bos, &eos)?;
+        let template = ChatTemplate::new(source, &bos, &eos).map_err(|e| e.to_string());
         let think_tokens = tokenizer
             .token_to_id("<think>")
             .zip(tokenizer.token_to_id("</think>"));
@@ -139,6 +142,14 @@ impl LoadedModel {
         Ok(self.tokenizer.encode(text, true)?)
     }
 
+    /// The file's chat template; an error when it does not compile (the
+    /// chat paths call this at start, to refuse such a file at once).
+    pub fn template(&self) -> Result<&ChatTemplate, EngineError> {
+        self.template
+            .as_ref()
+            .map_err(|e| EngineError::Chat(crate::chat::ChatError::Syntax(e.clone())))
+    }
+
     /// Renders a conversation with the file's chat template.
     pub fn render_chat(
         &self,
@@ -146,7 +157,7 @@ impl LoadedModel {
         add_generation_prompt: bool,
     ) -> Result<String, EngineError> {
         Ok(self
-            .template
+            .template()?
             .render(messages, add_generation_prompt, None)?)
     }
 

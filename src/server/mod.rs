@@ -200,7 +200,8 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
             let tools = api::tools(o)?;
             let text = r
                 .model
-                .template
+                .template()
+                .map_err(|e| ApiError::bad(e.to_string()))?
                 .render_json(&messages, tools.as_ref(), true)
                 .map_err(|e| ApiError::bad(format!("chat template: {e}")))?;
             let thinking = text.trim_end().ends_with("<think>");

@@ -45,11 +45,19 @@ pub struct Transcript {
     pub messages: Vec<SavedMessage>,
 }
 
+impl From<serde_json::Error> for TranscriptError {
+    fn from(e: serde_json::Error) -> TranscriptError {
+        TranscriptError::Json(e)
+    }
+}
+
 /// Why a saved conversation could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TranscriptError {
+    /// The parser's message is part of this one, not a source as well: an
+    /// error chain printed whole (`{:#}`) would say it twice.
     #[error("not a saved clover chat (JSON): {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     #[error("not a saved clover chat: format is {0:?}, expected {FORMAT:?}")]
     Format(String),
     #[error("saved chat version {0} is not supported (this build reads {VERSION})")]
@@ -218,6 +226,10 @@ mod tests {
             Transcript::parse(b"{\"a\": 1}"),
             Err(TranscriptError::Json(_))
         ));
+        // The parser's message once, also in a whole error chain.
+        let e = anyhow::Error::new(Transcript::parse(b"{\"bad").unwrap_err());
+        let line = format!("{e:#}");
+        assert_eq!(line.matches("EOF while parsing").count(), 1, "{line}");
         let bad = br#"{"format":"x","version":1,"messages":[]}"#;
         assert!(matches!(
             Transcript::parse(bad),
