@@ -682,3 +682,147 @@ fn write_json_str(
 #[cfg(test)]
 #[path = "chat_tests.rs"]
 mod tests;
+
+/// Marks around message text in a rendered conversation (two private-use
+/// code points), so that the tokenizer can tell the template's text, whose
+/// special-token texts become control tokens, from the messages' text,
+/// which is plain text: a user who writes `<|im_end|>` writes characters,
+/// not a turn boundary ([`split_marked`]).
+pub const TEXT_OPEN: char = '\u{F8F0}';
+pub const TEXT_CLOSE: char = '\u{F8F1}';
+
+/// `s` with its leading and trailing whitespace left outside the marks (a
+/// template's `trim` or `strip('\n')` still sees it) and any mark characters
+/// in it removed.
+pub fn mark_text(s: &str) -> String {
+    let core = s.trim();
+    if core.is_empty() {
+        return s.to_string();
+    }
+    let start = s.len() - s.trim_start().len();
+    let end = start + core.len();
+    let clean: String = core
+        .chars()
+        .filter(|&c| c != TEXT_OPEN && c != TEXT_CLOSE)
+        .collect();
+    format!("{}{TEXT_OPEN}{clean}{TEXT_CLOSE}{}", &s[..start], &s[end..])
+}
+
+/// [`mark_text`] on every message text of OpenAI-style JSON messages: a
+/// string `content`, the `text` of content parts, `reasoning_content`. With
+/// `assistant` false, assistant messages are left alone.
+pub fn mark_json_messages(messages: &mut serde_json::Value, assistant: bool) {
+    let Some(list) = messages.as_array_mut() else {
+        return;
+    };
+    for m in list {
+        let Some(obj) = m.as_object_mut() else {
+            continue;
+        };
+        if !assistant && obj.get("role").and_then(|r| r.as_str()) == Some("assistant") {
+            continue;
+        }
+        for key in ["content", "reasoning_content"] {
+            match obj.get_mut(key) {
+                Some(serde_json::Value::String(s)) => *s = mark_text(s),
+                Some(serde_json::Value::Array(parts)) => {
+                    for p in parts {
+                        if let Some(serde_json::Value::String(t)) = p.get_mut("text") {
+                            *t = mark_text(t);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// [`mark_text`] on the messages' texts (assistant messages too when
+/// `assistant`).
+pub fn mark_messages(messages: &[ChatMessage], assistant: bool) -> Vec<ChatMessage> {
+    messages
+        .iter()
+        .map(|m| {
+            if !assistant && m.role == "assistant" {
+                return m.clone();
+            }
+            ChatMessage {
+                role: m.role.clone(),
+                content: mark_text(&m.content),
+                reasoning_content: m.reasoning_content.as_deref().map(mark_text),
+            }
+        })
+        .collect()
+}
+
+/// A rendered, marked conversation as pieces `(text, from a message)`, in
+/// order; `None` when the marks do not pair up (a template that cut a
+/// message's text, as one that keeps only what follows `</think>`).
+pub fn split_marked(s: &str) -> Option<Vec<(&str, bool)>> {
+    let mut out = Vec::new();
+    let mut rest = s;
+    loop {
+        match rest.find([TEXT_OPEN, TEXT_CLOSE]) {
+            None => {
+                out.push((rest, false));
+                return Some(out);
+            }
+            Some(i) if rest[i..].starts_with(TEXT_CLOSE) => return None,
+            Some(i) => {
+                out.push((&rest[..i], false));
+                let inner = &rest[i + TEXT_OPEN.len_utf8()..];
+                let j = inner.find([TEXT_OPEN, TEXT_CLOSE])?;
+                if !inner[j..].starts_with(TEXT_CLOSE) {
+                    return None;
+                }
+                out.push((&inner[..j], true));
+                rest = &inner[j + TEXT_CLOSE.len_utf8()..];
+            }
+        }
+    }
+}
+
+/// `s` without the marks.
+pub fn strip_marks(s: &str) -> String {
+    s.chars()
+        .filter(|&c| c != TEXT_OPEN && c != TEXT_CLOSE)
+        .collect()
+}
+
+#[cfg(test)]
+mod mark_tests {
+    use super::*;
+
+    #[test]
+    fn marks_wrap_the_text_but_not_its_edge_whitespace_and_split_back() {
+        let m = mark_text("\n hi <|x|> \n");
+        assert_eq!(m, format!("\n {TEXT_OPEN}hi <|x|>{TEXT_CLOSE} \n"));
+        assert_eq!(mark_text("  "), "  ");
+        let r = format!("<a>{m}<b>{}", mark_text("yo"));
+        let pieces = split_marked(&r).unwrap();
+        assert_eq!(
+            pieces,
+            vec![
+                ("<a>\n ", false),
+                ("hi <|x|>", true),
+                (" \n<b>", false),
+                ("yo", true),
+                ("", false)
+            ]
+        );
+        assert_eq!(strip_marks(&r), "<a>\n hi <|x|> \n<b>yo");
+        // A text cannot forge marks of its own.
+        assert_eq!(
+            mark_text(&format!("a{TEXT_CLOSE}b")),
+            format!("{TEXT_OPEN}ab{TEXT_CLOSE}")
+        );
+    }
+
+    #[test]
+    fn marks_that_do_not_pair_up_are_refused() {
+        assert!(split_marked(&format!("x{TEXT_CLOSE}")).is_none());
+        assert!(split_marked(&format!("{TEXT_OPEN}x")).is_none());
+        assert!(split_marked(&format!("{TEXT_OPEN}{TEXT_OPEN}x{TEXT_CLOSE}")).is_none());
+    }
+}

@@ -106,19 +106,17 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.context.apply_page_options();
     let mut model = open_model(args.model.as_deref(), args.context.no_mmap)?;
     args.spec.apply_draft_pool(&mut model.model)?;
-    let (prompt_text, starts_thinking) = if args.chat {
+    let (prompt, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &args.system {
             msgs.push(ChatMessage::system(s.as_str()));
         }
         msgs.push(ChatMessage::user(text.as_str()));
-        let rendered = model.render_chat(&msgs, true)?;
-        let thinking = rendered.trim_end().ends_with("<think>");
-        (rendered, thinking)
+        let (rendered, ids) = model.chat_prompt(&msgs, true)?;
+        (ids, rendered.trim_end().ends_with("<think>"))
     } else {
-        (text, false)
+        (model.tokenize(&text)?, false)
     };
-    let prompt = model.tokenize(&prompt_text)?;
     if prompt.is_empty() {
         return Err(EngineError::EmptyPrompt.into());
     }

@@ -34,6 +34,11 @@ pub struct ServeArgs {
     /// The model's name in /v1/models and responses (default: the file's stem)
     #[arg(long = "alias")]
     pub alias: Option<String>,
+    /// Tokenize special-token texts inside chat message content (such as
+    /// `<|im_start|>`) as control tokens, as llama-server does; by default
+    /// they are plain text and only the chat template writes control tokens
+    #[arg(long = "special-in-content")]
+    pub special_in_content: bool,
     /// Largest request body, in bytes
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,
@@ -90,8 +95,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     args.context.apply_page_options();
     let has_spec = spec.is_some();
     let spec_args = args.spec.clone();
+    let special_in_content = args.special_in_content;
     let load = Box::new(move || {
         let mut m = open_model(path.as_deref(), no_mmap)?;
+        m.special_in_content = special_in_content;
         // Chat requests render the template: a file whose template does not
         // compile is refused at start.
         m.template()?;

@@ -253,9 +253,9 @@ impl ChatSession {
             .iter()
             .map(|c| TemplateMessage::new(c.role.as_str(), c.content.as_str()))
             .collect();
-        let text = m.render_chat(&msgs, true)?;
+        let (text, ids) = m.chat_prompt(&msgs, true)?;
         let thinking = text.trim_end().ends_with("<think>");
-        Ok((m.tokenize(&text)?, thinking))
+        Ok((ids, thinking))
     }
 
     /// How many leading tokens of `prompt` (the conversation `messages`, fitted)
@@ -275,7 +275,7 @@ impl ChatSession {
             return Ok(0);
         }
         let m = self.session.model();
-        let alone = m.tokenize(&m.render_chat(&system, false)?)?;
+        let alone = m.chat_prompt(&system, false)?.1;
         Ok(alone.iter().zip(prompt).take_while(|(a, b)| a == b).count())
     }
 

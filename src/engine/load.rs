@@ -36,6 +36,10 @@ pub struct LoadedModel {
     pub load_ms: f64,
     /// The ids of `<think>` and `</think>`, when the vocabulary has both.
     pub think_tokens: Option<(u32, u32)>,
+    /// Special-token texts inside message text become control tokens, as
+    /// llama-server tokenizes a rendered chat (`clover serve
+    /// --special-in-content`). Off: only the template writes control tokens.
+    pub special_in_content: bool,
 }
 
 impl std::fmt::Debug for LoadedModel {
@@ -133,6 +137,7 @@ impl LoadedModel {
             path: path.to_path_buf(),
             load_ms: t0.elapsed().as_secs_f64() * 1000.0,
             think_tokens,
+            special_in_content: false,
         })
     }
 
@@ -159,6 +164,89 @@ impl LoadedModel {
         Ok(self
             .template()?
             .render(messages, add_generation_prompt, None)?)
+    }
+
+    /// Renders a conversation and tokenizes it: the template's text with its
+    /// special-token texts as control tokens, the messages' text as plain
+    /// text ([`crate::chat::mark_text`]; all of it parsed with
+    /// [`LoadedModel::special_in_content`]). Returns the text and its tokens.
+    /// A template that cuts message text (one keeping only what follows an
+    /// assistant's `</think>`) is rendered again with only the other
+    /// messages marked; one that still breaks the marks gets llama-server's
+    /// tokenization of the whole text.
+    pub fn chat_prompt(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<(String, Vec<u32>), EngineError> {
+        for assistant in [true, false] {
+            let marked = self.template()?.render(
+                &crate::chat::mark_messages(messages, assistant),
+                add_generation_prompt,
+                None,
+            )?;
+            if let Some(r) = self.tokenize_marked(&marked)? {
+                return Ok(r);
+            }
+        }
+        let text = self.render_chat(messages, add_generation_prompt)?;
+        let ids = self.tokenize(&text)?;
+        Ok((text, ids))
+    }
+
+    /// [`LoadedModel::chat_prompt`] for messages given as JSON (the server's).
+    pub fn chat_prompt_json(
+        &self,
+        messages: &serde_json::Value,
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<(String, Vec<u32>), EngineError> {
+        for assistant in [true, false] {
+            let mut marked = messages.clone();
+            crate::chat::mark_json_messages(&mut marked, assistant);
+            let text = self
+                .template()?
+                .render_json(&marked, tools, add_generation_prompt)?;
+            if let Some(r) = self.tokenize_marked(&text)? {
+                return Ok(r);
+            }
+        }
+        let text = self
+            .template()?
+            .render_json(messages, tools, add_generation_prompt)?;
+        let ids = self.tokenize(&text)?;
+        Ok((text, ids))
+    }
+
+    /// The text of a marked rendering without its marks, and its tokens:
+    /// marked pieces plain, the rest with special tokens parsed (one BOS at
+    /// most, at the start). `None` when the marks do not pair up.
+    fn tokenize_marked(&self, marked: &str) -> Result<Option<(String, Vec<u32>)>, EngineError> {
+        let Some(pieces) = crate::chat::split_marked(marked) else {
+            return Ok(None);
+        };
+        let text = crate::chat::strip_marks(marked);
+        if self.special_in_content {
+            let ids = self.tokenize(&text)?;
+            return Ok(Some((text, ids)));
+        }
+        let mut ids = Vec::new();
+        let mut first = true;
+        for (piece, plain) in pieces {
+            if piece.is_empty() {
+                continue;
+            }
+            let mut t = self.tokenizer.encode(piece, !plain)?;
+            if !first && self.tokenizer.add_bos() && !t.is_empty() {
+                t.remove(0);
+            }
+            first = false;
+            ids.extend(t);
+        }
+        if first {
+            ids = self.tokenize("")?;
+        }
+        Ok(Some((text, ids)))
     }
 
     /// The tensor types by share of the file's tensor bytes, largest first:

@@ -198,19 +198,12 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         Kind::Chat | Kind::Anthropic => {
             let messages = api::messages(o)?;
             let tools = api::tools(o)?;
-            let text = r
+            let (text, ids) = r
                 .model
-                .template()
-                .map_err(|e| ApiError::bad(e.to_string()))?
-                .render_json(&messages, tools.as_ref(), true)
+                .chat_prompt_json(&messages, tools.as_ref(), true)
                 .map_err(|e| ApiError::bad(format!("chat template: {e}")))?;
             let thinking = text.trim_end().ends_with("<think>");
-            (
-                vec![tokenize(&text)?],
-                vec![text],
-                tools.is_some(),
-                thinking,
-            )
+            (vec![ids], vec![text], tools.is_some(), thinking)
         }
         Kind::Completion | Kind::Native => {
             let (mut prompts, mut texts) = (Vec::new(), Vec::new());
