@@ -125,3 +125,27 @@ fn a_template_with_a_syntax_error_refuses_chat_but_not_raw_prompts() {
     assert_eq!(err.lines().count(), 1, "{err:?}");
     assert!(err.contains("chat template does not compile"), "{err:?}");
 }
+
+/// The marks around message text must not change what a template renders:
+/// one that tests a message's text (`startswith`) and so renders otherwise
+/// with them gets the unmarked rendering, tokenized as llama-server does.
+#[test]
+fn a_template_that_looks_at_the_text_renders_as_without_marks() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("looks.gguf");
+    model_with_template(
+        &path,
+        "{% for m in messages %}{% if m.content.startswith('x') %}X{% endif %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}",
+    );
+    let m = clover::engine::LoadedModel::open(&path).unwrap();
+    let msgs = [clover::chat::ChatMessage::user("x marks <|im_start|>")];
+    let (text, ids) = m.chat_prompt(&msgs, false).unwrap();
+    assert_eq!(text, m.render_chat(&msgs, false).unwrap());
+    assert!(text.starts_with('X'), "{text:?}");
+    assert_eq!(ids, m.tokenize(&text).unwrap());
+    // Text the template does not look at is marked as usual.
+    let msgs = [clover::chat::ChatMessage::user("marks <|im_start|>")];
+    let (text, ids) = m.chat_prompt(&msgs, false).unwrap();
+    assert_eq!(text, m.render_chat(&msgs, false).unwrap());
+    assert_ne!(ids, m.tokenize(&text).unwrap());
+}

@@ -170,26 +170,28 @@ impl LoadedModel {
     /// special-token texts as control tokens, the messages' text as plain
     /// text ([`crate::chat::mark_text`]; all of it parsed with
     /// [`LoadedModel::special_in_content`]). Returns the text and its tokens.
-    /// A template that cuts message text (one keeping only what follows an
-    /// assistant's `</think>`) is rendered again with only the other
-    /// messages marked; one that still breaks the marks gets llama-server's
-    /// tokenization of the whole text.
+    /// The marks must change nothing else: a template that looks at a
+    /// message's text (`startswith`, a cut after an assistant's `</think>`)
+    /// and renders differently with them is rendered again with only the
+    /// non-assistant messages marked, and where that differs too, the whole
+    /// text gets llama-server's tokenization.
     pub fn chat_prompt(
         &self,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<(String, Vec<u32>), EngineError> {
+        let template = self.template()?;
+        let text = template.render(messages, add_generation_prompt, None)?;
         for assistant in [true, false] {
-            let marked = self.template()?.render(
+            let marked = template.render(
                 &crate::chat::mark_messages(messages, assistant),
                 add_generation_prompt,
                 None,
             )?;
-            if let Some(r) = self.tokenize_marked(&marked)? {
-                return Ok(r);
+            if let Some(ids) = self.tokenize_marked(&marked, &text)? {
+                return Ok((text, ids));
             }
         }
-        let text = self.render_chat(messages, add_generation_prompt)?;
         let ids = self.tokenize(&text)?;
         Ok((text, ids))
     }
@@ -201,34 +203,33 @@ impl LoadedModel {
         tools: Option<&serde_json::Value>,
         add_generation_prompt: bool,
     ) -> Result<(String, Vec<u32>), EngineError> {
+        let template = self.template()?;
+        let text = template.render_json(messages, tools, add_generation_prompt)?;
         for assistant in [true, false] {
             let mut marked = messages.clone();
             crate::chat::mark_json_messages(&mut marked, assistant);
-            let text = self
-                .template()?
-                .render_json(&marked, tools, add_generation_prompt)?;
-            if let Some(r) = self.tokenize_marked(&text)? {
-                return Ok(r);
+            let marked = template.render_json(&marked, tools, add_generation_prompt)?;
+            if let Some(ids) = self.tokenize_marked(&marked, &text)? {
+                return Ok((text, ids));
             }
         }
-        let text = self
-            .template()?
-            .render_json(messages, tools, add_generation_prompt)?;
         let ids = self.tokenize(&text)?;
         Ok((text, ids))
     }
 
-    /// The text of a marked rendering without its marks, and its tokens:
-    /// marked pieces plain, the rest with special tokens parsed (one BOS at
-    /// most, at the start). `None` when the marks do not pair up.
-    fn tokenize_marked(&self, marked: &str) -> Result<Option<(String, Vec<u32>)>, EngineError> {
+    /// The tokens of a marked rendering whose text without the marks is
+    /// `text`: marked pieces plain, the rest with special tokens parsed (one
+    /// BOS at most, at the start). `None` when the marks do not pair up or
+    /// changed the rendering.
+    fn tokenize_marked(&self, marked: &str, text: &str) -> Result<Option<Vec<u32>>, EngineError> {
         let Some(pieces) = crate::chat::split_marked(marked) else {
             return Ok(None);
         };
-        let text = crate::chat::strip_marks(marked);
+        if crate::chat::strip_marks(marked) != text {
+            return Ok(None);
+        }
         if self.special_in_content {
-            let ids = self.tokenize(&text)?;
-            return Ok(Some((text, ids)));
+            return Ok(Some(self.tokenize(text)?));
         }
         let mut ids = Vec::new();
         let mut first = true;
@@ -246,7 +247,7 @@ impl LoadedModel {
         if first {
             ids = self.tokenize("")?;
         }
-        Ok(Some((text, ids)))
+        Ok(Some(ids))
     }
 
     /// The tensor types by share of the file's tensor bytes, largest first:
