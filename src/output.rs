@@ -81,6 +81,11 @@ impl OutputFile {
         Ok(out)
     }
 
+    /// Where the bytes are until [`OutputFile::commit`] (to check them there).
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+
     /// The temporary file, to write into.
     pub fn file(&self) -> &File {
         self.file

@@ -372,49 +372,54 @@ pub fn write(
         w.add_tensor(t.name.clone(), t.to, &t.dims);
     }
     let mut written = 0u64;
-    let n = w.write_to_path(path, |i, _, out: &mut dyn Write| {
-        let t = &plan.tensors[i];
-        let src = file
-            .tensor(&t.name)
-            .expect("planned from this file's tensors")
-            .data;
-        if t.from == t.to {
-            out.write_all(src)?;
-        } else {
-            let row_len = t.dims[0] as usize;
-            let in_row = t.from.row_bytes(row_len as u64).unwrap_or(0) as usize;
-            let rows_per = (CHUNK_ELEMS / row_len.max(1)).max(1);
-            let per = rows_per * in_row;
-            let chunks: Vec<(usize, &[u8])> = src
-                .chunks(per.max(1))
-                .enumerate()
-                .map(|(i, c)| (i * rows_per, c))
-                .collect();
-            let per_matrix = t.dims.get(1).copied().unwrap_or(1) as usize;
-            for group in chunks.chunks(CHUNKS_IN_FLIGHT) {
-                let parts: Vec<Vec<u8>> = group
-                    .par_iter()
-                    .map(|&(first, c)| {
-                        convert_rows(
-                            t.from,
-                            t.to,
-                            row_len,
-                            c,
-                            first,
-                            per_matrix,
-                            t.weights.as_deref(),
-                        )
-                    })
+    let n = w.write_to_path_checked(
+        path,
+        |i, _, out: &mut dyn Write| {
+            let t = &plan.tensors[i];
+            let src = file
+                .tensor(&t.name)
+                .expect("planned from this file's tensors")
+                .data;
+            if t.from == t.to {
+                out.write_all(src)?;
+            } else {
+                let row_len = t.dims[0] as usize;
+                let in_row = t.from.row_bytes(row_len as u64).unwrap_or(0) as usize;
+                let rows_per = (CHUNK_ELEMS / row_len.max(1)).max(1);
+                let per = rows_per * in_row;
+                let chunks: Vec<(usize, &[u8])> = src
+                    .chunks(per.max(1))
+                    .enumerate()
+                    .map(|(i, c)| (i * rows_per, c))
                     .collect();
-                for p in parts {
-                    out.write_all(&p)?;
+                let per_matrix = t.dims.get(1).copied().unwrap_or(1) as usize;
+                for group in chunks.chunks(CHUNKS_IN_FLIGHT) {
+                    let parts: Vec<Vec<u8>> = group
+                        .par_iter()
+                        .map(|&(first, c)| {
+                            convert_rows(
+                                t.from,
+                                t.to,
+                                row_len,
+                                c,
+                                first,
+                                per_matrix,
+                                t.weights.as_deref(),
+                            )
+                        })
+                        .collect();
+                    for p in parts {
+                        out.write_all(&p)?;
+                    }
                 }
             }
-        }
-        file.release_tensor(&t.name);
-        written += t.to.row_bytes(t.dims[0]).unwrap_or(0) * t.dims.iter().skip(1).product::<u64>();
-        progress(i + 1, written);
-        Ok(())
-    })?;
+            file.release_tensor(&t.name);
+            written +=
+                t.to.row_bytes(t.dims[0]).unwrap_or(0) * t.dims.iter().skip(1).product::<u64>();
+            progress(i + 1, written);
+            Ok(())
+        },
+        crate::engine::load::check_loadable,
+    )?;
     Ok(n)
 }

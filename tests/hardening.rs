@@ -735,3 +735,26 @@ fn a_message_cannot_write_control_tokens_unless_asked() {
     let (_, ids) = m.chat_prompt_json(&json, None, true).unwrap();
     assert_eq!(count(&ids), 2);
 }
+
+/// A writer whose output clover would refuse keeps nothing: the check runs
+/// on the temporary file, before it replaces the target.
+#[test]
+fn synth_does_not_keep_a_file_clover_would_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("r.gguf");
+    std::fs::write(&out_path, b"old").unwrap();
+    let out = clover(&[
+        "synth",
+        "--arch",
+        "qwen35moe",
+        "--preset",
+        "tiny",
+        "--rope-sections",
+        "99,99,99,99",
+        "-o",
+        out_path.to_str().unwrap(),
+    ]);
+    assert_one_error_line(&out, "would not load in clover");
+    assert_eq!(std::fs::read(&out_path).unwrap(), b"old");
+    assert_eq!(strays(dir.path(), &["r.gguf"]), Vec::<String>::new());
+}

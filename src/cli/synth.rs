@@ -60,6 +60,9 @@ pub fn run(args: SynthArgs) -> anyhow::Result<()> {
     if let Some(fill) = args.fill {
         plan.fill = fill;
     }
+    // A file clover would refuse (say, --rope-sections wider than the
+    // head) is not kept.
+    plan.check_loadable = true;
     if let Some(s) = &args.rope_sections {
         let s: [i32; 4] = s
             .as_slice()

@@ -286,6 +286,40 @@ fn optional_id(file: &GgufFile, key: &str) -> Result<Option<u32>, EngineError> {
     file.get(key).map(|v| as_u32(key, v)).transpose()
 }
 
+/// Whether a file just written (by `clover quantize` or `clover synth`)
+/// would load: hyper-parameters, every tensor's shape and type, the
+/// tokenizer. Files of architectures clover does not run are not judged.
+/// The chat template is not checked: raw prompts run without it.
+pub fn check_loadable(path: &Path) -> std::io::Result<()> {
+    let fail = |e: String| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("the file written would not load in clover ({e}), so it was not kept"),
+        )
+    };
+    let file = GgufFile::open(path).map_err(|e| fail(e.to_string()))?;
+    let arch = file.get("general.architecture").and_then(Value::as_str);
+    if !matches!(arch, Some("clover_moe" | "qwen35moe")) {
+        return Ok(());
+    }
+    let config = crate::model::ModelConfig::from_metadata(|k| file.get(k))
+        .map_err(|e| fail(e.to_string()))?;
+    let lookup = |name: &str| {
+        file.tensor(name).map(|t| crate::model::WeightRef {
+            name: t.name,
+            ty: t.ty,
+            dims: t.dims.to_vec(),
+            data: t.data,
+            packed: None,
+            file_matvec: false,
+        })
+    };
+    Model::bind(config, &lookup).map_err(|e| fail(e.to_string()))?;
+    let spec = tokenizer_spec(&file).map_err(|e| fail(e.to_string()))?;
+    Tokenizer::new(&spec).map_err(|e| fail(e.to_string()))?;
+    Ok(())
+}
+
 /// The `tokenizer.ggml.*` keys as a [`TokenizerSpec`].
 pub fn tokenizer_spec(file: &GgufFile) -> Result<TokenizerSpec, EngineError> {
     let owned = |v: Vec<&str>| v.into_iter().map(str::to_string).collect::<Vec<_>>();

@@ -233,8 +233,21 @@ impl GgufWriter {
         path: &Path,
         fill: impl FnMut(usize, &TensorPlan, &mut dyn Write) -> io::Result<()>,
     ) -> io::Result<u64> {
+        self.write_to_path_checked(path, fill, |_| Ok(()))
+    }
+
+    /// [`GgufWriter::write_to_path`], with `check` run on the complete
+    /// temporary file before it is renamed into place: an error leaves the
+    /// target as it was and removes the temporary file.
+    pub fn write_to_path_checked(
+        &self,
+        path: &Path,
+        fill: impl FnMut(usize, &TensorPlan, &mut dyn Write) -> io::Result<()>,
+        check: impl FnOnce(&Path) -> io::Result<()>,
+    ) -> io::Result<u64> {
         let out = crate::output::OutputFile::create(path)?;
         let n = self.write(BufWriter::with_capacity(1 << 20, out.file()), fill)?;
+        check(out.temp_path())?;
         out.commit()?;
         Ok(n)
     }

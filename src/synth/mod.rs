@@ -64,6 +64,10 @@ pub struct Plan {
     pub writer: GgufWriter,
     /// How values are drawn and encoded; `Fill::for_preset` unless changed.
     pub fill: weights::Fill,
+    /// Check the written file loads before it replaces the target
+    /// (`clover synth` sets it; tests that write broken files on purpose
+    /// leave it off).
+    pub check_loadable: bool,
 }
 
 /// Plans a file: nothing is generated or written.
@@ -92,6 +96,7 @@ pub fn plan(options: SynthOptions) -> Result<Plan, SynthError> {
         types,
         writer,
         fill: weights::Fill::for_preset(options.preset),
+        check_loadable: false,
     })
 }
 
@@ -294,12 +299,20 @@ impl Plan {
             .map_err(|e| SynthError::Threads(e.to_string()))?;
         let seed = self.options.seed;
         let fill = self.fill;
+        let check = |p: &Path| match self.check_loadable {
+            true => crate::engine::load::check_loadable(p),
+            false => Ok(()),
+        };
         pool.install(|| {
-            self.writer.write_to_path(path, |i, _plan, out| {
-                weights::write_tensor(seed, i, &self.specs[i], self.types[i], fill, out)?;
-                progress(i + 1, self.specs.len());
-                Ok(())
-            })
+            self.writer.write_to_path_checked(
+                path,
+                |i, _plan, out| {
+                    weights::write_tensor(seed, i, &self.specs[i], self.types[i], fill, out)?;
+                    progress(i + 1, self.specs.len());
+                    Ok(())
+                },
+                check,
+            )
         })
         .map_err(|source| SynthError::Io {
             path: path.display().to_string(),
