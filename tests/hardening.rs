@@ -758,3 +758,46 @@ fn synth_does_not_keep_a_file_clover_would_refuse() {
     assert_eq!(std::fs::read(&out_path).unwrap(), b"old");
     assert_eq!(strays(dir.path(), &["r.gguf"]), Vec::<String>::new());
 }
+
+#[test]
+fn a_damaged_default_model_cache_is_rewritten_not_run() {
+    let cache = tempfile::tempdir().unwrap();
+    let run = || {
+        Command::new(bin())
+            .args(["run", "-p", "In the beginning", "-n", "6", "--temp", "0"])
+            .args(["-t", "1"])
+            .env("XDG_CACHE_HOME", cache.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    let bytes = clover::engine::default_model::MODEL_BYTES;
+    let path = cache
+        .path()
+        .join("clover")
+        .join(clover::engine::default_model::file_name(bytes));
+    // A layer's weights overwritten in place with NaN bytes, the size kept:
+    // loading it would stop at "NaN or infinite" on every run.
+    let file = GgufFile::open(&path).unwrap();
+    let t = file
+        .tensors()
+        .iter()
+        .find(|t| t.name.starts_with("blk.1.ffn_down"))
+        .expect("layer 1 has an ffn_down")
+        .clone();
+    drop(file);
+    let mut damaged = std::fs::read(&path).unwrap();
+    damaged[t.offset as usize..(t.offset + t.n_bytes) as usize].fill(0xff);
+    std::fs::write(&path, &damaged).unwrap();
+    let second = run();
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(second.stdout, first.stdout);
+    assert!(
+        stderr(&second).contains("wrote the default model"),
+        "{}",
+        stderr(&second)
+    );
+    assert!(std::fs::read(&path).unwrap() == bytes);
+}

@@ -43,8 +43,22 @@ pub struct ServeArgs {
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,
     /// Seconds in-flight requests get after SIGTERM before they are cut
+    /// (the process exits within this and 2 s more, whatever clients do)
     #[arg(long = "shutdown-timeout", default_value_t = 10.0)]
     pub shutdown_timeout: f64,
+    /// Seconds a request's head (request line and headers) may take to
+    /// arrive, from the connection's start or the request's first byte
+    #[arg(long = "header-timeout", default_value_t = 10.0, value_name = "SECS")]
+    pub header_timeout: f64,
+    /// Seconds a request's body may take to arrive after its head (then 408)
+    #[arg(long = "body-timeout", default_value_t = 60.0, value_name = "SECS")]
+    pub body_timeout: f64,
+    /// Seconds a kept-alive connection may wait for its next request
+    #[arg(long = "idle-timeout", default_value_t = 30.0, value_name = "SECS")]
+    pub idle_timeout: f64,
+    /// Connections served at once; past it, new ones get 503 with Retry-After
+    #[arg(long = "max-connections", default_value_t = 512, value_name = "N")]
+    pub max_connections: usize,
     /// Each slot decodes in its own forward pass instead of one pass for all
     /// (for A/B measurements)
     #[arg(long = "no-batching")]
@@ -62,8 +76,21 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.parallel == 0 {
         bail!("-np must be at least 1");
     }
-    if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
-        bail!("--shutdown-timeout must be a number of seconds, at least 0");
+    let seconds = |flag: &str, v: f64, min: f64| -> anyhow::Result<Duration> {
+        if !(v.is_finite() && v >= min && v <= 86_400.0) {
+            bail!("{flag} must be a number of seconds from {min} to 86400");
+        }
+        Ok(Duration::from_secs_f64(v))
+    };
+    let shutdown_timeout = seconds("--shutdown-timeout", args.shutdown_timeout, 0.0)?;
+    let limits = crate::server::conn::Limits {
+        header: seconds("--header-timeout", args.header_timeout, 0.1)?,
+        idle: seconds("--idle-timeout", args.idle_timeout, 0.1)?,
+        max_connections: args.max_connections,
+    };
+    let body_timeout = seconds("--body-timeout", args.body_timeout, 0.1)?;
+    if args.max_connections == 0 {
+        bail!("--max-connections must be at least 1");
     }
     // -c is the total, split between the slots, as llama-server splits it.
     let total = args
@@ -127,7 +154,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             model_name,
             n_ctx_slot,
             max_body: args.max_body,
-            shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+            body_timeout,
+            limits,
+            shutdown_timeout,
         },
         SlotPlan {
             load,

@@ -10,7 +10,8 @@
 //! a hash of the contents (a rebuilt binary with a retrained model never
 //! reuses a stale file). The write goes to a temporary file in the same
 //! directory and is renamed into place, so an interrupted run never leaves a
-//! broken file under the final name.
+//! broken file under the final name; a cached file whose bytes differ from
+//! the binary's (damaged on disk) is rewritten before it is mapped.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -86,6 +87,30 @@ pub fn file_name(bytes: &[u8]) -> String {
     format!("{MODEL_NAME}-{:016x}.gguf", content_hash(bytes))
 }
 
+/// Whether `path` is a regular file holding exactly `bytes`.
+fn holds(path: &Path, bytes: &[u8]) -> bool {
+    use std::io::Read;
+    let Ok(mut f) = fs::File::open(path) else {
+        return false;
+    };
+    if !f
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64)
+    {
+        return false;
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0;
+    while at < bytes.len() {
+        let want = buf.len().min(bytes.len() - at);
+        if f.read_exact(&mut buf[..want]).is_err() || buf[..want] != bytes[at..at + want] {
+            return false;
+        }
+        at += want;
+    }
+    true
+}
+
 /// Returns the default model, writing it first when it is missing (or when
 /// `rewrite` is set, e.g. after the existing file failed to load).
 pub fn ensure(rewrite: bool) -> Result<DefaultModel, EngineError> {
@@ -103,8 +128,9 @@ pub fn ensure(rewrite: bool) -> Result<DefaultModel, EngineError> {
 pub fn ensure_in(dir: &Path, bytes: &[u8], rewrite: bool) -> Result<DefaultModel, EngineError> {
     let name = file_name(bytes);
     let path = dir.join(&name);
-    let complete = fs::metadata(&path).is_ok_and(|m| m.is_file() && m.len() == bytes.len() as u64);
-    if complete && !rewrite {
+    // Compared byte for byte before it is mapped (a few milliseconds): a
+    // file damaged in place (same size, other bytes) is rewritten, not run.
+    if !rewrite && holds(&path, bytes) {
         return Ok(DefaultModel {
             path,
             created: false,

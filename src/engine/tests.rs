@@ -781,6 +781,22 @@ fn a_truncated_cached_default_model_is_rewritten() {
 }
 
 #[test]
+fn a_damaged_cached_default_model_of_the_right_size_is_rewritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let bytes = default_model::MODEL_BYTES;
+    let d = default_model::ensure_in(dir.path(), bytes, false).unwrap();
+    let mut damaged = bytes.to_vec();
+    let mid = damaged.len() / 2;
+    damaged[mid..mid + 64].fill(0xff);
+    std::fs::write(&d.path, &damaged).unwrap();
+    let again = default_model::ensure_in(dir.path(), bytes, false).unwrap();
+    assert!(again.created, "a damaged file of the right size was kept");
+    assert_eq!(std::fs::read(&again.path).unwrap(), bytes);
+    let kept = default_model::ensure_in(dir.path(), bytes, false).unwrap();
+    assert!(!kept.created, "an intact file was rewritten");
+}
+
+#[test]
 fn different_model_contents_get_different_cache_names() {
     let a = default_model::file_name(b"model one");
     let b = default_model::file_name(b"model two");

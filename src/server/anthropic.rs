@@ -177,7 +177,7 @@ pub fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
 /// Anthropic's error object.
 pub fn error_body(e: &ApiError) -> Value {
     let kind = match e.status {
-        400 | 413 => "invalid_request_error",
+        400 | 408 | 413 => "invalid_request_error",
         401 => "authentication_error",
         404 => "not_found_error",
         503 => "overloaded_error",

@@ -40,7 +40,7 @@ impl ApiError {
     /// OpenAI's error type for the status.
     pub fn kind(&self) -> &'static str {
         match self.status {
-            400 | 404 | 413 => "invalid_request_error",
+            400 | 404 | 408 | 413 => "invalid_request_error",
             401 => "authentication_error",
             503 => "unavailable_error",
             _ => "server_error",

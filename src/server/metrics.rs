@@ -2,8 +2,10 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 
+use super::conn::ConnStats;
 use super::slots::Done;
 
 #[derive(Default)]
@@ -21,6 +23,8 @@ struct Counts {
 #[derive(Default)]
 pub struct Metrics {
     counts: Mutex<Counts>,
+    /// The connections' counters (kept by `conn`).
+    pub conns: Arc<ConnStats>,
 }
 
 impl Metrics {
@@ -119,6 +123,35 @@ impl Metrics {
             "gauge",
             "Slots (-np)",
             one(slots.to_string()),
+        );
+        let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed).to_string();
+        let k = &self.conns;
+        metric(
+            "connections_open",
+            "gauge",
+            "Connections being served",
+            one(n(&k.open)),
+        );
+        metric(
+            "connections_total",
+            "counter",
+            "Connections accepted and served",
+            one(n(&k.accepted)),
+        );
+        metric(
+            "connections_refused_total",
+            "counter",
+            "Connections answered 503 at accept (--max-connections reached)",
+            one(n(&k.refused)),
+        );
+        metric(
+            "connection_timeouts_total",
+            "counter",
+            "Connections closed by a timeout, by phase",
+            vec![
+                ("{phase=\"header\"}".into(), n(&k.header_timeouts)),
+                ("{phase=\"idle\"}".into(), n(&k.idle_timeouts)),
+            ],
         );
         s
     }

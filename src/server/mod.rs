@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod api;
+pub mod conn;
 pub mod metrics;
 pub mod slots;
 pub mod text;
@@ -51,12 +52,18 @@ pub struct ServeConfig {
     /// Context positions of each slot.
     pub n_ctx_slot: usize,
     pub max_body: usize,
+    /// A request's body must arrive within this of its head.
+    pub body_timeout: Duration,
+    pub limits: conn::Limits,
     pub shutdown_timeout: Duration,
 }
 
 /// The loaded model and its slots.
 struct Ready {
     model: Arc<LoadedModel>,
+    /// The longest text of any token, in bytes: a text of `n` bytes is at
+    /// least `n / max_piece` tokens, known before it is tokenized.
+    max_piece: usize,
     sched: Arc<Scheduler>,
     batcher: Arc<slots::Batcher>,
 }
@@ -93,6 +100,11 @@ fn error_response_as(app: &App, e: ApiError, kind: Kind) -> Response {
     if e.status == 503 {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if matches!(e.status, 408 | 413) {
+        // The rest of the body is not worth reading: the connection closes.
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     r
 }
@@ -137,16 +149,50 @@ fn ready(app: &App) -> Result<&Ready, ApiError> {
         .ok_or_else(|| ApiError::status(503, "Loading model"))
 }
 
-async fn read_body(app: &App, body: Body) -> Result<Map<String, Value>, ApiError> {
-    let bytes = axum::body::to_bytes(body, app.cfg.max_body)
+/// The request's body, whole: at most `--max-body` bytes, within
+/// `--body-timeout`.
+async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    let limit = app.cfg.max_body;
+    match tokio::time::timeout(app.cfg.body_timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(_)) => Err(ApiError::status(
+            413,
+            format!("the request body is larger than {limit} bytes"),
+        )),
+        Err(_) => Err(ApiError::status(
+            408,
+            format!(
+                "the request body did not arrive within {} s",
+                app.cfg.body_timeout.as_secs_f64()
+            ),
+        )),
+    }
+}
+
+/// Bodies at least this large give their memory back to the system when
+/// their request is done (glibc keeps freed memory otherwise).
+const TRIM_BODY: usize = 1 << 20;
+
+/// Runs `f` on the blocking pool, off the HTTP runtime's threads: parsing,
+/// rendering and tokenizing a prompt can take seconds.
+async fn off_runtime<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
         .await
-        .map_err(|_| {
-            ApiError::status(
-                413,
-                format!("the request body is larger than {} bytes", app.cfg.max_body),
-            )
-        })?;
-    api::object(&bytes)
+        .unwrap_or_else(|_| Err(ApiError::status(500, "the request's worker failed")))
+}
+
+/// Returns freed memory to the system after a large request (whose body
+/// was `body_len` bytes).
+fn trim_after(body_len: usize) {
+    if body_len >= TRIM_BODY {
+        // SAFETY: malloc_trim only walks glibc's own heap.
+        #[cfg(target_env = "gnu")]
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    }
 }
 
 /// The kinds of endpoint that generate.
@@ -198,6 +244,14 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         Kind::Chat | Kind::Anthropic => {
             let messages = api::messages(o)?;
             let tools = api::tools(o)?;
+            let content: usize = messages
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("content").and_then(Value::as_str))
+                .map(str::len)
+                .sum();
+            check_text_size(app, r, content)?;
             let (text, ids) = r
                 .model
                 .chat_prompt_json(&messages, tools.as_ref(), true)
@@ -211,6 +265,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
             for p in api::prompts(o)? {
                 match p {
                     api::PromptIn::Text(t) => {
+                        check_text_size(app, r, t.len())?;
                         prompts.push(tokenize(&t)?);
                         texts.push(t);
                     }
@@ -265,6 +320,21 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         json,
         logit_bias,
     })
+}
+
+/// Refuses a prompt whose text alone (`bytes` long) is more tokens than a
+/// slot holds, before it is rendered or tokenized: no token's text is longer
+/// than `max_piece` bytes.
+fn check_text_size(app: &App, r: &Ready, bytes: usize) -> Result<(), ApiError> {
+    let at_least = bytes.div_ceil(r.max_piece.max(1));
+    if at_least >= app.cfg.n_ctx_slot {
+        return Err(ApiError::bad(format!(
+            "the prompt is {bytes} bytes of text, at least {at_least} tokens, more than a \
+             slot's context of {} leaves for a reply (raise -c)",
+            app.cfg.n_ctx_slot
+        )));
+    }
+    Ok(())
 }
 
 /// The `usage` object.
@@ -380,6 +450,20 @@ fn echoed_logprobs(
     legacy_logprobs(tok, entries, offset)
 }
 
+/// Waits until a slot takes the job whose messages `rx` receives.
+async fn admitted(rx: &mut mpsc::Receiver<Msg>) -> Result<(), ApiError> {
+    match rx.recv().await {
+        Some(Msg::Started) => Ok(()),
+        Some(Msg::Shutdown) => Err(shutting_down()),
+        Some(Msg::Error(e)) => Err(ApiError::status(500, e)),
+        _ => Err(ApiError::status(500, "the slot ended without a result")),
+    }
+}
+
+fn shutting_down() -> ApiError {
+    ApiError::status(503, "the server is shutting down")
+}
+
 /// Submits prompt `i`'s job; the receiving end of its messages.
 fn submit(r: &Ready, p: &Prepared, i: usize) -> Result<mpsc::Receiver<Msg>, ApiError> {
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
@@ -403,7 +487,7 @@ fn submit(r: &Ready, p: &Prepared, i: usize) -> Result<mpsc::Receiver<Msg>, ApiE
             503,
             "every slot is busy and the queue is full; retry later",
         )),
-        Err(Refused::ShuttingDown) => Err(ApiError::status(503, "the server is shutting down")),
+        Err(Refused::ShuttingDown) => Err(shutting_down()),
     }
 }
 
@@ -483,13 +567,25 @@ impl Assembler {
 async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         authorize(&app, &headers)?;
+        ready(&app)?;
+        let bytes = read_body(&app, body).await?;
+        let worker = Arc::clone(&app);
+        let p = off_runtime(move || {
+            let app = &*worker;
+            let r = ready(app)?;
+            let o = api::object(&bytes)?;
+            let o = match kind {
+                Kind::Anthropic => anthropic::to_chat(&o)?,
+                _ => o,
+            };
+            let p = prepare(app, r, kind, &o);
+            let len = bytes.len();
+            drop((o, bytes));
+            trim_after(len);
+            p
+        })
+        .await?;
         let r = ready(&app)?;
-        let o = read_body(&app, body).await?;
-        let o = match kind {
-            Kind::Anthropic => anthropic::to_chat(&o)?,
-            _ => o,
-        };
-        let p = prepare(&app, r, kind, &o)?;
         let rxs = (0..p.prompts.len())
             .map(|i| submit(r, &p, i))
             .collect::<Result<Vec<_>, _>>()?;
@@ -500,6 +596,13 @@ async fn generate(app: Arc<App>, kind: Kind, headers: HeaderMap, body: Body) -> 
         Ok(x) => x,
         Err(e) => return error_response_as(&app, e, kind),
     };
+    if p.common.stream {
+        // The 200 and the event stream start once a slot has taken the
+        // request: one still queued at shutdown gets a plain 503.
+        if let Err(e) = admitted(&mut rxs[0]).await {
+            return error_response_as(&app, e, kind);
+        }
+    }
     let n = app.next_id.fetch_add(1, Ordering::Relaxed);
     let id = match kind {
         Kind::Chat => format!("chatcmpl-clover-{n}"),
@@ -606,6 +709,8 @@ async fn collect(
                 logprobs,
             }) => take(asm.text(text, thinking, logprobs)),
             Some(Msg::Scored(s)) => scored = Some(s),
+            Some(Msg::Started) => {}
+            Some(Msg::Shutdown) => return Err(shutting_down()),
             Some(Msg::Done(d)) => break d,
             Some(Msg::Error(e)) => return Err(ApiError::status(500, e)),
             None => return Err(ApiError::status(500, "the slot ended without a result")),
@@ -851,6 +956,11 @@ fn stream(
                         }
                     }
                 }
+                Some(Msg::Started) => {}
+                Some(Msg::Shutdown) => {
+                    let _ = send(shutting_down().body()).await;
+                    return;
+                }
                 Some(Msg::Done(d)) => break d,
                 Some(Msg::Error(e)) => {
                     let _ = send(ApiError::status(500, e).body()).await;
@@ -1001,7 +1111,11 @@ fn stream_anthropic(
                     thinking,
                     logprobs,
                 }) => asm.text(text, thinking, logprobs),
-                Some(Msg::Scored(_)) => continue,
+                Some(Msg::Scored(_) | Msg::Started) => continue,
+                Some(Msg::Shutdown) => {
+                    let _ = send("error", anthropic::error_body(&shutting_down())).await;
+                    return;
+                }
                 Some(Msg::Done(d)) => break d,
                 Some(Msg::Error(e)) => {
                     let _ = send("error", anthropic::error_body(&ApiError::status(500, e))).await;
@@ -1080,41 +1194,48 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
 async fn tokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
     let result = async {
         authorize(&app, &headers)?;
-        let r = ready(&app)?;
-        let o = read_body(&app, body).await?;
-        let Some(Value::String(text)) = o.get("content") else {
-            return Err(ApiError::field("content", "'content' must be a string"));
-        };
-        let flag = |k: &str, default: bool| api::boolean(&o, k).map(|b| b.unwrap_or(default));
-        let (add_special, parse_special) =
-            (flag("add_special", false)?, flag("parse_special", true)?);
-        let with_pieces = flag("with_pieces", false)?;
-        let tok = &r.model.tokenizer;
-        let mut ids = tok
-            .encode(text, parse_special)
-            .map_err(|e| ApiError::bad(format!("tokenizing: {e}")))?;
-        // `encode` prepends the model's BOS when it wants one.
-        if tok.add_bos() && !add_special && !ids.is_empty() {
-            ids.remove(0);
-        }
-        let tokens: Vec<Value> = match with_pieces {
-            false => ids.iter().map(|&i| json!(i)).collect(),
-            true => ids
-                .iter()
-                .map(|&i| {
-                    let bytes = tok.piece(i).unwrap_or(&[]);
-                    let piece = match std::str::from_utf8(bytes) {
-                        Ok(s) => json!(s),
-                        Err(_) => json!(bytes),
-                    };
-                    json!({"id": i, "piece": piece})
-                })
-                .collect(),
-        };
-        Ok(json!({"tokens": tokens}))
+        ready(&app)?;
+        let bytes = read_body(&app, body).await?;
+        let worker = Arc::clone(&app);
+        off_runtime(move || tokenize_body(&worker, &bytes)).await
     }
     .await;
     answer(&app, result)
+}
+
+/// `/tokenize`'s answer to a body (run off the HTTP runtime).
+fn tokenize_body(app: &App, bytes: &[u8]) -> Result<Value, ApiError> {
+    let r = ready(app)?;
+    let o = api::object(bytes)?;
+    let Some(Value::String(text)) = o.get("content") else {
+        return Err(ApiError::field("content", "'content' must be a string"));
+    };
+    let flag = |k: &str, default: bool| api::boolean(&o, k).map(|b| b.unwrap_or(default));
+    let (add_special, parse_special) = (flag("add_special", false)?, flag("parse_special", true)?);
+    let with_pieces = flag("with_pieces", false)?;
+    let tok = &r.model.tokenizer;
+    let mut ids = tok
+        .encode(text, parse_special)
+        .map_err(|e| ApiError::bad(format!("tokenizing: {e}")))?;
+    // `encode` prepends the model's BOS when it wants one.
+    if tok.add_bos() && !add_special && !ids.is_empty() {
+        ids.remove(0);
+    }
+    let tokens: Vec<Value> = match with_pieces {
+        false => ids.iter().map(|&i| json!(i)).collect(),
+        true => ids
+            .iter()
+            .map(|&i| {
+                let bytes = tok.piece(i).unwrap_or(&[]);
+                let piece = match std::str::from_utf8(bytes) {
+                    Ok(s) => json!(s),
+                    Err(_) => json!(bytes),
+                };
+                json!({"id": i, "piece": piece})
+            })
+            .collect(),
+    };
+    Ok(json!({"tokens": tokens}))
 }
 
 /// llama-server's `POST /detokenize`: `tokens` (ids) to `content`.
@@ -1122,7 +1243,7 @@ async fn detokenize(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
     let result = async {
         authorize(&app, &headers)?;
         let r = ready(&app)?;
-        let o = read_body(&app, body).await?;
+        let o = api::object(&read_body(&app, body).await?)?;
         let ids = o
             .get("tokens")
             .and_then(Value::as_array)
@@ -1238,17 +1359,46 @@ pub struct SlotPlan {
     pub batching: bool,
 }
 
-/// Runs the server until SIGINT or SIGTERM: it then stops accepting, lets
-/// in-flight requests finish for up to `shutdown_timeout`, cancels what is
-/// left at its next token, and returns.
+/// glibc raises its mmap threshold after a large block is freed, and then
+/// keeps the memory of later large blocks (a request body of megabytes) in
+/// its heaps: fixed thresholds give every block over 4 MiB back when it is
+/// freed (and `trim_after` the rest), so RSS returns to where it was after
+/// giant requests.
+fn keep_heap_small() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: mallopt only sets glibc's allocator parameters.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
+    }
+}
+
+/// How long before the shutdown deadline running generations are cancelled.
+const CANCEL_AHEAD: Duration = Duration::from_millis(500);
+
+/// Runs the server until SIGINT or SIGTERM: it then stops accepting, closes
+/// connections that are not being answered, answers queued requests 503,
+/// lets in-flight requests finish, cancels what is left at its next token
+/// shortly before `shutdown_timeout`, and returns by then whatever clients
+/// do.
 pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
     crate::signals::default_terminate();
+    keep_heap_small();
+    let fds = conn::raise_fd_limit();
+    let wanted = cfg.limits.max_connections as u64 + 64;
+    if fds > 0 && fds < wanted {
+        eprintln!(
+            "clover serve: warning: the open-file limit is {fds}: fewer connections than \
+             --max-connections {} can be accepted (raise ulimit -n)",
+            cfg.limits.max_connections
+        );
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("clover-http")
         .enable_all()
         .build()?;
-    rt.block_on(async move {
+    let result = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
             .await
             .map_err(|e| anyhow::anyhow!("listening on {}:{}: {e}", cfg.host, cfg.port))?;
@@ -1278,7 +1428,18 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
                         Arc::clone(&sched),
                         Arc::clone(&loader.metrics),
                     )?;
+                    // (A control token's text counts as written in the
+                    // vocabulary, for --special-in-content.)
+                    let tok = &model.tokenizer;
+                    let max_piece = (0..tok.vocab_size() as u32)
+                        .map(|i| {
+                            let piece = tok.piece(i).map_or(0, <[u8]>::len);
+                            piece.max(tok.id_to_token(i).map_or(0, str::len))
+                        })
+                        .max()
+                        .unwrap_or(1);
                     let _ = loader.ready.set(Ready {
+                        max_piece,
                         model,
                         sched,
                         batcher,
@@ -1325,18 +1486,28 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             if let Some(r) = on_stop.ready.get() {
                 r.sched.close();
                 let sched = Arc::clone(&r.sched);
+                // Generations still running are cancelled a moment before
+                // the deadline, so their replies can end before it.
+                let cut = timeout.saturating_sub(CANCEL_AHEAD.min(timeout / 4));
                 tokio::spawn(async move {
-                    tokio::time::sleep(timeout).await;
+                    tokio::time::sleep(cut).await;
                     sched.cancel_all.store(true, Ordering::Relaxed);
                 });
             }
         };
-        let server = axum::serve(listener, router).with_graceful_shutdown(shutdown);
+        let limits = app.cfg.limits.clone();
+        let stats = Arc::clone(&app.metrics.conns);
+        // (A moment even at --shutdown-timeout 0, for the cut replies' ends.)
+        let drain = timeout.max(Duration::from_millis(250));
+        let server = conn::run(listener, router, limits, stats, shutdown, drain);
         tokio::select! {
-            r = server => r.map_err(anyhow::Error::from)?,
+            _ = server => {},
             Some(e) = fail_rx.recv() => return Err(e),
         }
         eprintln!("clover serve: stopped");
         Ok(())
-    })
+    });
+    // Prompts still being parsed on the blocking pool are not waited for.
+    rt.shutdown_timeout(Duration::from_millis(100));
+    result
 }

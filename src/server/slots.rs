@@ -80,6 +80,10 @@ pub enum Msg {
     Scored(Vec<TokenLogprob>),
     Done(Done),
     Error(String),
+    /// A slot took the job (sent before anything else).
+    Started,
+    /// The job was still queued when the server began to stop: never run.
+    Shutdown,
 }
 
 /// How a generation ended, and what it cost.
@@ -178,12 +182,10 @@ impl Scheduler {
     fn next(&self, i: usize) -> Option<Job> {
         let mut g = self.lock();
         loop {
-            if let Some(j) = g.slots[i].job.take() {
+            if let Some(j) = g.slots[i].job.take().or_else(|| g.queue.pop_front()) {
                 g.slots[i].busy = true;
-                return Some(j);
-            }
-            if let Some(j) = g.queue.pop_front() {
-                g.slots[i].busy = true;
+                // A fresh channel has room: this never waits.
+                let _ = j.tx.try_send(Msg::Started);
                 return Some(j);
             }
             if g.closed {
@@ -216,8 +218,7 @@ impl Scheduler {
         let mut g = self.lock();
         g.closed = true;
         for j in g.queue.drain(..) {
-            let _ =
-                j.tx.try_send(Msg::Error("the server is shutting down".into()));
+            let _ = j.tx.try_send(Msg::Shutdown);
         }
         drop(g);
         self.cv.notify_all();

@@ -1,0 +1,358 @@
+//! The server's connections: the accept loop with its connection cap, the
+//! header and idle keep-alive timeouts, and shutdown (docs/SERVER.md,
+//! "Connections").
+//!
+//! Each connection is in one of three phases, kept in its [`Clock`]:
+//! - **head**: a request is being read up to the end of its headers. It
+//!   starts at accept, and again when the first byte of a next request
+//!   arrives; the head must be complete within the header timeout.
+//! - **busy**: a request is being answered (its body read, its reply
+//!   generated and written). No timeout applies here: the body has its own
+//!   (in the handler) and a reply is as long as the generation.
+//! - **idle**: between requests on a kept-alive connection; after the idle
+//!   timeout the connection is closed.
+//!
+//! A connection past the cap is answered 503 with `Retry-After` and closed.
+//! At shutdown the listener closes, connections that are not busy are closed
+//! at once, busy ones finish their reply (hyper's graceful shutdown) until
+//! the caller's deadline.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::Router;
+use hyper::body::Incoming;
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tower_service::Service;
+
+/// The connection limits `clover serve` takes as flags.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// A request's head (request line and headers) must arrive within this,
+    /// from accept or from its first byte.
+    pub header: Duration,
+    /// A kept-alive connection may wait this long for its next request.
+    pub idle: Duration,
+    /// Connections served at once; more get 503.
+    pub max_connections: usize,
+}
+
+/// Counters `/metrics` shows.
+#[derive(Default)]
+pub struct ConnStats {
+    pub open: AtomicU64,
+    pub accepted: AtomicU64,
+    /// Answered 503 at accept: the cap was reached.
+    pub refused: AtomicU64,
+    pub header_timeouts: AtomicU64,
+    pub idle_timeouts: AtomicU64,
+}
+
+const HEAD: u8 = 0;
+const BUSY: u8 = 1;
+const IDLE: u8 = 2;
+
+/// A connection's phase and when it began.
+struct Clock {
+    start: Instant,
+    phase: AtomicU8,
+    /// Milliseconds from `start` to the phase's beginning.
+    since_ms: AtomicU64,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            start: Instant::now(),
+            phase: AtomicU8::new(HEAD),
+            since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn set(&self, phase: u8) {
+        self.since_ms
+            .store(self.start.elapsed().as_millis() as u64, Ordering::Release);
+        self.phase.store(phase, Ordering::Release);
+    }
+
+    /// Bytes arrived: an idle connection starts reading a request head.
+    fn on_bytes(&self) {
+        if self.phase.load(Ordering::Acquire) == IDLE {
+            self.set(HEAD);
+        }
+    }
+
+    fn phase(&self) -> u8 {
+        self.phase.load(Ordering::Acquire)
+    }
+
+    /// When the current phase runs out (`None`: busy, no limit).
+    fn deadline(&self, limits: &Limits) -> Option<Instant> {
+        let since = self.start + Duration::from_millis(self.since_ms.load(Ordering::Acquire));
+        match self.phase() {
+            HEAD => Some(since + limits.header),
+            IDLE => Some(since + limits.idle),
+            _ => None,
+        }
+    }
+}
+
+/// The socket, telling the clock when bytes arrive.
+struct Watched {
+    io: TcpStream,
+    clock: Arc<Clock>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut this.io).poll_read(cx, buf);
+        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.clock.on_bytes();
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// A reply's body: when hyper has written it all (or given up on it) and
+/// drops it, the connection is idle.
+struct Tracked {
+    inner: Body,
+    clock: Arc<Clock>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.clock.set(IDLE);
+    }
+}
+
+/// How often a connection looks at its clock (the timeouts' resolution).
+const TICK: Duration = Duration::from_millis(250);
+
+/// Serves one connection until it ends, times out, or shutdown closes it.
+async fn serve_conn(
+    stream: TcpStream,
+    router: Router,
+    limits: Arc<Limits>,
+    stats: Arc<ConnStats>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let clock = Arc::new(Clock::new());
+    let io = TokioIo::new(Watched {
+        io: stream,
+        clock: Arc::clone(&clock),
+    });
+    let on_request = Arc::clone(&clock);
+    let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
+        on_request.set(BUSY);
+        let mut router = router.clone();
+        let clock = Arc::clone(&on_request);
+        async move {
+            let resp = router.call(req.map(Body::new)).await?;
+            Ok::<_, Infallible>(resp.map(|inner| Body::new(Tracked { inner, clock })))
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, svc);
+    tokio::pin!(conn);
+    let mut stopping = *stop.borrow();
+    loop {
+        if stopping && clock.phase() != BUSY {
+            // Nothing being answered: close now.
+            return;
+        }
+        let wake = tokio::time::Instant::now() + TICK;
+        tokio::select! {
+            _ = conn.as_mut() => return,
+            _ = tokio::time::sleep_until(wake) => {
+                if clock.deadline(&limits).is_some_and(|d| Instant::now() >= d) {
+                    let counter = match clock.phase() {
+                        IDLE => &stats.idle_timeouts,
+                        _ => &stats.header_timeouts,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+            _ = stop.changed(), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+/// What a connection past the cap reads before it is closed.
+fn refusal() -> Vec<u8> {
+    let body = r#"{"error":{"code":503,"message":"too many connections; retry later","type":"unavailable_error"}}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Refusals being written at once; past this, a connection over the cap is
+/// closed without a word.
+const MAX_REFUSING: usize = 64;
+
+/// Accepts and serves connections until `shutdown` resolves, then closes
+/// the listener, closes idle connections, lets busy ones finish, and waits
+/// for them for up to `drain`.
+pub async fn run(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    stats: Arc<ConnStats>,
+    shutdown: impl Future<Output = ()>,
+    drain: Duration,
+) {
+    let cap = limits.max_connections.max(1);
+    let slots = Arc::new(Semaphore::new(cap));
+    let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
+    let limits = Arc::new(limits);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::pin!(shutdown);
+    loop {
+        let (stream, _) = tokio::select! {
+            _ = &mut shutdown => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(_) => {
+                    // Out of descriptors or memory for a moment: the
+                    // timeouts free some; try again shortly.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        match Arc::clone(&slots).try_acquire_owned() {
+            Ok(permit) => {
+                stats.accepted.fetch_add(1, Ordering::Relaxed);
+                stats.open.fetch_add(1, Ordering::Relaxed);
+                let (router, limits, stats, stop) = (
+                    router.clone(),
+                    Arc::clone(&limits),
+                    Arc::clone(&stats),
+                    stop_rx.clone(),
+                );
+                tokio::spawn(async move {
+                    serve_conn(stream, router, limits, Arc::clone(&stats), stop).await;
+                    stats.open.fetch_sub(1, Ordering::Relaxed);
+                    drop(permit);
+                });
+            }
+            Err(_) => {
+                stats.refused.fetch_add(1, Ordering::Relaxed);
+                if let Ok(p) = Arc::clone(&refusing).try_acquire_owned() {
+                    tokio::spawn(async move {
+                        let mut stream = stream;
+                        let write = async {
+                            stream.write_all(&refusal()).await?;
+                            stream.shutdown().await
+                        };
+                        let _ = tokio::time::timeout(Duration::from_secs(1), write).await;
+                        drop(p);
+                    });
+                }
+            }
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let all = u32::try_from(cap).unwrap_or(u32::MAX);
+    let _ = tokio::time::timeout(drain, slots.acquire_many(all)).await;
+}
+
+/// Raises the soft limit on open files to the hard one, so that the
+/// connection cap (not the descriptor limit) is what refuses clients.
+/// Returns the soft limit now in force.
+pub fn raise_fd_limit() -> u64 {
+    // SAFETY: getrlimit/setrlimit write and read a plain struct we own.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) != 0 {
+            return 0;
+        }
+        if r.rlim_cur < r.rlim_max {
+            let raised = libc::rlimit {
+                rlim_cur: r.rlim_max,
+                rlim_max: r.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                return raised.rlim_cur;
+            }
+        }
+        r.rlim_cur
+    }
+}
