@@ -73,6 +73,8 @@ struct App {
     ready: OnceLock<Ready>,
     metrics: Arc<Metrics>,
     next_id: AtomicU64,
+    /// Set when the server begins to stop.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 /// Per-stream buffer of messages between a slot and its client.
@@ -150,10 +152,17 @@ fn ready(app: &App) -> Result<&Ready, ApiError> {
 }
 
 /// The request's body, whole: at most `--max-body` bytes, within
-/// `--body-timeout`.
+/// `--body-timeout`. A body still arriving when the server begins to stop
+/// is not waited for (503).
 async fn read_body(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
     let limit = app.cfg.max_body;
-    match tokio::time::timeout(app.cfg.body_timeout, axum::body::to_bytes(body, limit)).await {
+    let mut stopping = app.stopping.subscribe();
+    let read = tokio::time::timeout(app.cfg.body_timeout, axum::body::to_bytes(body, limit));
+    let result = tokio::select! {
+        r = read => r,
+        _ = stopping.wait_for(|&s| s) => return Err(shutting_down()),
+    };
+    match result {
         Ok(Ok(bytes)) => Ok(bytes),
         Ok(Err(_)) => Err(ApiError::status(
             413,
@@ -1410,6 +1419,7 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             ready: OnceLock::new(),
             metrics: Arc::new(Metrics::default()),
             next_id: AtomicU64::new(1),
+            stopping: tokio::sync::watch::Sender::new(false),
         });
         let loader = Arc::clone(&app);
         let (fail_tx, mut fail_rx) = mpsc::channel::<anyhow::Error>(1);
@@ -1483,6 +1493,7 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
                 "clover serve: stopping: no new requests; in-flight ones get {:.0} s",
                 timeout.as_secs_f64()
             );
+            on_stop.stopping.send_replace(true);
             if let Some(r) = on_stop.ready.get() {
                 r.sched.close();
                 let sched = Arc::clone(&r.sched);
