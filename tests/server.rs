@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use server_common::{curl, json, metric, post, post_ok, start, tiny_model};
+use server_common::{curl, json, metric, post, post_ok, start, tiny_model, Server};
 
 #[test]
 fn curl_sees_the_api_its_errors_and_its_limits() {
@@ -142,6 +142,99 @@ fn an_api_key_is_required_when_set() {
     // Health and metrics stay open (load balancers probe them).
     assert_eq!(curl(&s, &["/health"]).0, 200);
     assert_eq!(curl(&s, &["/metrics"]).0, 200);
+    // The scheme's name is case-insensitive, as HTTP says.
+    for scheme in ["bearer", "BEARER", "BeArEr"] {
+        let h = format!("Authorization: {scheme} sesame");
+        assert_eq!(post(&s, "/v1/completions", body, &["-H", &h]).0, 200);
+    }
+}
+
+/// The headers of `curl -i` output, lower-cased names: (status, headers).
+fn head_of(s: &Server, args: &[&str]) -> (u16, Vec<(String, String)>) {
+    let mut all = vec![args[0], "-i"];
+    all.extend(&args[1..]);
+    let (code, text) = curl(s, &all);
+    let headers = text
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or("")
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (code, headers)
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn browsers_get_cors_as_llama_server_gives_it_and_the_flag_restricts_origins() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = tiny_model(dir.path());
+    // What Chromium sends before a cross-origin POST with a JSON body and a
+    // key: a preflight without credentials.
+    let preflight = [
+        "/v1/chat/completions",
+        "-X",
+        "OPTIONS",
+        "-H",
+        "Origin: http://localhost:5173",
+        "-H",
+        "Access-Control-Request-Method: POST",
+        "-H",
+        "Access-Control-Request-Headers: authorization,content-type",
+        "-H",
+        "Sec-Fetch-Mode: cors",
+    ];
+    let chat = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":2}"#;
+    let s = start(&model, &["--api-key", "k"]);
+    let (code, h) = head_of(&s, &preflight);
+    assert_eq!(code, 204, "{h:?}");
+    assert_eq!(
+        header(&h, "access-control-allow-origin"),
+        Some("http://localhost:5173")
+    );
+    let methods = header(&h, "access-control-allow-methods").unwrap();
+    assert!(methods.contains("POST") && methods.contains("GET"), "{h:?}");
+    let allowed = header(&h, "access-control-allow-headers").unwrap();
+    assert!(allowed.contains("authorization") && allowed.contains("content-type"));
+    // The request itself carries the origin back.
+    let (code, h) = head_of(
+        &s,
+        &[
+            "/v1/chat/completions",
+            "-H",
+            "Origin: http://localhost:5173",
+            "-H",
+            "Authorization: Bearer k",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            chat,
+        ],
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        header(&h, "access-control-allow-origin"),
+        Some("http://localhost:5173")
+    );
+    drop(s);
+    // Restricted: the listed origin is allowed, another gets no CORS headers
+    // (the browser then refuses the page the answer).
+    let s = start(&model, &["--cors-origins", "https://chat.example.com"]);
+    let (code, h) = head_of(&s, &preflight);
+    assert_eq!(code, 204);
+    assert_eq!(header(&h, "access-control-allow-origin"), None, "{h:?}");
+    let mut ok = preflight;
+    ok[4] = "Origin: https://chat.example.com";
+    let (_, h) = head_of(&s, &ok);
+    assert_eq!(
+        header(&h, "access-control-allow-origin"),
+        Some("https://chat.example.com")
+    );
 }
 
 #[test]

@@ -50,6 +50,11 @@ msgs = MSGS + [
 t = client.messages.create(model="any", max_tokens=6, extra_body={"temperature": 0}, messages=msgs, tools=tools)
 assert t.stop_reason in ("max_tokens", "end_turn", "tool_use"), t
 
+# count_tokens: the prompt tokens a request with these messages takes.
+counted = client.messages.count_tokens(model="any", messages=MSGS).input_tokens
+made = client.messages.create(model="any", max_tokens=1, messages=MSGS)
+assert counted == made.usage.input_tokens > 0, (counted, made.usage)
+
 # Errors are the client's exceptions with the right status.
 try:
     client.messages.create(model="any", max_tokens=4, messages=[{"role": "system", "content": "x"}])

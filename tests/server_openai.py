@@ -121,6 +121,24 @@ try:
 except openai.BadRequestError as e:
     assert e.status_code == 400 and "n = 1" in str(e), e
 
+# models.retrieve: the listed model, and 404 for another.
+listed = client.models.list().data[0].id
+assert client.models.retrieve(listed).id == listed
+try:
+    client.models.retrieve("no-such-model")
+    raise AssertionError("an unknown model was retrieved")
+except openai.NotFoundError as e:
+    assert e.status_code == 404, e
+
+# Sampling values outside their range are 400s naming the field.
+for field, value in [("temperature", -1), ("top_p", -1), ("min_p", 5), ("presence_penalty", 3)]:
+    try:
+        client.chat.completions.create(model="any", messages=MSGS, max_tokens=2,
+                                       extra_body={field: value})
+        raise AssertionError(f"{field}={value} was accepted")
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.body["param"] == field, (field, e.body)
+
 # Eight concurrent streams: each greedy text equals the one made alone.
 results = [None] * 8
 

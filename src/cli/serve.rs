@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// Connections served at once; past it, new ones get 503 with Retry-After
     #[arg(long = "max-connections", default_value_t = 512, value_name = "N")]
     pub max_connections: usize,
+    /// Origins a browser page may call the API from (CORS), comma-separated,
+    /// such as `https://chat.example.com`; `*` (the default, as llama-server):
+    /// any origin
+    #[arg(long = "cors-origins", default_value = "*", value_name = "LIST")]
+    pub cors_origins: String,
     /// Each slot decodes in its own forward pass instead of one pass for all
     /// (for A/B measurements)
     #[arg(long = "no-batching")]
@@ -89,6 +94,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_connections: args.max_connections,
     };
     let body_timeout = seconds("--body-timeout", args.body_timeout, 0.1)?;
+    let cors_origins = match args.cors_origins.trim() {
+        "*" => None,
+        list => {
+            let origins: Vec<String> = list
+                .split(',')
+                .map(|o| o.trim().trim_end_matches('/').to_string())
+                .filter(|o| !o.is_empty())
+                .collect();
+            if let Some(bad) = origins.iter().find(|o| !o.contains("://")) {
+                bail!("--cors-origins: '{bad}' is not an origin (scheme://host[:port]) or *");
+            }
+            Some(origins)
+        }
+    };
     if args.max_connections == 0 {
         bail!("--max-connections must be at least 1");
     }
@@ -156,6 +175,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             max_body: args.max_body,
             body_timeout,
             limits,
+            cors_origins,
             shutdown_timeout,
         },
         SlotPlan {

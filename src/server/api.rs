@@ -89,6 +89,18 @@ fn integer(o: &Map<String, Value>, k: &str) -> Result<Option<i64>, ApiError> {
     }
 }
 
+/// A number that must lie in `[lo, hi]` (OpenAI's ranges where OpenAI
+/// defines the field): outside it, a 400 naming the field.
+fn ranged(o: &Map<String, Value>, k: &str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
+    match number(o, k)? {
+        Some(v) if !(lo..=hi).contains(&v) => Err(ApiError::field(
+            k,
+            format!("'{k}' must be from {lo} to {hi}, not {v}"),
+        )),
+        v => Ok(v.map(|v| v as f32)),
+    }
+}
+
 pub fn boolean(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
     match o.get(k) {
         None | Some(Value::Null) => Ok(None),
@@ -121,26 +133,32 @@ pub fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
         }
     }
     let mut s = SamplerParams::default();
-    if let Some(t) = number(o, "temperature")? {
-        s.temp = t as f32;
+    if let Some(t) = ranged(o, "temperature", 0.0, 2.0)? {
+        s.temp = t;
     }
-    if let Some(v) = number(o, "top_p")? {
-        s.top_p = v as f32;
+    if let Some(v) = ranged(o, "top_p", 0.0, 1.0)? {
+        s.top_p = v;
     }
     if let Some(v) = integer(o, "top_k")? {
-        s.top_k = v.clamp(i32::MIN as i64, i32::MAX as i64) as i32;
+        if v < -1 {
+            return Err(ApiError::field(
+                "top_k",
+                format!("'top_k' must be at least 0 (or -1: off), not {v}"),
+            ));
+        }
+        s.top_k = v.clamp(-1, i32::MAX as i64) as i32;
     }
-    if let Some(v) = number(o, "min_p")? {
-        s.min_p = v as f32;
+    if let Some(v) = ranged(o, "min_p", 0.0, 1.0)? {
+        s.min_p = v;
     }
-    if let Some(v) = number(o, "presence_penalty")? {
-        s.presence_penalty = v as f32;
+    if let Some(v) = ranged(o, "presence_penalty", -2.0, 2.0)? {
+        s.presence_penalty = v;
     }
-    if let Some(v) = number(o, "frequency_penalty")? {
-        s.frequency_penalty = v as f32;
+    if let Some(v) = ranged(o, "frequency_penalty", -2.0, 2.0)? {
+        s.frequency_penalty = v;
     }
-    if let Some(v) = number(o, "repeat_penalty")? {
-        s.repeat_penalty = v as f32;
+    if let Some(v) = ranged(o, "repeat_penalty", 0.0, 100.0)? {
+        s.repeat_penalty = v;
     }
     if let Some(v) = integer(o, "repeat_last_n")? {
         s.repeat_last_n = v.clamp(-1, i32::MAX as i64) as i32;

@@ -56,6 +56,8 @@ pub struct ServeConfig {
     pub body_timeout: Duration,
     pub limits: conn::Limits,
     pub shutdown_timeout: Duration,
+    /// Origins browsers may call from (`--cors-origins`; `None`: any).
+    pub cors_origins: Option<Vec<String>>,
 }
 
 /// The loaded model and its slots.
@@ -130,13 +132,25 @@ fn authorize(app: &App, headers: &HeaderMap) -> Result<(), ApiError> {
         return Ok(());
     };
     // OpenAI's clients send `Authorization: Bearer`, Anthropic's `x-api-key`.
+    // The scheme's name is case-insensitive (RFC 9110 11.1).
+    let bearer = |v: &str| {
+        let (scheme, key) = v.trim().split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| key.trim_start().to_string())
+    };
     let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()));
+        .and_then(bearer)
+        .or_else(|| {
+            headers
+                .get("x-api-key")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        });
     match given {
-        Some(g) if g == key => Ok(()),
+        Some(g) if g == *key => Ok(()),
         Some(_) => Err(ApiError::status(401, "Invalid API key")),
         None => Err(ApiError::status(
             401,
@@ -1186,15 +1200,134 @@ async fn completion(State(app): State<Arc<App>>, headers: HeaderMap, body: Body)
     generate(app, Kind::Native, headers, body).await
 }
 
+/// The model as `/v1/models` lists it.
+fn model_object(app: &App) -> Value {
+    json!({
+        "id": app.cfg.model_name, "object": "model", "created": now_secs(), "owned_by": "clover",
+        "meta": {"n_ctx_slot": app.cfg.n_ctx_slot},
+    })
+}
+
 async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     if let Err(e) = authorize(&app, &headers) {
         return error_response(&app, e);
     }
-    let v = json!({"object": "list", "data": [{
-        "id": app.cfg.model_name, "object": "model", "created": now_secs(), "owned_by": "clover",
-        "meta": {"n_ctx_slot": app.cfg.n_ctx_slot},
-    }]});
+    let v = json!({"object": "list", "data": [model_object(&app)]});
     json_response(&app, v)
+}
+
+/// `GET /v1/models/{id}` (the OpenAI clients' `models.retrieve`).
+async fn model_by_id(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Response {
+    if let Err(e) = authorize(&app, &headers) {
+        return error_response(&app, e);
+    }
+    if id != app.cfg.model_name {
+        let e = ApiError::field(
+            "model",
+            format!(
+                "the model '{id}' does not exist; this server has '{}'",
+                app.cfg.model_name
+            ),
+        );
+        return error_response(&app, ApiError { status: 404, ..e });
+    }
+    json_response(&app, model_object(&app))
+}
+
+/// Anthropic's `POST /v1/messages/count_tokens`: the prompt tokens the
+/// request would take (`{"input_tokens": n}`).
+async fn count_tokens(State(app): State<Arc<App>>, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        authorize(&app, &headers)?;
+        ready(&app)?;
+        let bytes = read_body(&app, body).await?;
+        let worker = Arc::clone(&app);
+        off_runtime(move || {
+            let app = &*worker;
+            let r = ready(app)?;
+            let o = anthropic::to_chat(&api::object(&bytes)?)?;
+            let messages = api::messages(&o)?;
+            let tools = api::tools(&o)?;
+            let content: usize = messages
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m.get("content").and_then(Value::as_str))
+                .map(str::len)
+                .sum();
+            check_text_size(app, r, content)?;
+            let (_, ids) = r
+                .model
+                .chat_prompt_json(&messages, tools.as_ref(), true)
+                .map_err(|e| ApiError::bad(format!("chat template: {e}")))?;
+            Ok(json!({"input_tokens": ids.len()}))
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(v) => json_response(&app, v),
+        Err(e) => error_response_as(&app, e, Kind::Anthropic),
+    }
+}
+
+/// CORS, as llama-server answers browsers: a preflight (`OPTIONS` with
+/// `Access-Control-Request-Method`) gets 204 with the allowed methods and
+/// headers; every answer to an allowed `Origin` names that origin. Any
+/// origin is allowed unless `--cors-origins` lists them.
+async fn cors(
+    State(app): State<Arc<App>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    let allowed = origin.as_ref().filter(|o| {
+        let list = app.cfg.cors_origins.as_ref();
+        list.is_none_or(|l| o.to_str().is_ok_and(|o| l.iter().any(|a| a == o)))
+    });
+    let preflight = req.method() == axum::http::Method::OPTIONS;
+    let mut r = if preflight {
+        let mut r = StatusCode::NO_CONTENT.into_response();
+        if allowed.is_some() {
+            let h = r.headers_mut();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_METHODS,
+                HeaderValue::from_static("GET, POST, OPTIONS"),
+            );
+            let asked = req
+                .headers()
+                .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+                .cloned();
+            h.insert(
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                asked.unwrap_or(HeaderValue::from_static("*")),
+            );
+            h.insert(
+                header::ACCESS_CONTROL_MAX_AGE,
+                HeaderValue::from_static("86400"),
+            );
+        }
+        r
+    } else {
+        next.run(req).await
+    };
+    if let Some(o) = allowed {
+        let h = r.headers_mut();
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, o.clone());
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+    }
+    if origin.is_some() {
+        r.headers_mut()
+            .append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    r
 }
 
 /// llama-server's `POST /tokenize`: `content`, `add_special` (a BOS where
@@ -1470,6 +1603,8 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             .route("/completion", post(completion))
             .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
+            .route("/v1/models/{id}", get(model_by_id))
+            .route("/v1/messages/count_tokens", post(count_tokens))
             .route("/health", get(health))
             .route("/tokenize", post(tokenize))
             .route("/detokenize", post(detokenize))
@@ -1479,6 +1614,7 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
             .route("/v1/health", get(health))
             .route("/metrics", get(metrics_text))
             .fallback(not_found)
+            .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), cors))
             .with_state(Arc::clone(&app));
         let on_stop = Arc::clone(&app);
         let shutdown = async move {
