@@ -15,6 +15,8 @@
 //! allowed only once it is complete, and nothing but end-of-generation after
 //! that.
 
+pub mod tools;
+
 use std::sync::Arc;
 
 use crate::engine::LoadedModel;

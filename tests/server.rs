@@ -444,6 +444,35 @@ fn the_openai_python_client_works_against_it() {
     run_client("server_openai.py", &format!("{}/v1", s.base));
 }
 
+#[test]
+fn forced_tool_calls_parse_in_every_client_and_follow_the_schema() {
+    let template =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates/tool_calls.jinja");
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(
+        &tiny_model(dir.path()),
+        &["--chat-template-file", template.to_str().unwrap()],
+    );
+    // The template offers the tools: they are in the prompt.
+    let plain = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}"#;
+    let with = plain.replace(
+        r#""max_tokens":1"#,
+        r#""max_tokens":1,"tools":[{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":{}}}}]"#,
+    );
+    let tokens = |body: &str| {
+        post_ok(&s, "/v1/chat/completions", body)["usage"]["prompt_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    assert!(tokens(&with) > tokens(plain) + 10);
+    for module in ["openai", "anthropic", "litellm", "langchain_openai"] {
+        if !python_has(module) {
+            return;
+        }
+    }
+    run_client("server_tools.py", &s.base);
+}
+
 /// `ln softmax(row)` in f64, and the `n` largest entries (ties to the lower
 /// id): the test's own arithmetic, not the server's.
 fn log_softmax_top(row: &[f32], n: usize) -> (Vec<f64>, Vec<usize>) {

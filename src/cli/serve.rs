@@ -39,6 +39,10 @@ pub struct ServeArgs {
     /// they are plain text and only the chat template writes control tokens
     #[arg(long = "special-in-content")]
     pub special_in_content: bool,
+    /// A Jinja chat template to use instead of the file's (llama-server's
+    /// --chat-template-file)
+    #[arg(long = "chat-template-file", value_name = "FILE")]
+    pub chat_template_file: Option<PathBuf>,
     /// Largest request body, in bytes
     #[arg(long = "max-body", default_value_t = 8 << 20)]
     pub max_body: usize,
@@ -142,9 +146,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let has_spec = spec.is_some();
     let spec_args = args.spec.clone();
     let special_in_content = args.special_in_content;
+    let template = match &args.chat_template_file {
+        Some(p) => Some(read_template(p)?),
+        None => None,
+    };
     let load = Box::new(move || {
         let mut m = open_model(path.as_deref(), no_mmap)?;
         m.special_in_content = special_in_content;
+        if let Some(source) = &template {
+            m.use_template(source)
+                .map_err(|e| anyhow::anyhow!("--chat-template-file: {e}"))?;
+        }
         // Chat requests render the template: a file whose template does not
         // compile is refused at start.
         m.template()?;
@@ -187,4 +199,23 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             batching: !args.no_batching,
         },
     )
+}
+
+/// The largest chat template file read (real ones are a few KiB).
+const MAX_TEMPLATE_BYTES: u64 = 1 << 20;
+
+/// A chat template file: a regular file of at most 1 MiB of UTF-8.
+fn read_template(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let (file, _guard) = crate::output::open_text_input(path)
+        .map_err(|e| anyhow::anyhow!("--chat-template-file {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_TEMPLATE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| anyhow::anyhow!("--chat-template-file {}: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_TEMPLATE_BYTES {
+        bail!("--chat-template-file {}: larger than 1 MiB", path.display());
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| anyhow::anyhow!("--chat-template-file {}: not UTF-8", path.display()))
 }

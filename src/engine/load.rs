@@ -147,6 +147,21 @@ impl LoadedModel {
         Ok(self.tokenizer.encode(text, true)?)
     }
 
+    /// Uses `source` as the chat template instead of the file's
+    /// (`--chat-template-file`); an error when it does not compile.
+    pub fn use_template(&mut self, source: &str) -> Result<(), EngineError> {
+        let special = |id: Option<u32>| {
+            id.and_then(|i| self.tokenizer.id_to_token(i))
+                .unwrap_or("")
+                .to_string()
+        };
+        let (bos, eos) = (special(self.tokenizer.bos()), special(self.tokenizer.eos()));
+        let t = ChatTemplate::new(source, &bos, &eos)?;
+        self.template = Ok(t);
+        self.template_fallback = false;
+        Ok(())
+    }
+
     /// The file's chat template; an error when it does not compile (the
     /// chat paths call this at start, to refuse such a file at once).
     pub fn template(&self) -> Result<&ChatTemplate, EngineError> {

@@ -171,6 +171,30 @@ pub fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
         }
         Some(_) => return Err(ApiError::field("tools", "'tools' must be a list")),
     }
+    // Anthropic's tool_choice in OpenAI's words.
+    match o.get("tool_choice") {
+        None | Some(Value::Null) => {}
+        Some(c) => {
+            let bad = || {
+                ApiError::field(
+                    "tool_choice",
+                    "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, \
+                     {\"type\": \"tool\", \"name\": …} or {\"type\": \"none\"}",
+                )
+            };
+            let choice = match c.get("type").and_then(Value::as_str) {
+                Some("auto") => json!("auto"),
+                Some("any") => json!("required"),
+                Some("none") => json!("none"),
+                Some("tool") => {
+                    let name = c.get("name").and_then(Value::as_str).ok_or_else(bad)?;
+                    json!({"type": "function", "function": {"name": name}})
+                }
+                _ => return Err(bad()),
+            };
+            out.insert("tool_choice".into(), choice);
+        }
+    }
     Ok(out)
 }
 

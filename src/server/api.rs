@@ -434,6 +434,90 @@ pub fn tools(o: &Map<String, Value>) -> Result<Option<Value>, ApiError> {
     }
 }
 
+/// What `tool_choice` asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ToolChoice {
+    /// The model decides (the default).
+    Auto,
+    /// No tool: the tools are not offered.
+    None,
+    /// A call of one of the tools.
+    Required,
+    /// A call of this function.
+    Named(String),
+}
+
+/// OpenAI's `tool_choice`: `"auto"`, `"none"`, `"required"` or `{"type":
+/// "function", "function": {"name": …}}`; a forced choice needs `tools`
+/// naming the function.
+pub fn tool_choice(o: &Map<String, Value>, tools: Option<&Value>) -> Result<ToolChoice, ApiError> {
+    let param = "tool_choice";
+    let choice = match o.get(param) {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(ApiError::field(
+                    param,
+                    format!("'tool_choice' must be \"auto\", \"none\", \"required\" or a function, not \"{s}\""),
+                ))
+            }
+        },
+        Some(Value::Object(c)) => {
+            let name = c
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .filter(|_| c.get("type").and_then(Value::as_str) == Some("function"))
+                .ok_or_else(|| {
+                    ApiError::field(
+                        param,
+                        "a named 'tool_choice' is {\"type\": \"function\", \"function\": {\"name\": …}}",
+                    )
+                })?;
+            ToolChoice::Named(name.to_string())
+        }
+        Some(_) => return Err(ApiError::field(param, "'tool_choice' must be a string or an object")),
+    };
+    let forced = matches!(choice, ToolChoice::Required | ToolChoice::Named(_));
+    if forced && tools.is_none() {
+        return Err(ApiError::field(
+            param,
+            "a forced 'tool_choice' needs 'tools'",
+        ));
+    }
+    if let ToolChoice::Named(name) = &choice {
+        if !tool_schemas(tools.expect("checked"))?
+            .iter()
+            .any(|(n, _)| n == name)
+        {
+            return Err(ApiError::field(
+                param,
+                format!("'tool_choice' names '{name}', which is not among the tools"),
+            ));
+        }
+    }
+    Ok(choice)
+}
+
+/// Each function of `tools` (OpenAI's list): its name and its parameters'
+/// schema (`{}` when it has none).
+pub fn tool_schemas(tools: &Value) -> Result<Vec<(String, Value)>, ApiError> {
+    let list = tools.as_array().map(Vec::as_slice).unwrap_or_default();
+    list.iter()
+        .map(|t| {
+            let f = t.get("function").unwrap_or(t);
+            let name = f.get("name").and_then(Value::as_str).ok_or_else(|| {
+                ApiError::field("tools", "every tool needs a function with a 'name'")
+            })?;
+            let params = f.get("parameters").cloned().unwrap_or(Value::Null);
+            Ok((name.to_string(), params))
+        })
+        .collect()
+}
+
 /// One completion prompt: text (tokenized with the model's BOS) or token
 /// ids (taken as they are).
 #[derive(Clone, Debug, PartialEq)]

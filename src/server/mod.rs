@@ -246,6 +246,8 @@ struct Prepared {
     logprobs: Option<usize>,
     /// JSON mode.
     json: bool,
+    /// A forced tool call (`tool_choice` required or named).
+    tool_call: Option<Arc<Vec<(String, crate::constrain::tools::Shape)>>>,
     logit_bias: Vec<(u32, f32)>,
 }
 
@@ -263,10 +265,28 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
             .tokenize(text)
             .map_err(|e| ApiError::bad(format!("tokenizing the prompt: {e}")))
     };
+    let mut tool_call = None;
     let (prompts, texts, tools, starts_thinking) = match kind {
         Kind::Chat | Kind::Anthropic => {
             let messages = api::messages(o)?;
-            let tools = api::tools(o)?;
+            let mut tools = api::tools(o)?;
+            match api::tool_choice(o, tools.as_ref())? {
+                api::ToolChoice::Auto => {}
+                // Not offered, so not called.
+                api::ToolChoice::None => tools = None,
+                choice => {
+                    let all = api::tool_schemas(tools.as_ref().expect("checked"))?;
+                    let forced = all
+                        .iter()
+                        .filter(|(n, _)| match &choice {
+                            api::ToolChoice::Named(name) => n == name,
+                            _ => true,
+                        })
+                        .map(|(n, schema)| (n.clone(), crate::constrain::tools::Shape::of(schema)))
+                        .collect();
+                    tool_call = Some(Arc::new(forced));
+                }
+            }
             let content: usize = messages
                 .as_array()
                 .into_iter()
@@ -341,6 +361,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         tools,
         logprobs,
         json,
+        tool_call,
         logit_bias,
     })
 }
@@ -501,6 +522,7 @@ fn submit(r: &Ready, p: &Prepared, i: usize) -> Result<mpsc::Receiver<Msg>, ApiE
         ignore_eos: p.common.ignore_eos,
         logprobs: p.logprobs,
         json: p.json,
+        tool_call: p.tool_call.clone(),
         logit_bias: p.logit_bias.clone(),
         tx,
     };

@@ -28,6 +28,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::constrain::tools::{Shape, ToolGuard};
 use crate::constrain::JsonGuard;
 use crate::engine::{
     generate, EngineError, GenEvent, GenOptions, LoadedModel, PromptEval, Session, SessionOptions,
@@ -57,6 +58,9 @@ pub struct Job {
     pub score_prompt: Option<usize>,
     /// JSON mode: the reply is one JSON object ([`JsonGuard`]).
     pub json: bool,
+    /// A forced tool call: the reply is one call of one of these functions
+    /// (name, argument shape) ([`ToolGuard`]).
+    pub tool_call: Option<Arc<Vec<(String, Shape)>>>,
     /// Added to these tokens' logits before sampling.
     pub logit_bias: Vec<(u32, f32)>,
     pub tx: mpsc::Sender<Msg>,
@@ -576,7 +580,7 @@ pub fn start(
                     // A constrained or biased reply decodes token by token:
                     // draft verification compares with the model's own
                     // logits.
-                    let free = !job.json && job.logit_bias.is_empty();
+                    let free = !job.json && job.tool_call.is_none() && job.logit_bias.is_empty();
                     let spec = spec_step.as_mut().filter(|_| free);
                     let step: &mut dyn Step = match (spec, batching) {
                         (Some(s), _) => s,
@@ -607,6 +611,11 @@ fn run_job(
     if job.json {
         let model = Arc::clone(session.model());
         sampler.constrain(Box::new(JsonGuard::new(model, job.starts_thinking)));
+    }
+    if let Some(tools) = &job.tool_call {
+        let model = Arc::clone(session.model());
+        let guard = ToolGuard::new(model, tools, job.starts_thinking);
+        sampler.constrain(Box::new(guard));
     }
     let queue = job.logprobs.map(|top| sampler.log_probs(top));
     let mut held = Vec::new();
@@ -750,6 +759,7 @@ mod tests {
                 logprobs: None,
                 score_prompt: None,
                 json: false,
+                tool_call: None,
                 logit_bias: Vec::new(),
                 tx,
             },
