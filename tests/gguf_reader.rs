@@ -1,6 +1,8 @@
 //! The GGUF reader against hostile input: one `rejects_*` test per check,
 //! and a deterministic mutation fuzz that asserts no panic.
 
+mod skip;
+
 mod gguf_common;
 
 use clover::gguf::reader::{MAX_ARRAY_DEPTH, MAX_ARRAY_LEN, MAX_KEYS, MAX_TENSORS};
@@ -657,7 +659,11 @@ fn memlock_limit() -> libc::rlim_t {
 #[test]
 fn a_locked_file_counts_whole_in_the_locked_memory_until_dropped() {
     let Some(before) = locked_kib() else {
-        eprintln!("SKIPPED: no /proc/self/status VmLck on this system");
+        skip::skipped(
+            "mlock check",
+            "no /proc/self/status VmLck on this system",
+            "run on Linux",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

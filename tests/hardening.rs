@@ -801,3 +801,14 @@ fn a_damaged_default_model_cache_is_rewritten_not_run() {
     );
     assert!(std::fs::read(&path).unwrap() == bytes);
 }
+
+#[test]
+fn a_bare_clover_prints_the_usage_and_the_commands() {
+    let out = clover(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("Usage: clover <COMMAND>"), "{err}");
+    for cmd in ["chat", "run", "serve", "bench", "perplexity", "quantize"] {
+        assert!(err.contains(&format!("  {cmd} ")), "{cmd} missing: {err}");
+    }
+}

@@ -99,7 +99,16 @@ fn perplexity(name: &str) -> f64 {
         .arg(fx::file(name))
         .arg("-f")
         .arg(&text)
-        .args(["-c", &r.ppl_ctx.to_string(), "-t", "2"])
+        .args([
+            "-c",
+            &r.ppl_ctx.to_string(),
+            "-t",
+            "2",
+            "-ctk",
+            "f32",
+            "-ctv",
+            "f32",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);

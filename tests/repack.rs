@@ -4,6 +4,8 @@
 //! file's layout to rounding. (Speculative greedy decoding on such files is exact:
 //! `tests/spec_greedy.rs`.)
 
+mod skip;
+
 use clover::gguf::GgufFile;
 use clover::model::weights::GateUp;
 use clover::model::{LogitsFor, Model, ModelConfig, StateOptions, WeightRef};
@@ -111,7 +113,11 @@ fn repacked_iq4_xs_experts_give_the_file_layouts_logits_to_rounding() {
     let packed = file.derived_tensors().expect("the file was loaded");
     if !repack_available(GgmlType::IQ4_XS) {
         assert!(packed.is_empty());
-        eprintln!("###  SKIPPED: no repacked IQ4_XS kernel on this CPU (AVX-512 VNNI + VBMI)");
+        skip::skipped(
+            "repacked IQ4_XS",
+            "no repacked IQ4_XS kernel on this CPU",
+            "needs AVX-512 VNNI + VBMI",
+        );
         return;
     }
     // Three IQ4_XS expert stacks per layer; nothing else is IQ4_XS (the
@@ -137,7 +143,11 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
     let packed = file.derived_tensors().expect("the file was loaded");
     if !repack_available(GgmlType::Q4_K) {
         assert!(packed.is_empty());
-        eprintln!("###  SKIPPED: no repacked Q4_K kernel on this CPU (AVX-512 VNNI)");
+        skip::skipped(
+            "repacked Q4_K",
+            "no repacked Q4_K kernel on this CPU",
+            "needs AVX-512 VNNI",
+        );
         return;
     }
     // Every Q4_K matrix but the token embedding (a lookup; the file has its
@@ -163,7 +173,11 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
     Model::load(&file).unwrap();
     let packed = file.derived_tensors().expect("the file was loaded");
     if !(repack_available(GgmlType::Q3_K) && repack_available(GgmlType::Q6_K)) {
-        eprintln!("###  SKIPPED: no repacked Q3_K / Q6_K kernel on this CPU (AVX-512 VNNI, GFNI)");
+        skip::skipped(
+            "repacked Q3_K / Q6_K",
+            "no repacked Q3_K / Q6_K kernel on this CPU",
+            "needs AVX-512 VNNI and GFNI",
+        );
         return;
     }
     for t in file.tensors() {

@@ -5,6 +5,8 @@
 //! stop strings, the tools round trip, eight concurrent streams whose greedy
 //! text equals the text made alone).
 
+mod skip;
+
 mod server_common;
 
 use std::io::{BufRead, BufReader};
@@ -411,7 +413,11 @@ fn python_has(module: &str) -> bool {
             std::env::var_os("CLOVER_REQUIRE_ORACLES").is_none(),
             "CLOVER_REQUIRE_ORACLES is set but python3 cannot import {module}"
         );
-        eprintln!("SKIPPED: python3 cannot import {module} (pip install {module})");
+        skip::skipped(
+            "a Python client test",
+            &format!("python3 cannot import {module}"),
+            &format!("pip install {module}"),
+        );
     }
     have
 }

@@ -116,11 +116,11 @@ fn a_slowloris_crowd_is_cut_at_the_header_timeout_and_others_are_served() {
 }
 
 #[test]
-fn connections_past_the_cap_get_503_and_idle_ones_are_closed() {
+fn at_the_cap_waiting_connections_make_room_busy_ones_get_503_and_idle_ones_close() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(
         &tiny_model(dir.path()),
-        &["--max-connections", "8", "--idle-timeout", "1"],
+        &["--max-connections", "8", "--idle-timeout", "2"],
     );
     // Eight kept-alive connections, each after one request, now idle.
     let mut idle: Vec<TcpStream> = (0..8).map(|_| connect(&s)).collect();
@@ -131,7 +131,29 @@ fn connections_past_the_cap_get_503_and_idle_ones_are_closed() {
         let n = c.read(&mut buf).unwrap();
         assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
     }
-    // A ninth is refused, with a reason and when to come back.
+    // A ninth client is served: the connection idle longest made room.
+    let (code, _) = post(&s, "/v1/chat/completions", SMALL_CHAT, &[]);
+    assert_eq!(code, 200);
+    assert!(
+        closed_by_server(&idle[0]),
+        "the oldest idle connection was kept"
+    );
+    assert_eq!(metric(&s, "clover_connections_evicted_total"), 1.0);
+    // After the idle timeout the rest are closed.
+    std::thread::sleep(Duration::from_millis(2600));
+    let cut = idle.iter().filter(|c| closed_by_server(c)).count();
+    assert_eq!(cut, 8, "{cut} of 8 idle connections were closed");
+    assert!(metric(&s, "clover_connection_timeouts_total{phase=\"idle\"}") >= 7.0);
+    // Eight connections being answered (bodies still arriving) leave no
+    // room: a ninth is refused, with a reason and when to come back.
+    let mut busy: Vec<TcpStream> = (0..8).map(|_| connect(&s)).collect();
+    for c in &mut busy {
+        c.write_all(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{",
+        )
+        .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
     let mut extra = connect(&s);
     let refused = read_to_close(&mut extra, Duration::from_secs(5));
     assert_eq!(status_of(&refused), 503, "{refused}");
@@ -140,12 +162,9 @@ fn connections_past_the_cap_get_503_and_idle_ones_are_closed() {
         "{refused}"
     );
     assert!(refused.contains("too many connections"), "{refused}");
-    // After the idle timeout the eight are closed and clients get in again.
-    std::thread::sleep(Duration::from_millis(1600));
-    let cut = idle.iter().filter(|c| closed_by_server(c)).count();
-    assert_eq!(cut, 8, "{cut} of 8 idle connections were closed");
+    drop(busy);
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(curl(&s, &["/health"]).0, 200);
-    assert!(metric(&s, "clover_connection_timeouts_total{phase=\"idle\"}") >= 8.0);
     assert!(metric(&s, "clover_connections_refused_total") >= 1.0);
 }
 

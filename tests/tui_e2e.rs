@@ -9,6 +9,8 @@
 //! Needs `tmux`. Without it the test says so loudly and passes, unless `CI` is set,
 //! where it fails.
 
+mod skip;
+
 use std::path::Path;
 use std::process::{Command, Output};
 use std::thread::sleep;
@@ -201,7 +203,7 @@ fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
             panic!("tmux is required for the TUI end-to-end test in CI");
         }
         eprintln!("##############################################################");
-        eprintln!("###  SKIPPED tui_e2e: tmux is not installed (apt install tmux)");
+        skip::skipped("tui_e2e", "tmux is not installed", "apt install tmux");
         eprintln!("##############################################################");
         return;
     }
@@ -300,7 +302,11 @@ fn a_panic_in_the_ui_restores_the_terminal_before_reporting() {
         if std::env::var_os("CI").is_some() {
             panic!("tmux is required for the TUI end-to-end test in CI");
         }
-        eprintln!("###  SKIPPED tui_e2e panic test: tmux is not installed");
+        skip::skipped(
+            "tui_e2e panic test",
+            "tmux is not installed",
+            "apt install tmux",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -327,7 +333,11 @@ fn chat_with_a_real_model_streams_updates_the_stats_and_quits_on_ctrl_c() {
         if std::env::var_os("CI").is_some() {
             panic!("tmux is required for the TUI end-to-end test in CI");
         }
-        eprintln!("###  SKIPPED tui_e2e real-model test: tmux is not installed");
+        skip::skipped(
+            "tui_e2e real-model test",
+            "tmux is not installed",
+            "apt install tmux",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -473,7 +483,11 @@ fn start_chat(dir: &Path, args: &str) -> (Tmux, std::path::PathBuf, i32) {
 fn sigterm_and_sighup_to_the_chat_restore_the_terminal() {
     if !tmux_available() {
         assert!(std::env::var_os("CI").is_none(), "tmux is required in CI");
-        eprintln!("SKIPPED sigterm_and_sighup_to_the_chat_restore_the_terminal: no tmux");
+        skip::skipped(
+            "sigterm_and_sighup_to_the_chat_restore_the_terminal",
+            "tmux is not installed",
+            "apt install tmux",
+        );
         return;
     }
     for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGHUP, "SIGHUP")] {
@@ -495,7 +509,11 @@ fn sigterm_and_sighup_to_the_chat_restore_the_terminal() {
 fn a_model_file_that_shrinks_under_the_chat_restores_the_terminal_and_says_why() {
     if !tmux_available() {
         assert!(std::env::var_os("CI").is_none(), "tmux is required in CI");
-        eprintln!("SKIPPED a_model_file_that_shrinks_under_the_chat…: no tmux");
+        skip::skipped(
+            "a_model_file_that_shrinks_under_the_chat",
+            "tmux is not installed",
+            "apt install tmux",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -536,7 +554,11 @@ fn tmux_or_skip(what: &str) -> bool {
     if std::env::var_os("CI").is_some() {
         panic!("tmux is required for the TUI end-to-end test in CI");
     }
-    eprintln!("###  SKIPPED tui_e2e {what}: tmux is not installed");
+    skip::skipped(
+        &format!("tui_e2e {what}"),
+        "tmux is not installed",
+        "apt install tmux",
+    );
     false
 }
 

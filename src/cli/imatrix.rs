@@ -19,6 +19,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 
 use crate::imatrix::Imatrix;
+use crate::kernels::GgmlType;
 use crate::model::{capture, LogitsFor};
 
 #[derive(Args, Debug)]
@@ -123,7 +124,12 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
         }
     }
     eprintln!("imatrix: {} tokens, {n_chunks} chunks of {c}", tokens.len());
-    let (pool, mut state) = super::perplexity::window_runner(&m.model, c, args.threads)?;
+    let (pool, mut state) = super::perplexity::window_runner(
+        &m.model,
+        c,
+        args.threads,
+        (GgmlType::F32, GgmlType::F32),
+    )?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
     let mut sums = super::perplexity::NllSums::default();

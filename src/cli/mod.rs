@@ -58,6 +58,17 @@ pub fn main() -> ExitCode {
     let (args, rewritten) = common::rewrite_llama_flags_noting(std::env::args_os());
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
+        Err(e)
+            if matches!(
+                e.kind(),
+                clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                    | clap::error::ErrorKind::MissingSubcommand
+            ) =>
+        {
+            // A bare `clover`: the whole usage, the commands and what they do.
+            eprint!("{}", e.render());
+            return ExitCode::from(2);
+        }
         Err(e) if e.use_stderr() => {
             // One line: clap's first paragraph names the flag and the problem.
             let text = e.render().to_string();

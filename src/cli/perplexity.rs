@@ -19,6 +19,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::Args;
 
+use crate::kernels::GgmlType;
 use crate::kld::{self, KldSums};
 use crate::model::{LogitsFor, StateOptions};
 
@@ -56,6 +57,12 @@ pub struct PerplexityArgs {
     /// Read the model into memory instead of mapping it
     #[arg(long = "no-mmap")]
     pub no_mmap: bool,
+    /// KV cache type for K (-ctk): f32, f16, bf16, q8_0 (f16: llama-perplexity's default)
+    #[arg(long = "cache-type-k", default_value = "f16", value_parser = crate::engine::parse_cache_type)]
+    pub cache_type_k: GgmlType,
+    /// KV cache type for V (-ctv)
+    #[arg(long = "cache-type-v", default_value = "f16", value_parser = crate::engine::parse_cache_type)]
+    pub cache_type_v: GgmlType,
 }
 
 /// Running sums of the scored negative log-likelihoods.
@@ -110,6 +117,7 @@ pub fn window_runner(
     model: &crate::model::Model<'_>,
     c: usize,
     threads: Option<usize>,
+    (type_k, type_v): (GgmlType, GgmlType),
 ) -> anyhow::Result<(rayon::ThreadPool, crate::model::State)> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
@@ -117,6 +125,8 @@ pub fn window_runner(
         .context("thread pool")?;
     let state_opts = StateOptions {
         max_batch: c.min(512),
+        type_k,
+        type_v,
         ..StateOptions::new(c)
     };
     crate::engine::session::check_memory(model, &state_opts)?;
@@ -160,7 +170,12 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         "perplexity: {} tokens, {n_windows} windows of {c}, scoring the second half of each",
         tokens.len()
     );
-    let (pool, mut state) = window_runner(&m.model, c, args.threads)?;
+    let (pool, mut state) = window_runner(
+        &m.model,
+        c,
+        args.threads,
+        (args.cache_type_k, args.cache_type_v),
+    )?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
     let mut sums = NllSums::default();
@@ -253,7 +268,12 @@ fn run_kld(args: &PerplexityArgs) -> anyhow::Result<()> {
     if args.chunks >= 0 {
         n_chunk = n_chunk.min(args.chunks as usize);
     }
-    let (pool, mut state) = window_runner(model, c, args.threads)?;
+    let (pool, mut state) = window_runner(
+        model,
+        c,
+        args.threads,
+        (args.cache_type_k, args.cache_type_v),
+    )?;
     let nv = kld::slots(n_vocab);
     let scored = c - 1 - c / 2;
     let mut base = vec![0u16; scored * nv];

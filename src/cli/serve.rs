@@ -60,7 +60,9 @@ pub struct ServeArgs {
     /// Seconds a kept-alive connection may wait for its next request
     #[arg(long = "idle-timeout", default_value_t = 30.0, value_name = "SECS")]
     pub idle_timeout: f64,
-    /// Connections served at once; past it, new ones get 503 with Retry-After
+    /// Connections served at once; at the cap a new one replaces the
+    /// connection waiting longest without a request being answered, or gets
+    /// 503 with Retry-After when all are being answered
     #[arg(long = "max-connections", default_value_t = 512, value_name = "N")]
     pub max_connections: usize,
     /// Origins a browser page may call the API from (CORS), comma-separated,

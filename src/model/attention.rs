@@ -522,44 +522,54 @@ fn attend_prompt(
     sc.o[..t * nh * d]
         .par_chunks_mut(QB * nh * d)
         .enumerate()
-        .for_each_init(Vec::new, |scores: &mut Vec<f32>, (blk, o)| {
-            let i0 = blk * QB;
-            let nq = o.len() / (nh * d);
-            // Positions the block's last row sees; rows past `nq` repeat
-            // the last one (computed, never written).
-            let n_max = pos0 + i0 + nq;
-            let nb = n_max.next_multiple_of(KB);
-            scores.resize(QB * nb, 0.0);
-            let row = |qi: usize| i0 + qi.min(nq - 1);
-            for h in 0..nh {
-                let g = h / group;
-                let q: [&[f32]; QB] = std::array::from_fn(|qi| {
-                    let at = row(qi) * nh * 2 * d + h * 2 * d;
-                    &qg[at..at + d]
-                });
-                let kg = &kt[g * d * np..(g + 1) * d * np];
-                prompt_scores(q, kg, np, nb, scores);
-                for qi in 0..QB {
-                    let sr = &mut scores[qi * nb..(qi + 1) * nb];
-                    let vis = pos0 + row(qi) + 1;
-                    sr[..vis].iter_mut().for_each(|x| *x *= scale);
-                    softmax_padded_inplace(&mut sr[..vis]);
-                    round_to_v_type(ty_v, &mut sr[..vis]);
-                    sr[vis..].fill(0.0);
-                }
-                let mut out = [[0f32; KB]; QB];
-                for c in (0..d).step_by(KB) {
-                    prompt_v_sum(scores, nb, n_max, vf, (nkv * d, g * d + c), &mut out);
-                    for (qi, oq) in out.iter().enumerate().take(nq) {
-                        let at = qi * nh * d + h * d + c;
-                        let gate = &qg[(i0 + qi) * nh * 2 * d + h * 2 * d + d + c..][..KB];
-                        for ((x, &y), &gj) in o[at..at + KB].iter_mut().zip(oq).zip(gate) {
-                            *x = y * sigmoid(gj);
+        .for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(scores, q_rounded): &mut (Vec<f32>, Vec<f32>), (blk, o)| {
+                let i0 = blk * QB;
+                let nq = o.len() / (nh * d);
+                // Positions the block's last row sees; rows past `nq` repeat
+                // the last one (computed, never written).
+                let n_max = pos0 + i0 + nq;
+                let nb = n_max.next_multiple_of(KB);
+                scores.resize(QB * nb, 0.0);
+                let row = |qi: usize| i0 + qi.min(nq - 1);
+                for h in 0..nh {
+                    let g = h / group;
+                    // q in the K cache's float type, as the decode path's dot
+                    // (and ggml's, which converts the activation) takes it.
+                    q_rounded.resize(QB * d, 0.0);
+                    for qi in 0..QB {
+                        let at = row(qi) * nh * 2 * d + h * 2 * d;
+                        let dst = &mut q_rounded[qi * d..(qi + 1) * d];
+                        dst.copy_from_slice(&qg[at..at + d]);
+                        round_to_v_type(ty_k, dst);
+                    }
+                    let q: [&[f32]; QB] =
+                        std::array::from_fn(|qi| &q_rounded[qi * d..(qi + 1) * d]);
+                    let kg = &kt[g * d * np..(g + 1) * d * np];
+                    prompt_scores(q, kg, np, nb, scores);
+                    for qi in 0..QB {
+                        let sr = &mut scores[qi * nb..(qi + 1) * nb];
+                        let vis = pos0 + row(qi) + 1;
+                        sr[..vis].iter_mut().for_each(|x| *x *= scale);
+                        softmax_padded_inplace(&mut sr[..vis]);
+                        round_to_v_type(ty_v, &mut sr[..vis]);
+                        sr[vis..].fill(0.0);
+                    }
+                    let mut out = [[0f32; KB]; QB];
+                    for c in (0..d).step_by(KB) {
+                        prompt_v_sum(scores, nb, n_max, vf, (nkv * d, g * d + c), &mut out);
+                        for (qi, oq) in out.iter().enumerate().take(nq) {
+                            let at = qi * nh * d + h * d + c;
+                            let gate = &qg[(i0 + qi) * nh * 2 * d + h * 2 * d + d + c..][..KB];
+                            for ((x, &y), &gj) in o[at..at + KB].iter_mut().zip(oq).zip(gate) {
+                                *x = y * sigmoid(gj);
+                            }
                         }
                     }
                 }
-            }
-        });
+            },
+        );
 }
 
 fma_dispatch!(
@@ -728,7 +738,8 @@ fn reduce_lanes(acc: &mut [f32], o: &mut [f32], batch: bool) {
     }
 }
 
-/// Rounds softmax weights to the V cache's float type (no-op for f32/q8_0).
+/// Rounds values to a cache's float type (no-op for f32/q8_0): softmax
+/// weights to the V cache's, queries to the K cache's.
 fn round_to_v_type(ty_v: GgmlType, p: &mut [f32]) {
     match ty_v {
         GgmlType::F16 => round_to_f16(p),

@@ -12,7 +12,11 @@
 //! - **idle**: between requests on a kept-alive connection; after the idle
 //!   timeout the connection is closed.
 //!
-//! A connection past the cap is answered 503 with `Retry-After` and closed.
+//! At the cap, a new connection takes the place of the one that has waited
+//! longest without a request being answered (idle, or still sending its
+//! head): a crowd that connects and sends nothing cannot lock clients out.
+//! When every connection is being answered, the new one is answered 503
+//! with `Retry-After` and closed.
 //! At shutdown the listener closes, connections that are not busy are closed
 //! at once, busy ones finish their reply (hyper's graceful shutdown) until
 //! the caller's deadline.
@@ -32,7 +36,7 @@ use hyper::Request;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tower_service::Service;
 
 /// The connection limits `clover serve` takes as flags.
@@ -56,6 +60,52 @@ pub struct ConnStats {
     pub refused: AtomicU64,
     pub header_timeouts: AtomicU64,
     pub idle_timeouts: AtomicU64,
+    /// Closed at the cap to make room for a new connection.
+    pub evicted: AtomicU64,
+}
+
+/// Each connection's clock and the bell that closes it, by id.
+type Conns = std::collections::HashMap<u64, (Arc<Clock>, Arc<Notify>)>;
+
+/// The connections being served, for eviction at the cap.
+#[derive(Default)]
+struct Registry {
+    conns: std::sync::Mutex<Conns>,
+    next: AtomicU64,
+}
+
+impl Registry {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Conns> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn add(&self, clock: Arc<Clock>, evict: Arc<Notify>) -> u64 {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, (clock, evict));
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.lock().remove(&id);
+    }
+
+    /// Tells the connection that has waited longest without being answered
+    /// to close; `false` when every one is being answered.
+    fn evict_oldest_waiting(&self) -> bool {
+        let mut conns = self.lock();
+        let oldest = conns
+            .iter()
+            .filter(|(_, (c, _))| c.phase() != BUSY)
+            .min_by_key(|(_, (c, _))| c.phase_start())
+            .map(|(&id, _)| id);
+        match oldest.and_then(|id| conns.remove(&id)) {
+            Some((_, evict)) => {
+                evict.notify_one();
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 const HEAD: u8 = 0;
@@ -96,9 +146,14 @@ impl Clock {
         self.phase.load(Ordering::Acquire)
     }
 
+    /// When the current phase began.
+    fn phase_start(&self) -> Instant {
+        self.start + Duration::from_millis(self.since_ms.load(Ordering::Acquire))
+    }
+
     /// When the current phase runs out (`None`: busy, no limit).
     fn deadline(&self, limits: &Limits) -> Option<Instant> {
-        let since = self.start + Duration::from_millis(self.since_ms.load(Ordering::Acquire));
+        let since = self.phase_start();
         match self.phase() {
             HEAD => Some(since + limits.header),
             IDLE => Some(since + limits.idle),
@@ -195,15 +250,40 @@ impl Drop for Tracked {
 /// How often a connection looks at its clock (the timeouts' resolution).
 const TICK: Duration = Duration::from_millis(250);
 
-/// Serves one connection until it ends, times out, or shutdown closes it.
-async fn serve_conn(
-    stream: TcpStream,
+/// What every connection task shares.
+#[derive(Clone)]
+struct Shared {
     router: Router,
     limits: Arc<Limits>,
     stats: Arc<ConnStats>,
-    mut stop: watch::Receiver<bool>,
-) {
+    registry: Arc<Registry>,
+    stop: watch::Receiver<bool>,
+}
+
+/// Serves one connection, holding its place under the cap.
+async fn serve_counted(stream: TcpStream, sh: Shared, permit: OwnedSemaphorePermit) {
+    sh.stats.open.fetch_add(1, Ordering::Relaxed);
     let clock = Arc::new(Clock::new());
+    let evict = Arc::new(Notify::new());
+    let id = sh.registry.add(Arc::clone(&clock), Arc::clone(&evict));
+    let stats = Arc::clone(&sh.stats);
+    let registry = Arc::clone(&sh.registry);
+    serve_conn(stream, sh, clock, evict).await;
+    registry.remove(id);
+    stats.open.fetch_sub(1, Ordering::Relaxed);
+    drop(permit);
+}
+
+/// Serves one connection until it ends, times out, is evicted, or shutdown
+/// closes it.
+async fn serve_conn(stream: TcpStream, sh: Shared, clock: Arc<Clock>, evict: Arc<Notify>) {
+    let Shared {
+        router,
+        limits,
+        stats,
+        mut stop,
+        ..
+    } = sh;
     let io = TokioIo::new(Watched {
         io: stream,
         clock: Arc::clone(&clock),
@@ -243,6 +323,10 @@ async fn serve_conn(
                 stopping = true;
                 conn.as_mut().graceful_shutdown();
             }
+            _ = evict.notified() => {
+                stats.evicted.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
         }
     }
 }
@@ -276,8 +360,14 @@ pub async fn run(
     let cap = limits.max_connections.max(1);
     let slots = Arc::new(Semaphore::new(cap));
     let refusing = Arc::new(Semaphore::new(MAX_REFUSING));
-    let limits = Arc::new(limits);
     let (stop_tx, stop_rx) = watch::channel(false);
+    let shared = Shared {
+        router,
+        limits: Arc::new(limits),
+        stats: Arc::clone(&stats),
+        registry: Arc::new(Registry::default()),
+        stop: stop_rx,
+    };
     tokio::pin!(shutdown);
     loop {
         let (stream, _) = tokio::select! {
@@ -293,20 +383,21 @@ pub async fn run(
             },
         };
         let _ = stream.set_nodelay(true);
+        let sh = shared.clone();
         match Arc::clone(&slots).try_acquire_owned() {
             Ok(permit) => {
                 stats.accepted.fetch_add(1, Ordering::Relaxed);
-                stats.open.fetch_add(1, Ordering::Relaxed);
-                let (router, limits, stats, stop) = (
-                    router.clone(),
-                    Arc::clone(&limits),
-                    Arc::clone(&stats),
-                    stop_rx.clone(),
-                );
+                tokio::spawn(serve_counted(stream, sh, permit));
+            }
+            Err(_) if shared.registry.evict_oldest_waiting() => {
+                // The evicted connection gives its place back as soon as its
+                // task runs (each such waiter has one eviction of its own).
+                stats.accepted.fetch_add(1, Ordering::Relaxed);
+                let slots = Arc::clone(&slots);
                 tokio::spawn(async move {
-                    serve_conn(stream, router, limits, Arc::clone(&stats), stop).await;
-                    stats.open.fetch_sub(1, Ordering::Relaxed);
-                    drop(permit);
+                    if let Ok(permit) = slots.acquire_owned().await {
+                        serve_counted(stream, sh, permit).await;
+                    }
                 });
             }
             Err(_) => {

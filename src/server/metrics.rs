@@ -145,6 +145,12 @@ impl Metrics {
             one(n(&k.refused)),
         );
         metric(
+            "connections_evicted_total",
+            "counter",
+            "Connections waiting without a request closed at the cap to make room for a new one",
+            one(n(&k.evicted)),
+        );
+        metric(
             "connection_timeouts_total",
             "counter",
             "Connections closed by a timeout, by phase",
