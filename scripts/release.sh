@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
-# Static release binaries: x86-64 and aarch64 Linux, linked against musl with
-# no dynamic dependencies (no interpreter, no shared libraries), so they run
-# on any Linux of those CPUs whatever its glibc. Writes
+# Static release binaries: x86-64 and aarch64 Linux with no dynamic
+# dependencies (no interpreter, no shared libraries), so they run on any Linux
+# of those CPUs whatever its C library. They link glibc statically
+# (`-C target-feature=+crt-static`): a musl build was measured 5-7 % slower
+# at pp512 (its allocator), a static glibc one within the noise of the
+# dynamic build (docs/PERFORMANCE.md, "Static binaries"). Writes
 #
 #   target/dist/clover-VERSION-x86_64-linux
 #   target/dist/clover-VERSION-aarch64-linux
 #   target/dist/SHA256SUMS
 #
-# and checks each: no dynamic section, `--version`, and a tiny model written
-# and run (the aarch64 one under qemu-aarch64, with no sysroot).
+# and checks each: no program interpreter and no NEEDED library,
+# `--version`, and a tiny model written and run (the aarch64 one under
+# qemu-aarch64, with no sysroot).
 #
-#   scripts/release.sh                 # both (about 5 min each on 2 cores)
+#   scripts/release.sh                 # both (about 2.5 min each on 2 cores)
 #   scripts/release.sh x86_64          # one
 #
-# Needs: rustup (the musl targets are added), for aarch64 the
-# gcc-aarch64-linux-gnu linker and qemu-user (apt-get install).
+# Needs, for aarch64: apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/dist
@@ -32,24 +35,22 @@ check_static() {
 }
 
 smoke() {
-  local run=("$@")
   local dir
   dir=$(mktemp -d)
-  "${run[@]}" --version
-  "${run[@]}" synth --arch qwen35moe --preset tiny --recipe q8_0 -o "$dir/t.gguf" >/dev/null
-  "${run[@]}" run -m "$dir/t.gguf" -p "In the beginning" -n 8 --temp 0 -t 2 >/dev/null 2>&1
+  "$@" --version
+  "$@" synth --arch qwen35moe --preset tiny --recipe q8_0 -o "$dir/t.gguf" >/dev/null
+  "$@" run -m "$dir/t.gguf" -p "In the beginning" -n 8 --temp 0 -t 2 >/dev/null 2>&1
   rm -rf "$dir"
 }
 
 for arch in "${arches[@]}"; do
-  target="$arch-unknown-linux-musl"
+  target="$arch-unknown-linux-gnu"
   rustup target add "$target" >/dev/null
-  case $arch in
-    aarch64)
-      export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
-      ;;
-  esac
-  cargo build --release --locked --target "$target" --bin clover
+  if [ "$arch" = aarch64 ]; then
+    export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+  fi
+  RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --release --locked --target "$target" --bin clover
   bin="$out/clover-$version-$arch-linux"
   cp "target/$target/release/clover" "$bin"
   check_static "$bin"

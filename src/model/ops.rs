@@ -95,6 +95,7 @@ fn pow2(n: i32) -> f64 {
 /// detected): the row functions below then run a copy compiled with it, so
 /// `mul_add` is one instruction instead of a libm `fmaf` call (the same fused
 /// result either way).
+#[cfg(target_arch = "x86_64")]
 #[inline]
 pub(crate) fn has_fma() -> bool {
     kernels::cpu::has_fma()

@@ -1563,7 +1563,13 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
         .enable_all()
         .build()?;
     let result = rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
+        // `localhost` without the resolver (a static binary has no NSS
+        // modules to load); addresses parse, other names are resolved.
+        let host = match cfg.host.as_str() {
+            "localhost" => "127.0.0.1",
+            h => h,
+        };
+        let listener = tokio::net::TcpListener::bind((host, cfg.port))
             .await
             .map_err(|e| anyhow::anyhow!("listening on {}:{}: {e}", cfg.host, cfg.port))?;
         let addr = listener.local_addr()?;
