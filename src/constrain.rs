@@ -333,44 +333,72 @@ impl JsonPrefix {
     }
 }
 
-/// JSON mode on a model's tokens (see the module docs). With a prompt that
-/// opens `<think>`, the reasoning is free and the JSON starts after
-/// `</think>`.
+/// A byte-level recogniser of a reply's prefixes, applied to tokens by
+/// [`Guard`].
+pub trait Recognizer: Clone + Send + Sync + std::fmt::Debug + 'static {
+    /// Whether a control token may be taken for its text (else refused).
+    const CONTROL_AS_TEXT: bool = false;
+    /// Takes `bytes`; `false` when no reply continues the prefix with them.
+    fn feed(&mut self, bytes: &[u8]) -> bool;
+    /// Whether the bytes so far are a whole reply.
+    fn complete(&self) -> bool;
+}
+
+impl Recognizer for JsonPrefix {
+    fn feed(&mut self, bytes: &[u8]) -> bool {
+        JsonPrefix::feed(self, bytes)
+    }
+
+    fn complete(&self) -> bool {
+        JsonPrefix::complete(self)
+    }
+}
+
+/// A [`Recognizer`] on a model's tokens: a token is allowed when its text
+/// continues the prefix, end-of-generation only once the reply is complete.
+/// With a prompt that opens `<think>`, the reasoning is free and the reply
+/// starts after `</think>`.
 #[derive(Clone, Debug)]
-pub struct JsonGuard {
+pub struct Guard<R> {
     model: Arc<LoadedModel>,
-    json: JsonPrefix,
+    rec: R,
     thinking: bool,
 }
 
-impl JsonGuard {
-    pub fn new(model: Arc<LoadedModel>, starts_thinking: bool) -> JsonGuard {
+impl<R: Recognizer> Guard<R> {
+    pub fn new(model: Arc<LoadedModel>, rec: R, starts_thinking: bool) -> Guard<R> {
         let thinking = starts_thinking && model.think_tokens.is_some();
-        JsonGuard {
+        Guard {
             model,
-            json: JsonPrefix::new(true),
+            rec,
             thinking,
         }
     }
 }
 
-impl Constraint for JsonGuard {
+/// JSON mode (see the module docs): the reply is one JSON object.
+pub type JsonGuard = Guard<JsonPrefix>;
+
+impl JsonGuard {
+    pub fn json(model: Arc<LoadedModel>, starts_thinking: bool) -> JsonGuard {
+        Guard::new(model, JsonPrefix::new(true), starts_thinking)
+    }
+}
+
+impl<R: Recognizer> Constraint for Guard<R> {
     fn allows(&self, id: u32) -> bool {
         if self.thinking {
             return true;
         }
         let tok = &self.model.tokenizer;
         if tok.is_eog(id) {
-            return self.json.complete();
+            return self.rec.complete();
         }
-        if self.json.complete() || tok.is_control(id) {
+        if self.rec.complete() || (!R::CONTROL_AS_TEXT && tok.is_control(id)) {
             return false;
         }
         match tok.piece(id) {
-            Ok(bytes) if !bytes.is_empty() => {
-                let mut j = self.json;
-                j.feed(bytes)
-            }
+            Ok(bytes) if !bytes.is_empty() => self.rec.clone().feed(bytes),
             _ => false,
         }
     }
@@ -383,7 +411,7 @@ impl Constraint for JsonGuard {
             return;
         }
         if let Ok(bytes) = self.model.tokenizer.piece(id) {
-            self.json.feed(bytes);
+            self.rec.feed(bytes);
         }
     }
 

@@ -14,7 +14,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use server_common::{curl, json, metric, post, post_ok, start, tiny_model, Server};
+use server_common::{
+    curl, json, metric, post, post_ok, sigterm_and_wait, start, tiny_model, Server,
+};
 
 #[test]
 fn curl_sees_the_api_its_errors_and_its_limits() {
@@ -307,19 +309,7 @@ fn a_client_that_leaves_mid_stream_frees_its_slot_and_sigterm_exits_0() {
             .unwrap()
     });
     std::thread::sleep(full / 10);
-    // SAFETY: sending a signal to our own child process.
-    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "still running 20 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, _) = sigterm_and_wait(&mut s, Duration::from_secs(20));
     assert!(status.success(), "exit status {status:?}");
     let _ = h.join();
 }

@@ -10,7 +10,7 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use server_common::{curl, json, metric, post, start, tiny_model, Server};
+use server_common::{curl, json, metric, post, sigterm_and_wait, start, tiny_model, Server};
 
 fn connect(s: &Server) -> TcpStream {
     let addr = s.base.trim_start_matches("http://");
@@ -130,6 +130,7 @@ fn at_the_cap_waiting_connections_make_room_busy_ones_get_503_and_idle_ones_clos
         let mut buf = [0u8; 512];
         let n = c.read(&mut buf).unwrap();
         assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+        std::thread::sleep(Duration::from_millis(5));
     }
     // A ninth client is served: the connection idle longest made room.
     let (code, _) = post(&s, "/v1/chat/completions", SMALL_CHAT, &[]);
@@ -230,20 +231,7 @@ fn sigterm_exits_within_the_shutdown_timeout_and_queued_requests_get_503() {
         assert!(t0.elapsed() < Duration::from_secs(10), "nothing queued");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // SAFETY: a signal to our own child process.
-    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = s.child.try_wait().unwrap() {
-            break st;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "still running 10 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let took = t0.elapsed();
+    let (status, took) = sigterm_and_wait(&mut s, Duration::from_secs(10));
     assert!(status.success(), "{status:?}");
     // The grace period is 2 s; the exit comes with it (a little slack for
     // the machine, none for the clients).

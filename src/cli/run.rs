@@ -131,7 +131,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut sampler = Sampler::new(params);
     if args.json_mode {
         let model = Arc::clone(session.model());
-        sampler.constrain(Box::new(JsonGuard::new(model, starts_thinking)));
+        sampler.constrain(Box::new(JsonGuard::json(model, starts_thinking)));
     }
     let opts = GenOptions {
         n_predict,

@@ -19,13 +19,14 @@
 //!
 //! [`CallPrefix`] recognises prefixes of such replies byte by byte with an
 //! explicit stack, so checking a token is a clone and a walk over its bytes;
-//! [`ToolGuard`] applies it to a model's tokens.
+//! [`ToolGuard`] applies it to a model's tokens (a control token such as
+//! `<tool_call>` may stand for its text).
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Constraint, JsonPrefix};
+use super::{Guard, JsonPrefix, Recognizer};
 use crate::engine::LoadedModel;
 
 /// Deepest schema nesting followed (deeper is any JSON value).
@@ -520,55 +521,29 @@ fn one_of_step(texts: &[Vec<u8>], got: &mut Vec<u8>, b: u8) -> Step {
     }
 }
 
-/// A forced tool call on a model's tokens. With a prompt that opens
-/// `<think>`, the reasoning is free and the call starts after `</think>`.
-#[derive(Clone, Debug)]
-pub struct ToolGuard {
-    model: Arc<LoadedModel>,
-    call: CallPrefix,
-    thinking: bool,
+impl Recognizer for CallPrefix {
+    /// `<tool_call>` may be one control token of the vocabulary.
+    const CONTROL_AS_TEXT: bool = true;
+
+    fn feed(&mut self, bytes: &[u8]) -> bool {
+        CallPrefix::feed(self, bytes)
+    }
+
+    fn complete(&self) -> bool {
+        CallPrefix::complete(self)
+    }
 }
+
+/// A forced tool call on a model's tokens ([`Guard`]).
+pub type ToolGuard = Guard<CallPrefix>;
 
 impl ToolGuard {
-    pub fn new(model: Arc<LoadedModel>, tools: &[(String, Shape)], starts_thinking: bool) -> Self {
-        let thinking = starts_thinking && model.think_tokens.is_some();
-        ToolGuard {
-            model,
-            call: CallPrefix::new(tools),
-            thinking,
-        }
-    }
-}
-
-impl Constraint for ToolGuard {
-    fn allows(&self, id: u32) -> bool {
-        if self.thinking {
-            return true;
-        }
-        let tok = &self.model.tokenizer;
-        if tok.is_eog(id) {
-            return self.call.complete();
-        }
-        match tok.piece(id) {
-            Ok(bytes) if !bytes.is_empty() => self.call.clone().feed(bytes),
-            _ => false,
-        }
-    }
-
-    fn accept(&mut self, id: u32) {
-        if self.thinking {
-            if self.model.think_tokens.is_some_and(|(_, end)| end == id) {
-                self.thinking = false;
-            }
-            return;
-        }
-        if let Ok(bytes) = self.model.tokenizer.piece(id) {
-            self.call.feed(bytes);
-        }
-    }
-
-    fn box_clone(&self) -> Box<dyn Constraint> {
-        Box::new(self.clone())
+    pub fn tool_call(
+        model: Arc<LoadedModel>,
+        tools: &[(String, Shape)],
+        starts_thinking: bool,
+    ) -> ToolGuard {
+        Guard::new(model, CallPrefix::new(tools), starts_thinking)
     }
 }
 

@@ -116,8 +116,8 @@ const IDLE: u8 = 2;
 struct Clock {
     start: Instant,
     phase: AtomicU8,
-    /// Milliseconds from `start` to the phase's beginning.
-    since_ms: AtomicU64,
+    /// Microseconds from `start` to the phase's beginning.
+    since_us: AtomicU64,
 }
 
 impl Clock {
@@ -125,13 +125,13 @@ impl Clock {
         Clock {
             start: Instant::now(),
             phase: AtomicU8::new(HEAD),
-            since_ms: AtomicU64::new(0),
+            since_us: AtomicU64::new(0),
         }
     }
 
     fn set(&self, phase: u8) {
-        self.since_ms
-            .store(self.start.elapsed().as_millis() as u64, Ordering::Release);
+        self.since_us
+            .store(self.start.elapsed().as_micros() as u64, Ordering::Release);
         self.phase.store(phase, Ordering::Release);
     }
 
@@ -148,7 +148,7 @@ impl Clock {
 
     /// When the current phase began.
     fn phase_start(&self) -> Instant {
-        self.start + Duration::from_millis(self.since_ms.load(Ordering::Acquire))
+        self.start + Duration::from_micros(self.since_us.load(Ordering::Acquire))
     }
 
     /// When the current phase runs out (`None`: busy, no limit).

@@ -287,14 +287,7 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
                     tool_call = Some(Arc::new(forced));
                 }
             }
-            let content: usize = messages
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|m| m.get("content").and_then(Value::as_str))
-                .map(str::len)
-                .sum();
-            check_text_size(app, r, content)?;
+            check_text_size(app, r, message_text_bytes(&messages))?;
             let (text, ids) = r
                 .model
                 .chat_prompt_json(&messages, tools.as_ref(), true)
@@ -364,6 +357,17 @@ fn prepare(app: &App, r: &Ready, kind: Kind, o: &Map<String, Value>) -> Result<P
         tool_call,
         logit_bias,
     })
+}
+
+/// The bytes of the messages' texts (what any rendering of them holds).
+fn message_text_bytes(messages: &Value) -> usize {
+    messages
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get("content").and_then(Value::as_str))
+        .map(str::len)
+        .sum()
 }
 
 /// Refuses a prompt whose text alone (`bytes` long) is more tokens than a
@@ -1274,14 +1278,7 @@ async fn count_tokens(State(app): State<Arc<App>>, headers: HeaderMap, body: Bod
             let o = anthropic::to_chat(&api::object(&bytes)?)?;
             let messages = api::messages(&o)?;
             let tools = api::tools(&o)?;
-            let content: usize = messages
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|m| m.get("content").and_then(Value::as_str))
-                .map(str::len)
-                .sum();
-            check_text_size(app, r, content)?;
+            check_text_size(app, r, message_text_bytes(&messages))?;
             let (_, ids) = r
                 .model
                 .chat_prompt_json(&messages, tools.as_ref(), true)

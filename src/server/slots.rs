@@ -610,11 +610,11 @@ fn run_job(
     sampler.set_logit_bias(job.logit_bias.clone());
     if job.json {
         let model = Arc::clone(session.model());
-        sampler.constrain(Box::new(JsonGuard::new(model, job.starts_thinking)));
+        sampler.constrain(Box::new(JsonGuard::json(model, job.starts_thinking)));
     }
     if let Some(tools) = &job.tool_call {
         let model = Arc::clone(session.model());
-        let guard = ToolGuard::new(model, tools, job.starts_thinking);
+        let guard = ToolGuard::tool_call(model, tools, job.starts_thinking);
         sampler.constrain(Box::new(guard));
     }
     let queue = job.logprobs.map(|top| sampler.log_probs(top));

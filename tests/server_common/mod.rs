@@ -122,3 +122,21 @@ pub fn metric(s: &Server, name: &str) -> f64 {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {name} in {text}"))
 }
+
+/// Sends SIGTERM to the server and waits for it to exit (at most `limit`):
+/// its exit status and how long it took.
+pub fn sigterm_and_wait(s: &mut Server, limit: Duration) -> (std::process::ExitStatus, Duration) {
+    // SAFETY: a signal to our own child process.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) };
+    let t0 = Instant::now();
+    loop {
+        if let Some(st) = s.child.try_wait().unwrap() {
+            return (st, t0.elapsed());
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "still running {limit:?} after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
