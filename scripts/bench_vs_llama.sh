@@ -9,7 +9,7 @@
 #   scripts/bench_vs_llama.sh -r 5 -t 1,2,4 --rounds 2 -p 512 -n 128 --keep
 #   scripts/bench_vs_llama.sh --preset small --recipe q4_k_m -r 2   # seconds: a smoke test
 #
-# ik_llama.cpp, the fastest CPU peer (issue 21), joins the table when
+# ik_llama.cpp, the fastest CPU peer, joins the table when
 # IK_BIN (its bin dir: scripts/build_ik_llama.sh) is set; it runs with
 # run-time repacking (-rtr 1), its fused MoE being on by default.
 #

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds ik_llama.cpp's llama-bench (the fastest CPU peer for this model
-# family, issue 21), outside the repository, from a git checkout of the
+# family), outside the repository, from a git checkout of the
 # public repository ikawrakow/ik_llama.cpp at 8337e4c (2026-08-15, which runs
 # qwen35moe). A hand-run yardstick for scripts/bench_vs_llama.sh, not a CI
 # dependency. Prints the bin dir.

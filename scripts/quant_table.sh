@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The quantization table of README (issue 18 item 5): the default model
+# The quantization table of README: the default model
 # (clover-tiny-kjv, f32, trained) quantized with every seed recipe and q8_0 /
 # q4_0 by `clover quantize`, without and with an importance matrix collected
 # by `clover imatrix` over training text (the first 100 chunks of 512 tokens

@@ -1,4 +1,4 @@
-//! Parity with llama.cpp from stored fixtures (DESIGN §8, issue 4): runs in
+//! Parity with llama.cpp from stored fixtures (DESIGN §8): runs in
 //! CI, where no llama.cpp build exists. `scripts/oracle/make_parity_fixtures.sh`
 //! ran llama.cpp (f32 K/V cache, flash attention off) on `clover synth
 //! --arch qwen35moe` files and stored, per (preset, recipe), the logits of one

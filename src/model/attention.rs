@@ -535,17 +535,23 @@ fn attend_prompt(
                 let row = |qi: usize| i0 + qi.min(nq - 1);
                 for h in 0..nh {
                     let g = h / group;
+                    let q_at = |qi: usize| row(qi) * nh * 2 * d + h * 2 * d;
                     // q in the K cache's float type, as the decode path's dot
-                    // (and ggml's, which converts the activation) takes it.
-                    q_rounded.resize(QB * d, 0.0);
-                    for qi in 0..QB {
-                        let at = row(qi) * nh * 2 * d + h * 2 * d;
-                        let dst = &mut q_rounded[qi * d..(qi + 1) * d];
-                        dst.copy_from_slice(&qg[at..at + d]);
-                        round_to_v_type(ty_k, dst);
+                    // (and ggml's, which converts the activation) takes it; an
+                    // f32 cache reads q where it lies.
+                    let round_q = matches!(ty_k, GgmlType::F16 | GgmlType::BF16);
+                    if round_q {
+                        q_rounded.resize(QB * d, 0.0);
+                        for qi in 0..QB {
+                            let dst = &mut q_rounded[qi * d..(qi + 1) * d];
+                            dst.copy_from_slice(&qg[q_at(qi)..q_at(qi) + d]);
+                            round_to_v_type(ty_k, dst);
+                        }
                     }
-                    let q: [&[f32]; QB] =
-                        std::array::from_fn(|qi| &q_rounded[qi * d..(qi + 1) * d]);
+                    let q: [&[f32]; QB] = std::array::from_fn(|qi| match round_q {
+                        true => &q_rounded[qi * d..(qi + 1) * d],
+                        false => &qg[q_at(qi)..q_at(qi) + d],
+                    });
                     let kg = &kt[g * d * np..(g + 1) * d * np];
                     prompt_scores(q, kg, np, nb, scores);
                     for qi in 0..QB {

@@ -1,5 +1,5 @@
 //! One decoding step of several sequences in one forward pass: the server's
-//! continuous batching (issue 17).
+//! continuous batching.
 //!
 //! Every sequence brings its own state (KV cache, conv windows, GDN states)
 //! and one token at its own next position. The products whose weights do not

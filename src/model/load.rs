@@ -51,7 +51,7 @@ impl<'a> Model<'a> {
 /// a plain matrix (not an expert stack, read a few experts at a time) of a
 /// type whose file rows the kernels read with the repacked product's bits.
 /// On AVX-512 that is Q5_K, Q6_K and Q8_0 (docs/PERFORMANCE.md, "Batched
-/// passes", session 23). Q6_K: a mat-vec streams its file rows faster from
+/// passes"). Q6_K: a mat-vec streams its file rows faster from
 /// memory than the repacked ones (`packed_stream`, one thread: 22–25
 /// against 19–21 GB/s, and 22–24 in the repacked order), while batches of
 /// several rows want the repacked product (on the full apex-miniplus file
