@@ -108,6 +108,10 @@ fn perplexity(name: &str) -> f64 {
             "f32",
             "-ctv",
             "f32",
+            // An f32 cache as asked: flash attention (the default) keeps it
+            // in f16, as llama.cpp casts it.
+            "-fa",
+            "off",
         ])
         .output()
         .unwrap();
@@ -122,6 +126,63 @@ fn perplexity(name: &str) -> f64 {
         .find_map(|l| l.strip_prefix("Final estimate: PPL = "))
         .unwrap_or_else(|| panic!("no estimate in {stdout}"));
     line.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// `clover perplexity` prints llama-perplexity's final line digit for digit
+/// (estimate and error) for the same arguments in llama.cpp's summation
+/// order: its defaults (f16 cache, flash attention on), flash attention
+/// off, an f32 cache each way, BF16, and both forms of flash attention (a
+/// 16-token batch goes row by row, a 64-token one by tiles). Stored from
+/// llama.cpp 0c1e570 by `scripts/oracle/make_perplexity_fixture.sh`.
+#[test]
+fn perplexity_prints_llama_perplexitys_final_line_for_the_same_arguments() {
+    #[derive(serde::Deserialize)]
+    struct Case {
+        args: String,
+        #[serde(rename = "final")]
+        last: String,
+    }
+    #[derive(serde::Deserialize)]
+    struct Cases {
+        cases: Vec<Case>,
+    }
+    let json = std::fs::read_to_string(fx::dir().join("perplexity.json")).unwrap();
+    let cases: Cases = serde_json::from_str(&json).unwrap();
+    assert!(cases.cases.len() >= 8);
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("text.txt");
+    std::fs::write(&text, &fx::reference().text).unwrap();
+    let mut wrong = Vec::new();
+    for case in &cases.cases {
+        let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+            .env("CLOVER_BATCH_ORDER", "ggml")
+            .args(["perplexity", "-m"])
+            .arg(fx::file("real-f32.gguf"))
+            .arg("-f")
+            .arg(&text)
+            .args(["-t", "2"])
+            .args(case.args.split(' '))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            case.args,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("Final estimate: PPL = "))
+            .unwrap_or_else(|| panic!("{}: no estimate in {stdout}", case.args));
+        if line != case.last {
+            wrong.push(format!(
+                "{}: clover {line:?}, llama {:?}",
+                case.args, case.last
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]

@@ -227,7 +227,7 @@ fn demo_chat_streams_stops_on_esc_quits_on_ctrl_c_and_restores_the_terminal() {
         "the UI should use the alternate screen"
     );
     assert!(
-        first.contains("decode – t/s"),
+        first.contains("decode – tok/s"),
         "no speed before any token:\n{first}"
     );
     assert!(first.contains("waiting for the first token"), "{first}");
@@ -369,7 +369,7 @@ fn chat_with_a_real_model_streams_updates_the_stats_and_quits_on_ctrl_c() {
     );
     // clover_moe files have the diffusion path: speculation is available, off by default.
     assert!(first.contains("spec off"), "{first}");
-    assert!(first.contains("decode – t/s"), "{first}");
+    assert!(first.contains("decode – tok/s"), "{first}");
     tmux.type_text("hello model");
     tmux.keys(&["Enter"]);
     // The reply ends on its own (48 tokens at most) and the panels have numbers.

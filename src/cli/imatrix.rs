@@ -129,6 +129,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
         c,
         args.threads,
         (GgmlType::F32, GgmlType::F32),
+        false,
     )?;
     let model = &m.model;
     let n_vocab = model.n_vocab();

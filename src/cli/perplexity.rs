@@ -63,6 +63,16 @@ pub struct PerplexityArgs {
     /// KV cache type for V (-ctv)
     #[arg(long = "cache-type-v", default_value = "f16", value_parser = crate::engine::parse_cache_type)]
     pub cache_type_v: GgmlType,
+    /// Flash attention (-fa), in llama.cpp's arithmetic: auto (llama-perplexity's
+    /// default) is on, as llama.cpp chooses on CPU; with it an f32 cache is
+    /// kept in f16, as llama.cpp casts it
+    #[arg(
+        long = "flash-attn",
+        value_enum,
+        value_name = "on|off|auto",
+        default_value = "auto"
+    )]
+    pub flash_attn: super::common::FlashAttn,
 }
 
 /// Running sums of the scored negative log-likelihoods.
@@ -96,8 +106,20 @@ impl NllSums {
     }
 }
 
-/// `−log softmax(logits)[target]`, in f64.
+/// `−log softmax(logits)[target]` in llama-perplexity's arithmetic, so that
+/// the same logits print the same PPL: the maximum and each `x − max` in
+/// f32, `exp` in f32, the sum in f64 in vocabulary order, and
+/// `(x_target − max) − ln Σ` in f64. Within f32 rounding of [`nll_exact`].
 pub fn nll(logits: &[f32], target: u32) -> f64 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&x| (x - max).exp() as f64).sum();
+    sum.ln() - (logits[target as usize] - max) as f64
+}
+
+/// `−log softmax(logits)[target]`, in f64 throughout: the reference
+/// [`nll`] is tested against.
+#[cfg(test)]
+fn nll_exact(logits: &[f32], target: u32) -> f64 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
     let sum: f64 = logits.iter().map(|&x| (x as f64 - max).exp()).sum();
     max + sum.ln() - logits[target as usize] as f64
@@ -118,7 +140,14 @@ pub fn window_runner(
     c: usize,
     threads: Option<usize>,
     (type_k, type_v): (GgmlType, GgmlType),
+    flash: bool,
 ) -> anyhow::Result<(rayon::ThreadPool, crate::model::State)> {
+    // llama.cpp casts an f32 cache to f16 for flash attention.
+    let cast = |ty| match (flash, ty) {
+        (true, GgmlType::F32) => GgmlType::F16,
+        _ => ty,
+    };
+    let (type_k, type_v) = (cast(type_k), cast(type_v));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.unwrap_or(0))
         .build()
@@ -130,7 +159,8 @@ pub fn window_runner(
         ..StateOptions::new(c)
     };
     crate::engine::session::check_memory(model, &state_opts)?;
-    let state = model.new_state(state_opts)?;
+    let mut state = model.new_state(state_opts)?;
+    state.kv.flash = flash;
     Ok((pool, state))
 }
 
@@ -175,6 +205,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         c,
         args.threads,
         (args.cache_type_k, args.cache_type_v),
+        args.flash_attn != super::common::FlashAttn::Off,
     )?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
@@ -273,6 +304,7 @@ fn run_kld(args: &PerplexityArgs) -> anyhow::Result<()> {
         c,
         args.threads,
         (args.cache_type_k, args.cache_type_v),
+        args.flash_attn != super::common::FlashAttn::Off,
     )?;
     let nv = kld::slots(n_vocab);
     let scored = c - 1 - c / 2;
@@ -311,6 +343,8 @@ mod tests {
     #[test]
     fn nll_of_uniform_logits_is_log_vocab() {
         let l = vec![0.5f32; 8];
+        assert!((nll_exact(&l, 3) - 8f64.ln()).abs() < 1e-12);
+        // exp(0) is exact in f32 too.
         assert!((nll(&l, 3) - 8f64.ln()).abs() < 1e-12);
     }
 
@@ -318,7 +352,24 @@ mod tests {
     fn nll_matches_a_hand_computed_softmax() {
         let l = [1.0f32, 2.0, 3.0];
         let p = 2f64.exp() / (1f64.exp() + 2f64.exp() + 3f64.exp());
-        assert!((nll(&l, 1) + p.ln()).abs() < 1e-12);
+        assert!((nll_exact(&l, 1) + p.ln()).abs() < 1e-12);
+    }
+
+    /// llama's arithmetic (f32 exponentials) stays within f32 rounding of
+    /// the f64 reference, and is not the reference: on spread logits the
+    /// two differ.
+    #[test]
+    fn nll_in_llama_arithmetic_stays_within_f32_rounding_of_the_exact_one() {
+        let l: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f32 * 0.013 - 6.0)
+            .collect();
+        let mut differ = 0;
+        for target in [0u32, 17, 500, 999] {
+            let (a, b) = (nll(&l, target), nll_exact(&l, target));
+            assert!((a - b).abs() < 1e-6 * b.abs().max(1.0), "{a} vs {b}");
+            differ += usize::from(a != b);
+        }
+        assert!(differ > 0, "f32 exponentials should leave a trace");
     }
 
     #[test]

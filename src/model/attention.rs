@@ -40,6 +40,8 @@ use super::ops::{
 use super::profile::{self, Op};
 use super::weights::AttentionWeights;
 
+mod flash;
+
 /// Scratch of an attention layer for up to `max_batch` tokens.
 #[derive(Debug)]
 pub struct AttentionScratch {
@@ -324,13 +326,17 @@ pub(super) fn attend(
     sc: &mut AttentionScratch,
 ) {
     let blocked = cfg.head_dim.is_multiple_of(KB);
-    if mode == Mode::Prompt && span == Span::Causal && t >= PROMPT_MIN_ROWS && blocked {
+    let prompt = mode == Mode::Prompt && t >= PROMPT_MIN_ROWS && blocked;
+    if span == Span::Causal && (kv.flash || prompt) {
         let rows: Vec<usize> = rows.into_iter().collect();
         assert!(
             rows.iter().copied().eq(0..t),
             "a prompt batch attends every row"
         );
-        attend_prompt(cfg, kv, layer, pos0, t, sc);
+        match kv.flash {
+            true => flash::attend_flash(kt, cfg, kv, layer, pos0, t, sc),
+            false => attend_prompt(cfg, kv, layer, pos0, t, sc),
+        }
         return;
     }
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
@@ -338,13 +344,18 @@ pub(super) fn attend(
     let scale = 1.0 / (d as f32).sqrt();
     let k_dot_ty = kv.ty_k.vec_dot_type();
     let q_bytes = k_dot_ty.row_bytes(d as u64).expect("head is whole blocks") as usize;
-    let dot = kt.vec_dot(kv.ty_k);
     let quant = kt.quantize(k_dot_ty);
     let ty_v = kv.ty_v;
     let n_ctx = sc.n_ctx;
     let qaw = sc.q_act_words;
     // tinyBLAS's lane order for a batch only in the ggml batch mode.
     let batch_order = t > 1 && mode == Mode::Ggml;
+    // ggml hands a batch's `K·q` to tinyBLAS when q is converted for it (an
+    // f16 cache; f32 q stays a strided view, which tinyBLAS does not take).
+    let dot = match kv.ty_k {
+        GgmlType::F16 if batch_order && d.is_multiple_of(16) => kt.gemm_f16(),
+        ty => kt.vec_dot(ty),
+    };
     // Block row j's K or V head g.
     let (bk, bv) = (&sc.k, &sc.v);
     let block_k = |j: usize, g: usize| &bk[(j * nkv + g) * d..(j * nkv + g + 1) * d];

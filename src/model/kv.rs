@@ -26,6 +26,10 @@ pub struct KvCache {
     head_bytes_v: usize,
     layers: Vec<KvLayer>,
     len: usize,
+    /// Attention over this cache in llama.cpp's flash-attention arithmetic
+    /// (`-fa on`; see `attention/flash.rs`), for commands that print
+    /// llama's figures. Off everywhere else.
+    pub flash: bool,
 }
 
 fn check_type(ty: GgmlType, head_dim: usize) -> Result<usize, StateError> {
@@ -68,6 +72,7 @@ impl KvCache {
             head_bytes_v,
             layers,
             len: 0,
+            flash: false,
         })
     }
 

@@ -440,6 +440,7 @@ impl App {
                     tok_per_s,
                     context_full,
                 });
+                self.speeds.reply_done(tok_per_s);
                 // The engine's count replaces the estimate at `finish`.
                 self.context_used = context_used;
                 self.prefill_tokens = 0;

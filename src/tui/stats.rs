@@ -262,11 +262,21 @@ impl SpeedMeter {
     }
 }
 
-/// Speeds per mode and the prefill speed.
+/// The chat screen's speeds. One definition of tok/s holds across the
+/// screen: a reply's tokens over its decoding time (the end of its prefill to
+/// its last token). The header's figure is the reply in flight's (by arrival
+/// times) and, once it is done, the engine's figure for it, which the reply's
+/// own line shows too; the per-mode meters are the draft panel's fallback
+/// when the engine sends no loop totals.
 #[derive(Clone, Debug, Default)]
 pub struct Speeds {
     pub plain: SpeedMeter,
     pub spec: SpeedMeter,
+    /// The reply in flight: tokens timed and their milliseconds.
+    reply_tokens: usize,
+    reply_ms: f64,
+    /// The last finished reply's speed, as its line shows it.
+    done_tps: Option<f64>,
     /// Prefill tokens per second of the last prompt.
     pub prefill_tps: Option<f64>,
     /// Time of the previous token (or prefill end) in the reply in flight, in ms.
@@ -281,6 +291,14 @@ impl Speeds {
     pub fn start_reply(&mut self) {
         self.last_ms = None;
         self.round_spec = false;
+        self.reply_tokens = 0;
+        self.reply_ms = 0.0;
+    }
+    /// The reply ended with `tok_per_s` by the engine's clock (its line's figure).
+    pub fn reply_done(&mut self, tok_per_s: f64) {
+        self.done_tps = (tok_per_s > 0.0).then_some(tok_per_s);
+        self.reply_tokens = 0;
+        self.reply_ms = 0.0;
     }
     pub fn prefill(&mut self, tokens: usize, ms: f64, now_ms: f64) {
         if ms > 0.0 {
@@ -304,6 +322,8 @@ impl Speeds {
                 &mut self.plain
             };
             meter.add(1, dt);
+            self.reply_tokens += 1;
+            self.reply_ms += dt.max(0.0);
         }
         self.last_ms = Some(now_ms);
         self.last_was_spec = spec;
@@ -311,13 +331,13 @@ impl Speeds {
             self.round_spec = false;
         }
     }
-    /// The decode speed of the mode in use.
+    /// The header's decode speed: the reply in flight's once a few of its
+    /// tokens are timed, else the last finished reply's.
     pub fn current(&self) -> Option<f64> {
-        if self.last_was_spec {
-            self.spec.tok_per_s()
-        } else {
-            self.plain.tok_per_s()
+        if self.reply_tokens as f64 >= MIN_TOKENS && self.reply_ms > 0.0 {
+            return Some(self.reply_tokens as f64 / self.reply_ms * 1000.0);
         }
+        self.done_tps
     }
     /// Speculative over plain decode speed, once both were measured.
     pub fn speedup(&self) -> Option<f64> {

@@ -28,6 +28,20 @@ fn run_in(
     ty: GgmlType,
     mode: kernels::Mode,
 ) -> Vec<f32> {
+    run_with(tm, il, u, step, (ty, ty), mode, false)
+}
+
+/// [`run_in`] with K and V types of their own, and llama.cpp's flash
+/// attention arithmetic when `flash`.
+fn run_with(
+    tm: &TinyModel,
+    il: usize,
+    u: &[f32],
+    step: usize,
+    (ty_k, ty_v): (GgmlType, GgmlType),
+    mode: kernels::Mode,
+    flash: bool,
+) -> Vec<f32> {
     let model = tm.model();
     let cfg = &model.config;
     let w = attn_weights(&model, il);
@@ -35,7 +49,8 @@ fn run_in(
     let e = cfg.n_embd;
     let t = u.len() / e;
     let n_ctx = t.max(16);
-    let mut kv = KvCache::new(1, n_ctx, cfg.n_head_kv, cfg.head_dim, ty, ty).unwrap();
+    let mut kv = KvCache::new(1, n_ctx, cfg.n_head_kv, cfg.head_dim, ty_k, ty_v).unwrap();
+    kv.flash = flash;
     let mut sc = AttentionScratch::new(cfg, step, n_ctx);
     let mut lin = MatScratch::new(step, 64);
     let mut out = vec![0.0f32; t * e];
@@ -189,6 +204,44 @@ fn prompt_batches_attend_as_the_transcription_says() {
         assert!(
             apart <= rounding,
             "step {step}: f16 cache, prompt vs decoding {apart} > f16 rounding {rounding}"
+        );
+    }
+}
+
+/// llama.cpp's flash-attention arithmetic (both of ggml's forms: a batch of
+/// 64 or more rows with an f16 cache goes by tiles, anything else row by
+/// row, its accumulator in f16 for an f16 V) computes the same attention:
+/// as close to the transcription as decoding with the same cache, give or
+/// take the f16 rounding decoding's own f16 cache shows against f32 (the
+/// row-by-row form rounds its accumulator to f16 at every position). Its
+/// digits are llama.cpp's (tests/real_files.rs).
+#[test]
+fn flash_attention_computes_the_transcriptions_attention() {
+    let tm = TinyModel::random(tiny_config(2, 2), 24);
+    let mut r = Rng::new(8);
+    let u = r.vec(70 * tm.cfg.n_embd, 1.0);
+    let want = reference(&tm, 1, &u);
+    let f32_dec = run(&tm, 1, &u, 1, GgmlType::F32);
+    let f16_rounding = max_abs_diff(&run(&tm, 1, &u, 1, GgmlType::F16), &f32_dec);
+    let (f16, bf16) = (GgmlType::F16, GgmlType::BF16);
+    for (step, kv) in [
+        (70, (f16, f16)),
+        (13, (f16, f16)),
+        (70, (bf16, bf16)),
+        (70, (bf16, f16)),
+    ] {
+        let dec = run_with(&tm, 1, &u, 1, kv, kernels::Mode::Decode, false);
+        let got = run_with(&tm, 1, &u, step, kv, kernels::Mode::Ggml, true);
+        let err = |x: &[f32]| {
+            x.iter()
+                .zip(&want)
+                .map(|(&g, &w)| (g as f64 - w).abs())
+                .fold(0.0, f64::max)
+        };
+        let (flash_err, dec_err) = (err(&got), err(&dec));
+        assert!(
+            flash_err <= dec_err + f16_rounding as f64,
+            "step {step} {kv:?}: flash {flash_err}, decoding {dec_err}, f16 rounding {f16_rounding}"
         );
     }
 }

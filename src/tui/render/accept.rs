@@ -111,7 +111,7 @@ pub fn summary(app: &App) -> Vec<Item> {
     };
     v.push((
         format!(
-            "plain {} · spec {} tok/s",
+            "plain step {} · spec loop {} tok/s",
             speed(plain_tps),
             speed(spec_tps)
         ),
@@ -432,7 +432,9 @@ mod tests {
         let items = summary(&app);
         // 2 plain steps in 20 ms: 100 tok/s; 30 tokens in 200 ms: 150 tok/s.
         assert!(
-            items.iter().any(|i| i.0 == "plain 100 · spec 150 tok/s"),
+            items
+                .iter()
+                .any(|i| i.0 == "plain step 100 · spec loop 150 tok/s"),
             "{items:#?}"
         );
     }

@@ -287,6 +287,39 @@ mod tests {
         }
     }
 
+    /// One tok/s across the screen: after a reply the header's decode speed
+    /// is the figure under the reply, and layer timing's whole token time is
+    /// that speed turned around.
+    #[test]
+    fn the_screen_shows_one_decode_speed() {
+        let app = app_after_reply(false);
+        let area = Rect::new(0, 0, 200, 60);
+        let (_, text) = render_with(area, |b| {
+            draw(&app, area, b);
+        });
+        let after = |needle: &str| -> String {
+            let line = text
+                .iter()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("no {needle:?} on\n{}", text.join("\n")));
+            let rest = &line[line.find(needle).unwrap() + needle.len()..];
+            rest.split_whitespace().next().unwrap().to_string()
+        };
+        let header = after("decode ");
+        let reply = after("tokens · ");
+        assert_eq!(header, reply, "header vs reply line");
+        let tps: f64 = header.parse().unwrap();
+        assert!(tps > 0.0);
+        let whole = text
+            .iter()
+            .find_map(|l| {
+                let at = l.find(" ms/token")?;
+                l[..at].rsplit(' ').next().map(str::to_string)
+            })
+            .unwrap();
+        assert_eq!(whole, num(1000.0 / tps), "layer timing's token time");
+    }
+
     #[test]
     fn wide_terminal_shows_all_panels_and_small_one_shows_one_side_panel() {
         let app = app_after_reply(true);

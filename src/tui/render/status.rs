@@ -26,12 +26,12 @@ pub fn fields(app: &App) -> Vec<(String, Style)> {
         ("spec off".to_string(), Style::new().fg(Color::Yellow))
     };
     let decode = match app.speeds.current() {
-        Some(t) => format!("decode {} t/s", num(t)),
-        None => "decode – t/s".into(),
+        Some(t) => format!("decode {} tok/s", num(t)),
+        None => "decode – tok/s".into(),
     };
     let prefill = match app.speeds.prefill_tps {
-        Some(t) => format!("prefill {} t/s", num(t)),
-        None => "prefill – t/s".into(),
+        Some(t) => format!("prefill {} tok/s", num(t)),
+        None => "prefill – tok/s".into(),
     };
     let mut v = vec![
         (

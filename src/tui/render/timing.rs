@@ -37,15 +37,21 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
     let (mix, moe) = t.totals();
     // Before the first timed step there is nothing to show (and a sum of
     // negative zeros would print as "-0.00").
+    // The layers' share of a token's time: the token's whole time is the
+    // header's decode speed turned around (the same tok/s as everywhere).
+    let whole = app
+        .speeds
+        .current()
+        .map_or("–".to_string(), |t| num(1000.0 / t));
     let header = if mix + moe > 0.0 {
         format!(
-            "{} ms/token = mixer {} + MoE {}",
+            "layers {} of {whole} ms/token = mixer {} + MoE {}",
             num((mix + moe) as f64),
             num(mix as f64),
             num(moe as f64)
         )
     } else {
-        "– ms/token = mixer – + MoE –".to_string()
+        format!("layers – of {whole} ms/token = mixer – + MoE –")
     };
     let mut x = inner.x;
     x += put(
