@@ -54,13 +54,10 @@ fn bind(file: &GgufFile, n_layer: usize, packed: bool) -> Model<'_> {
             ty: t.ty,
             dims: t.dims.to_vec(),
             data: t.data,
-            packed: derived
-                .get(name)
-                .filter(|_| packed)
-                .map(|p| bytemuck::cast_slice(p.as_slice())),
+            packed: derived.get(name).filter(|_| packed),
             // As the loader binds them.
             file_matvec: packed
-                && derived.contains_key(name)
+                && derived.contains(name)
                 && clover::model::load::keeps_file_rows(t.ty, t.dims),
         })
     };
@@ -122,15 +119,16 @@ fn repacked_iq4_xs_experts_give_the_file_layouts_logits_to_rounding() {
     }
     // Three IQ4_XS expert stacks per layer; nothing else is IQ4_XS (the
     // file's other matrices are repacked too where their products exist).
-    let iq4: Vec<&String> = packed
-        .keys()
+    let iq4: Vec<&str> = packed
+        .names()
+        .into_iter()
         .filter(|k| file.tensor(k).unwrap().ty == GgmlType::IQ4_XS)
         .collect();
     assert_eq!(iq4.len(), 3 * n_layer, "{iq4:?}");
     assert!(iq4.iter().all(|k| k.contains("_exps.")));
     for t in file.tensors().iter().filter(|t| t.ty != GgmlType::IQ4_XS) {
         let want = packs(t) && t.name != "token_embd.weight";
-        assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
+        assert_eq!(packed.contains(&t.name), want, "{}", t.name);
     }
     one_layer_logits_agree(&file);
 }
@@ -155,9 +153,9 @@ fn repacked_q4_k_matrices_give_the_file_layouts_logits_to_rounding() {
     // Q8_0 ones too where those products exist.
     for t in file.tensors() {
         let want = (t.ty == GgmlType::Q4_K || packs(t)) && t.name != "token_embd.weight";
-        assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
+        assert_eq!(packed.contains(&t.name), want, "{}", t.name);
     }
-    assert!(packed.contains_key("blk.0.ssm_beta.weight"));
+    assert!(packed.contains("blk.0.ssm_beta.weight"));
     one_layer_logits_agree(&file);
 }
 
@@ -183,7 +181,7 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
     for t in file.tensors() {
         let want = (matches!(t.ty, GgmlType::Q3_K | GgmlType::Q6_K) || packs(t))
             && t.name != "token_embd.weight";
-        assert_eq!(packed.contains_key(&t.name), want, "{}", t.name);
+        assert_eq!(packed.contains(&t.name), want, "{}", t.name);
     }
     // The Q5_K shared expert and the Q8_0 gates are copied for the batched
     // passes, and their mat-vecs keep reading the file's rows in the
@@ -194,7 +192,7 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
     ] {
         let t = file.tensor(name).unwrap();
         assert_eq!(t.ty, ty, "{name}");
-        assert!(packed.contains_key(name), "{name}");
+        assert!(packed.contains(name), "{name}");
         assert!(clover::model::load::keeps_file_rows(t.ty, t.dims), "{name}");
     }
     one_layer_logits_agree(&file);

@@ -182,6 +182,12 @@ pub struct ContextArgs {
     /// the load note)
     #[arg(long)]
     pub recache: bool,
+    /// Where the layout cache goes: the kernels' copies of the matrices,
+    /// written once (about their size; `clover repack` makes it ahead of
+    /// time) and mapped by every later start [default:
+    /// ~/.cache/clover/layout, for copies of 1 GiB or more; off: none]
+    #[arg(long = "layout-cache", value_name = "DIR|off")]
+    pub layout_cache: Option<String>,
     /// Lock the model in memory (mlock, as llama.cpp's --mlock): its pages
     /// are never evicted and read back from the disk mid-reply (memory
     /// pressure; VMs that page out what was idle for a minute). Needs a
@@ -211,6 +217,9 @@ impl ContextArgs {
     pub fn apply_page_options(&self) {
         crate::gguf::pages::set_recache(self.recache);
         crate::gguf::pages::set_mlock(self.mlock);
+        if let Some(s) = &self.layout_cache {
+            crate::engine::packed_cache::set(crate::engine::packed_cache::parse_setting(s));
+        }
     }
 
     /// `-c`, or [`DEFAULT_CTX`].
@@ -299,24 +308,35 @@ pub fn open_model(path: Option<&std::path::Path>, no_mmap: bool) -> anyhow::Resu
 /// Files at least this large show their loading progress (on a terminal).
 const PROGRESS_MIN_BYTES: u64 = 1 << 30;
 
-/// Loads a model file; while a large one is read in, a progress line on
-/// stderr when stderr is a terminal ("loading F: 42% (6.6 of 15.8 GiB)"),
-/// erased when done.
+/// Loads a model file; while a large one loads, a progress line on stderr
+/// when stderr is a terminal, one phase after the other ("loading F:
+/// reading 42% (6.6 of 15.8 GiB, 1.9 GiB/s)", then the layout cache or the
+/// repacking), erased when done. Notes from loading follow on stderr.
 pub fn load_model_file(path: &std::path::Path, mmap: bool) -> anyhow::Result<LoadedModel> {
+    use crate::engine::load::LoadPhase;
     use std::io::{IsTerminal, Write};
     let show = std::io::stderr().is_terminal()
         && std::fs::metadata(path).is_ok_and(|m| m.len() >= PROGRESS_MIN_BYTES);
-    let t0 = std::time::Instant::now();
+    let mut phase: Option<(LoadPhase, std::time::Instant)> = None;
     let mut shown = false;
-    let mut progress = |done: u64, total: u64| {
+    let mut progress = |p: LoadPhase, done: u64, total: u64| {
         if !show {
             return;
         }
+        let t0 = match phase {
+            Some((q, t)) if q == p => t,
+            _ => {
+                let t = std::time::Instant::now();
+                phase = Some((p, t));
+                t
+            }
+        };
         let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
         let rate = gib(done) / t0.elapsed().as_secs_f64().max(1e-3);
         eprint!(
-            "\rloading {}: {:3.0}% ({:.1} of {:.1} GiB, {rate:.1} GiB/s)\x1b[K",
+            "\rloading {}: {} {:3.0}% ({:.1} of {:.1} GiB, {rate:.1} GiB/s)\x1b[K",
             path.display(),
+            p.label(),
             100.0 * done as f64 / total.max(1) as f64,
             gib(done),
             gib(total)
@@ -329,6 +349,9 @@ pub fn load_model_file(path: &std::path::Path, mmap: bool) -> anyhow::Result<Loa
         eprint!("\r\x1b[K");
     }
     let loaded = loaded.with_context(|| format!("loading {}", path.display()))?;
+    for note in &loaded.load_notes {
+        eprintln!("{note}");
+    }
     report_pages(loaded.file, path);
     lock_if_asked(loaded.file, path);
     Ok(loaded)

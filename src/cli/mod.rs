@@ -12,6 +12,7 @@ pub mod imatrix;
 pub mod inspect;
 pub mod perplexity;
 pub mod quantize;
+pub mod repack;
 pub mod run;
 pub mod serve;
 pub mod synth;
@@ -49,6 +50,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Perplexity of a text file, llama-perplexity style (second half of each window)
     Perplexity(perplexity::PerplexityArgs),
+    /// Write a model's layout cache ahead of time (the kernels' copies of its matrices)
+    Repack(repack::RepackArgs),
 }
 
 /// Parses arguments, runs the command, and turns every error into one line on
@@ -102,6 +105,7 @@ pub fn main() -> ExitCode {
         Command::Diffuse(args) => diffuse::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Perplexity(args) => perplexity::run(args),
+        Command::Repack(args) => repack::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

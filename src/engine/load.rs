@@ -36,6 +36,9 @@ pub struct LoadedModel {
     pub load_ms: f64,
     /// The ids of `<think>` and `</think>`, when the vocabulary has both.
     pub think_tokens: Option<(u32, u32)>,
+    /// What loading has to tell (a layout cache not used, or not written),
+    /// one line each, for the caller to print.
+    pub load_notes: Vec<String>,
     /// Special-token texts inside message text become control tokens, as
     /// llama-server tokenizes a rendered chat (`clover serve
     /// --special-in-content`). Off: only the template writes control tokens.
@@ -53,6 +56,102 @@ impl std::fmt::Debug for LoadedModel {
     }
 }
 
+/// A phase of loading, for progress lines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoadPhase {
+    /// The model file read into memory.
+    Reading,
+    /// The layout cache read into memory.
+    ReadingLayout,
+    /// The kernels' copies of the matrices made.
+    Repacking,
+    /// The layout cache written.
+    WritingLayout,
+}
+
+impl LoadPhase {
+    pub fn label(self) -> &'static str {
+        match self {
+            LoadPhase::Reading => "reading",
+            LoadPhase::ReadingLayout => "reading the layout cache",
+            LoadPhase::Repacking => "repacking",
+            LoadPhase::WritingLayout => "writing the layout cache",
+        }
+    }
+}
+
+/// Reads `file` in and gives it the kernels' repacked copies: from a valid
+/// layout cache when there is one (then the file's tensors it replaces are
+/// not read at all), else made in memory and written to the cache. Returns
+/// the notes to print.
+pub fn load_layout(
+    file: &GgufFile,
+    path: &Path,
+    progress: &mut dyn FnMut(LoadPhase, u64, u64),
+) -> Vec<String> {
+    use crate::model::load::{packed_plan, reads_copy_only, repack_for_kernels};
+    let mut notes = Vec::new();
+    let plan = packed_plan(file);
+    let bytes: usize = plan.iter().map(|p| p.bytes).sum();
+    let cache = super::packed_cache::dir_for(bytes)
+        .filter(|_| !plan.is_empty())
+        .map(|dir| super::packed_cache::cache_path(&dir, path));
+    let mapped = cache
+        .as_ref()
+        .and_then(|at| match super::packed_cache::open(at, file, &plan) {
+            Ok(m) => Some(m),
+            Err(why) => {
+                if at.exists() {
+                    notes.push(format!(
+                        "note: layout cache {} not used: {why}; it is written again",
+                        at.display()
+                    ));
+                }
+                None
+            }
+        });
+    let skip = |t: &crate::gguf::TensorInfo| mapped.is_some() && reads_copy_only(&plan, t);
+    file.populate(&skip, &mut |d, t| progress(LoadPhase::Reading, d, t));
+    // The cache's tensors, read in and checked.
+    let mapped = mapped.and_then(|m| {
+        match m.populate(&mut |d, t| progress(LoadPhase::ReadingLayout, d, t)) {
+            Ok(()) => Some(m),
+            Err(why) => {
+                notes.push(format!(
+                    "note: layout cache {} not used: {why}; it is written again",
+                    cache.as_ref().expect("mapped from it").display()
+                ));
+                // Read in what the cache was to replace.
+                file.populate(&|_| false, &mut |d, t| progress(LoadPhase::Reading, d, t));
+                None
+            }
+        }
+    });
+    match mapped {
+        Some(m) => {
+            file.derived(|_| m.into_derived());
+        }
+        None => {
+            file.derived(|f| {
+                let copies = repack_for_kernels(f, &mut |d, t| progress(LoadPhase::Repacking, d, t));
+                if let Some(at) = cache.as_ref().filter(|_| copies.len() == plan.len()) {
+                    let write = super::packed_cache::write(at, f, &plan, &copies, &mut |d, t| {
+                        progress(LoadPhase::WritingLayout, d, t)
+                    });
+                    if let Err(e) = write {
+                        notes.push(format!(
+                            "warning: could not write the layout cache {} ({e}); this run uses copies in memory",
+                            at.display()
+                        ));
+                    }
+                }
+                crate::gguf::Derived::owned(copies)
+            });
+        }
+    }
+    notes
+}
+
 impl LoadedModel {
     /// Maps `path` and builds the model. Every failure is an error, never a panic.
     pub fn open(path: &Path) -> Result<LoadedModel, EngineError> {
@@ -62,24 +161,27 @@ impl LoadedModel {
     /// [`LoadedModel::open`], or with `mmap` false the file read into memory
     /// (`--no-mmap`: immune to the file changing while in use).
     pub fn open_with(path: &Path, mmap: bool) -> Result<LoadedModel, EngineError> {
-        LoadedModel::open_with_progress(path, mmap, &mut |_, _| {})
+        LoadedModel::open_with_progress(path, mmap, &mut |_, _, _| {})
     }
 
-    /// [`LoadedModel::open_with`], telling `progress(bytes done, total)` as
-    /// the mapping is read in (`GgufFile::open_populated_with`).
+    /// [`LoadedModel::open_with`], telling `progress(phase, done, total)` as
+    /// each phase goes: the file read in (less what a valid layout cache
+    /// replaces), then the layout cache read in, or the copies made and the
+    /// cache written ([`super::packed_cache`]).
     pub fn open_with_progress(
         path: &Path,
         mmap: bool,
-        progress: &mut dyn FnMut(u64, u64),
+        progress: &mut dyn FnMut(LoadPhase, u64, u64),
     ) -> Result<LoadedModel, EngineError> {
         let t0 = Instant::now();
         let file = if mmap {
-            GgufFile::open_populated_with(path, progress)?
+            GgufFile::open_lazy(path)?
         } else {
             GgufFile::read(path)?
         };
         // A loaded model lives for the rest of the process (see the module docs).
         let file: &'static GgufFile = Box::leak(Box::new(file));
+        let notes = load_layout(file, path, progress);
         let model = Model::load(file)?;
         let mut tokenizer = Tokenizer::new(&tokenizer_spec(file)?)?;
         if let Some(v) = file.get("tokenizer.ggml.mask_token_id") {
@@ -136,6 +238,7 @@ impl LoadedModel {
             name,
             path: path.to_path_buf(),
             load_ms: t0.elapsed().as_secs_f64() * 1000.0,
+            load_notes: notes,
             think_tokens,
             special_in_content: false,
         })

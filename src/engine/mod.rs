@@ -27,6 +27,7 @@ pub mod chat;
 pub mod default_model;
 pub mod generate;
 pub mod load;
+pub mod packed_cache;
 pub mod session;
 pub mod spec_step;
 pub mod tokens;

@@ -1,5 +1,6 @@
 //! GGUF v3: metadata values, the hostile-input reader, and the streaming writer.
 
+mod derived;
 pub mod error;
 pub mod pages;
 mod parse;
@@ -7,6 +8,7 @@ pub mod reader;
 pub mod value;
 pub mod writer;
 
+pub use derived::Derived;
 pub use error::GgufError;
 pub use reader::{GgufFile, TensorInfo, TensorView};
 pub use value::{Value, ValueType};

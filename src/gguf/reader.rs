@@ -75,7 +75,9 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     /// Tensors derived from this file's (repacked for a kernel), built once
     /// by the first [`GgufFile::derived`] call and kept with the mapping.
-    derived: OnceLock<HashMap<String, Vec<u64>>>,
+    derived: OnceLock<super::Derived>,
+    /// The path it was opened from (none for bytes handed in).
+    path: Option<std::path::PathBuf>,
     /// While the file is open, no output of this process may replace it
     /// ([`crate::output::open_input`]).
     input: Option<crate::output::InputGuard>,
@@ -95,6 +97,21 @@ impl std::fmt::Debug for GgufFile {
 /// Bytes populated between two progress reports of
 /// [`GgufFile::open_populated_with`].
 pub const POPULATE_CHUNK: usize = 256 << 20;
+
+/// Reads `len` bytes of `map` from `at` into memory (`MADV_POPULATE_READ`;
+/// where the kernel lacks it, one byte of every page is read).
+pub(crate) fn populate_range(map: &Mmap, at: usize, len: usize) {
+    if map
+        .advise_range(memmap2::Advice::PopulateRead, at, len)
+        .is_err()
+    {
+        let mut sum = 0u8;
+        for b in map[at..at + len].iter().step_by(4096) {
+            sum ^= *b;
+        }
+        std::hint::black_box(sum);
+    }
+}
 
 impl GgufFile {
     /// Maps `path` into memory (no copy) and validates it. Pages are mapped
@@ -142,17 +159,7 @@ impl GgufFile {
             let mut done = 0;
             while done < total {
                 let len = POPULATE_CHUNK.min(total - done);
-                if map
-                    .advise_range(memmap2::Advice::PopulateRead, done, len)
-                    .is_err()
-                {
-                    // Older kernels: fault the pages in by reading them.
-                    let mut sum = 0u8;
-                    for b in map[done..done + len].iter().step_by(4096) {
-                        sum ^= *b;
-                    }
-                    std::hint::black_box(sum);
-                }
+                populate_range(map, done, len);
                 done += len;
                 progress(done as u64, total as u64);
             }
@@ -291,7 +298,15 @@ impl GgufFile {
         let (storage, guard) = GgufFile::map(path, populate)?;
         let mut f = GgufFile::parse(storage)?;
         f.input = Some(guard);
+        f.path = Some(path.to_path_buf());
         Ok(f)
+    }
+
+    /// Maps `path` without reading it in: the header is parsed and checked,
+    /// the data's pages come on first touch or by [`GgufFile::populate`].
+    pub fn open_lazy(path: &Path) -> Result<GgufFile, GgufError> {
+        GgufFile::recache_first(path)?;
+        GgufFile::open_with(path, false)
     }
 
     /// Reads the whole file into memory (`--no-mmap`, like llama.cpp's): no
@@ -328,6 +343,7 @@ impl GgufFile {
         file.read_exact(bytes).map_err(io)?;
         let mut f = GgufFile::parse(Storage::Owned { words, len })?;
         f.input = Some(guard);
+        f.path = Some(path.to_path_buf());
         Ok(f)
     }
 
@@ -362,6 +378,7 @@ impl GgufFile {
             tensors: header.tensors,
             tensor_index,
             derived: OnceLock::new(),
+            path: None,
             input: None,
         })
     }
@@ -477,16 +494,86 @@ impl GgufFile {
 
     /// The derived tensors by name, built by `build` on the first call
     /// (later calls return what the first built), as long-lived as the file.
-    pub fn derived(
-        &self,
-        build: impl FnOnce(&GgufFile) -> HashMap<String, Vec<u64>>,
-    ) -> &HashMap<String, Vec<u64>> {
+    pub fn derived(&self, build: impl FnOnce(&GgufFile) -> super::Derived) -> &super::Derived {
         self.derived.get_or_init(|| build(self))
     }
 
     /// The derived tensors, if [`GgufFile::derived`] has built them.
-    pub fn derived_tensors(&self) -> Option<&HashMap<String, Vec<u64>>> {
+    pub fn derived_tensors(&self) -> Option<&super::Derived> {
         self.derived.get()
+    }
+
+    /// The path the file was opened from (`None` for bytes handed in).
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The bytes before the first tensor's data: header, metadata and
+    /// tensor table, all of which the open has read.
+    pub fn header_bytes(&self) -> &[u8] {
+        let end = self
+            .tensors
+            .iter()
+            .map(|t| t.offset)
+            .min()
+            .unwrap_or(self.file_size())
+            .min(self.file_size());
+        &self.bytes()[..end as usize]
+    }
+
+    /// The file's modification time in nanoseconds since the epoch, as its
+    /// open descriptor reports it now (`None` for bytes handed in).
+    pub fn modified_ns(&self) -> Option<u128> {
+        let meta = match &self.storage {
+            Storage::Mmap(_, _, file) => file.metadata().ok()?,
+            Storage::Owned { .. } => std::fs::metadata(self.path.as_ref()?).ok()?,
+        };
+        let t = meta.modified().ok()?;
+        Some(t.duration_since(std::time::UNIX_EPOCH).ok()?.as_nanos())
+    }
+
+    /// Reads into memory the pages of the mapping that hold the header and
+    /// the data of every tensor `skip` does not name, [`POPULATE_CHUNK`]
+    /// bytes at a time, telling `progress(done, total)` (bytes of those
+    /// ranges) after each. For a file read into memory, nothing to do.
+    pub fn populate(&self, skip: &dyn Fn(&TensorInfo) -> bool, progress: &mut dyn FnMut(u64, u64)) {
+        let Storage::Mmap(map, _, _) = &self.storage else {
+            return;
+        };
+        const PAGE: usize = 4096;
+        let mut ranges: Vec<(usize, usize)> = vec![(0, self.header_bytes().len())];
+        ranges.extend(
+            self.tensors
+                .iter()
+                .filter(|t| !skip(t))
+                .map(|t| (t.offset as usize, (t.offset + t.n_bytes) as usize)),
+        );
+        // Whole pages, sorted and merged.
+        let mut pages: Vec<(usize, usize)> = ranges
+            .into_iter()
+            .map(|(a, b)| (a / PAGE * PAGE, b.next_multiple_of(PAGE).min(map.len())))
+            .filter(|(a, b)| a < b)
+            .collect();
+        pages.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::new();
+        for (a, b) in pages {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        let total: usize = merged.iter().map(|(a, b)| b - a).sum();
+        let mut done = 0;
+        for (a, b) in merged {
+            let mut at = a;
+            while at < b {
+                let len = POPULATE_CHUNK.min(b - at);
+                populate_range(map, at, len);
+                at += len;
+                done += len;
+                progress(done as u64, total as u64);
+            }
+        }
     }
 
     /// All tensors, in file order.

@@ -9,7 +9,7 @@ use kernels::repack;
 use rayon::prelude::*;
 use thiserror::Error;
 
-use crate::gguf::GgufFile;
+use crate::gguf::{Derived, GgufFile, TensorInfo};
 
 use super::config::{ConfigError, ModelConfig};
 use super::forward::Model;
@@ -31,15 +31,15 @@ impl<'a> Model<'a> {
     /// copy of those tensors in memory, made once per file.
     pub fn load(file: &'a GgufFile) -> Result<Model<'a>, LoadError> {
         let config = ModelConfig::from_metadata(|k| file.get(k))?;
-        let packed = file.derived(repack_for_kernels);
+        let packed = file.derived(|f| Derived::owned(repack_for_kernels(f, &mut |_, _| {})));
         let lookup = |name: &str| {
             file.tensor(name).map(|t| WeightRef {
                 name: t.name,
                 ty: t.ty,
                 dims: t.dims.to_vec(),
                 data: t.data,
-                packed: packed.get(name).map(|p| bytemuck::cast_slice(p.as_slice())),
-                file_matvec: packed.contains_key(name) && keeps_file_rows(t.ty, t.dims),
+                packed: packed.get(name),
+                file_matvec: packed.contains(name) && keeps_file_rows(t.ty, t.dims),
             })
         };
         Ok(Model::bind(config, &lookup)?)
@@ -80,33 +80,30 @@ const REPACK_ROWS: usize = 64 * repack::ROWS;
 /// expert. The token embedding is left alone unless it is also the output
 /// head (no `output.weight`): a lookup reads the file's rows.
 ///
-/// `CLOVER_REPACK=0` never repacks, `1` always does; by default a file is
-/// repacked only when what stays of it and the copy fit in 80 % of the
-/// machine's memory. Of a mapped file (not locked by `--mlock`) the tensors
-/// repacked leave memory as they are copied ([`GgufFile::evict_tensor`]):
-/// the full apex-miniplus file (14.8 GiB, 14.2 of them Q3_K, Q5_K and Q6_K)
-/// then holds about 14.6 GiB of copies and 1.5 GiB of the file (its Q8_0,
-/// f32 and embedding tensors, and the Q6_K matrices [`keeps_file_rows`]
-/// keeps), where the file and the copies would not fit on 24 GiB together. A read file (`--no-mmap`) and a
-/// locked one keep all their bytes, so they count whole. The copies ask for
-/// 2 MiB pages (`MADV_HUGEPAGE`): the experts are read at random, and in
-/// 4 KiB pages every one of them is a run of TLB misses.
-pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
-    let mut out = HashMap::new();
+/// One tensor the loader repacks: its name, type, row length, rows (all
+/// experts of a stack) and the bytes of its repacked copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Packed {
+    pub name: String,
+    pub ty: kernels::GgmlType,
+    pub n_in: usize,
+    pub rows: usize,
+    /// Bytes of the copy as held: the layout's bytes rounded up to 8.
+    pub bytes: usize,
+}
+
+/// What [`repack_for_kernels`] repacks of `file`, in file order; empty
+/// when the active kernel table repacks nothing of it, or repacking is off
+/// (`CLOVER_REPACK=0`, or llama.cpp's batch order, which takes no repacked
+/// product). Whether the copies fit in memory is not asked here.
+pub fn packed_plan(file: &GgufFile) -> Vec<Packed> {
     let mode = std::env::var("CLOVER_REPACK").ok();
     let kt = kernels::isa::active();
-    // llama.cpp's batch order takes no repacked product.
     if mode.as_deref() == Some("0") || BatchOrder::from_env() == BatchOrder::Ggml {
-        return out;
+        return Vec::new();
     }
     let tied = file.tensor("output.weight").is_none();
-    // The tied embedding is also read row by row for lookups: it stays.
-    let evict = file.is_mapped() && !crate::gguf::pages::mlock();
-    let evictable = |t: &crate::gguf::TensorInfo| {
-        evict && t.name != "token_embd.weight" && !keeps_file_rows(t.ty, &t.dims)
-    };
-    let todo: Vec<(&crate::gguf::TensorInfo, usize, usize, usize)> = file
-        .tensors()
+    file.tensors()
         .iter()
         .filter(|t| kt.packed_gemm(t.ty, Mode::Decode).is_some())
         .filter(|t| tied || t.name != "token_embd.weight")
@@ -120,30 +117,73 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
             let rb = t.ty.row_bytes(n_in as u64)? as usize;
             let ok = repack::packable(t.ty, n_in, n_out as usize)
                 && file.view(t).data.len() >= rb.checked_mul(rows)?;
-            ok.then_some((t, n_in, rows, rb))
+            ok.then(|| Packed {
+                name: t.name.clone(),
+                ty: t.ty,
+                n_in,
+                rows,
+                bytes: repack::packed_bytes(t.ty, n_in, rows).next_multiple_of(8),
+            })
         })
-        .collect();
-    let total: usize = todo
+        .collect()
+}
+
+/// Whether the loader reads tensor `t` from a repacked copy only (the file's
+/// rows are not read again once it is made): a tensor of `plan` whose file
+/// rows are not kept ([`keeps_file_rows`]), other than a tied embedding.
+pub fn reads_copy_only(plan: &[Packed], t: &TensorInfo) -> bool {
+    t.name != "token_embd.weight"
+        && !keeps_file_rows(t.ty, &t.dims)
+        && plan.iter().any(|p| p.name == t.name)
+}
+
+/// The repacked copies ([`packed_plan`]) in memory, in the layout of
+/// `kernels::repack`, by tensor name, telling `progress(bytes done, total)`
+/// after each tensor. A stack's experts are consecutive rows, so the whole
+/// stack repacks as one matrix, expert after expert. The token embedding is
+/// left alone unless it is also the output head (no `output.weight`): a
+/// lookup reads the file's rows.
+///
+/// `CLOVER_REPACK=1` always repacks; by default a file is repacked only
+/// when what stays of it and the copies fit in 80 % of the machine's memory.
+/// Of a mapped file (not locked by `--mlock`) the tensors repacked leave
+/// memory as they are copied ([`GgufFile::evict_tensor`]): the full
+/// apex-miniplus file then holds its copies and only the file's tensors the
+/// copies do not replace, where the file and the copies would not fit on
+/// 24 GiB together. A read file (`--no-mmap`) and a locked one keep all
+/// their bytes, so they count whole. The copies ask for 2 MiB pages
+/// (`MADV_HUGEPAGE`): the experts are read at random, and in 4 KiB pages
+/// every one of them is a run of TLB misses.
+pub fn repack_for_kernels(
+    file: &GgufFile,
+    progress: &mut dyn FnMut(u64, u64),
+) -> HashMap<String, Vec<u64>> {
+    let mut out = HashMap::new();
+    let plan = packed_plan(file);
+    let evict = file.is_mapped() && !crate::gguf::pages::mlock();
+    let evictable = |t: &TensorInfo| evict && reads_copy_only(&plan, t);
+    let total: usize = plan.iter().map(|p| p.bytes).sum();
+    let freed: u64 = file
+        .tensors()
         .iter()
-        .map(|&(t, n_in, rows, _)| repack::packed_bytes(t.ty, n_in, rows))
+        .filter(|t| evictable(t))
+        .map(|t| t.n_bytes)
         .sum();
-    let freed: u64 = todo
-        .iter()
-        .filter(|(t, ..)| evictable(t))
-        .map(|(t, ..)| t.n_bytes)
-        .sum();
-    if mode.as_deref() != Some("1") {
+    if std::env::var("CLOVER_REPACK").ok().as_deref() != Some("1") {
         let need = (file.file_size() - freed) as u128 + total as u128;
         if mem_total().is_some_and(|m| need * 10 > m as u128 * 8) {
             return out;
         }
     }
-    for (t, n_in, rows, rb) in todo {
+    let mut done = 0;
+    for p in &plan {
+        let t = file.tensor_info(&p.name).expect("planned from this file");
         let src = file.view(t).data;
-        let size = repack::packed_bytes(t.ty, n_in, rows);
-        let mut words = huge_page_words(size.div_ceil(8));
+        let rb = t.ty.row_bytes(p.n_in as u64).expect("checked by the plan") as usize;
+        let size = repack::packed_bytes(t.ty, p.n_in, p.rows);
+        let mut words = huge_page_words(p.bytes / 8);
         let dst: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
-        let per_group = repack::packed_bytes(t.ty, n_in, repack::ROWS);
+        let per_group = repack::packed_bytes(t.ty, p.n_in, repack::ROWS);
         dst[..size]
             .par_chunks_mut(per_group * (REPACK_ROWS / repack::ROWS))
             .enumerate()
@@ -151,12 +191,14 @@ pub fn repack_for_kernels(file: &GgufFile) -> HashMap<String, Vec<u64>> {
                 let n_rows = d.len() / per_group * repack::ROWS;
                 let first = c * REPACK_ROWS;
                 let src = &src[first * rb..(first + n_rows) * rb];
-                repack::repack(t.ty, n_in, n_rows, src, d);
+                repack::repack(t.ty, p.n_in, n_rows, src, d);
             });
         if evictable(t) {
             file.evict_tensor(&t.name);
         }
         out.insert(t.name.clone(), words);
+        done += p.bytes;
+        progress(done as u64, total as u64);
     }
     out
 }
