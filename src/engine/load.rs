@@ -129,6 +129,14 @@ pub fn load_layout(
     });
     match mapped {
         Some(m) => {
+            // The file's bytes the cache replaces leave the page cache, where
+            // an earlier run may have left them: memory the cache's pages
+            // would otherwise be reclaimed for.
+            if file.is_mapped() && !crate::gguf::pages::mlock() {
+                for t in file.tensors().iter().filter(|t| reads_copy_only(&plan, t)) {
+                    file.evict_tensor(&t.name);
+                }
+            }
             file.derived(|_| m.into_derived());
         }
         None => {
