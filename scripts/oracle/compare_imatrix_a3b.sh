@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 18's oracle checks at the a3b-4l shape (too slow for CI, which checks
+# The imatrix and quantize oracle checks at the a3b-4l shape (too slow for CI, which checks
 # tiny and small): `clover synth --arch qwen35moe --preset a3b-4l`, as
 # q4_k_m (for the imatrix) and bf16 (the quantizers' source), then
 #   1. llama-imatrix and clover imatrix on the q4_k_m file over

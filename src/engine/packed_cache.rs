@@ -234,14 +234,7 @@ impl CacheMap {
     /// kernel cannot map 2 MiB at a time (`gguf::pages`), where populating
     /// reads it in the large pieces of readahead.
     pub fn populate(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<(), String> {
-        let total = self.map.len();
-        let mut done = 0;
-        while done < total {
-            let len = crate::gguf::reader::POPULATE_CHUNK.min(total - done);
-            crate::gguf::reader::populate_range(&self.map, done, len);
-            done += len;
-            progress(done as u64, total as u64);
-        }
+        crate::gguf::reader::populate_ranges(&self.map, &[(0, self.map.len())], progress);
         for (name, want) in &self.samples {
             if sample_hash(&self.map[self.ranges[name].clone()]) != *want {
                 return Err(format!("the bytes of {name} were changed"));

@@ -98,9 +98,31 @@ impl std::fmt::Debug for GgufFile {
 /// [`GgufFile::open_populated_with`].
 pub const POPULATE_CHUNK: usize = 256 << 20;
 
+/// Reads the byte ranges `ranges` of `map` into memory,
+/// [`POPULATE_CHUNK`] bytes at a time, telling `progress(done, total)`
+/// (bytes of the ranges) after each chunk.
+pub(crate) fn populate_ranges(
+    map: &Mmap,
+    ranges: &[(usize, usize)],
+    progress: &mut dyn FnMut(u64, u64),
+) {
+    let total: usize = ranges.iter().map(|(a, b)| b - a).sum();
+    let mut done = 0;
+    for &(a, b) in ranges {
+        let mut at = a;
+        while at < b {
+            let len = POPULATE_CHUNK.min(b - at);
+            populate_range(map, at, len);
+            at += len;
+            done += len;
+            progress(done as u64, total as u64);
+        }
+    }
+}
+
 /// Reads `len` bytes of `map` from `at` into memory (`MADV_POPULATE_READ`;
 /// where the kernel lacks it, one byte of every page is read).
-pub(crate) fn populate_range(map: &Mmap, at: usize, len: usize) {
+fn populate_range(map: &Mmap, at: usize, len: usize) {
     if map
         .advise_range(memmap2::Advice::PopulateRead, at, len)
         .is_err()
@@ -155,14 +177,7 @@ impl GgufFile {
         GgufFile::recache_first(path)?;
         let file = GgufFile::open_with(path, false)?;
         if let Storage::Mmap(map, _, _) = &file.storage {
-            let total = map.len();
-            let mut done = 0;
-            while done < total {
-                let len = POPULATE_CHUNK.min(total - done);
-                populate_range(map, done, len);
-                done += len;
-                progress(done as u64, total as u64);
-            }
+            populate_ranges(map, &[(0, map.len())], progress);
         }
         Ok(file)
     }
@@ -562,18 +577,7 @@ impl GgufFile {
                 _ => merged.push((a, b)),
             }
         }
-        let total: usize = merged.iter().map(|(a, b)| b - a).sum();
-        let mut done = 0;
-        for (a, b) in merged {
-            let mut at = a;
-            while at < b {
-                let len = POPULATE_CHUNK.min(b - at);
-                populate_range(map, at, len);
-                at += len;
-                done += len;
-                progress(done as u64, total as u64);
-            }
-        }
+        populate_ranges(map, &merged, progress);
     }
 
     /// All tensors, in file order.

@@ -54,12 +54,14 @@ pub(super) fn attend_flash(
     let scale = 1.0 / (d as f32).sqrt();
     let n = pos0 + t;
     let tiled = t >= TILE && kv.ty_k == GgmlType::F16 && kv.ty_v == GgmlType::F16;
-    // Every visible K and V head in f32 (exact for f16), `[pos][g][d]`.
+    // Every visible V head, and for the tiled form K too, in f32 (exact
+    // for f16), `[pos][g][d]`; the row-by-row form reads K in its own type.
     let need = n * nkv * d;
-    for (buf, ty, is_v) in [
-        (&mut sc.kt_f32, kv.ty_k, false),
-        (&mut sc.v_f32, kv.ty_v, true),
-    ] {
+    let mut bufs = vec![(&mut sc.v_f32, kv.ty_v, true)];
+    if tiled {
+        bufs.push((&mut sc.kt_f32, kv.ty_k, false));
+    }
+    for (buf, ty, is_v) in bufs {
         if buf.len() < need {
             buf.resize(need, 0.0);
         }
