@@ -283,7 +283,7 @@ fn spec_type_draft_self_on_a_qwen35moe_file_fails_with_one_line() {
 }
 
 #[test]
-fn pass_costs_prints_a_plain_row_and_verify_draft_and_fused_rows_per_length() {
+fn pass_costs_prints_a_plain_row_and_verify_and_draft_rows_per_length() {
     let dir = tempfile::tempdir().unwrap();
     let p = synth_clover_tiny(dir.path());
     let out = clover(&[
@@ -314,10 +314,8 @@ fn pass_costs_prints_a_plain_row_and_verify_draft_and_fused_rows_per_length() {
             ("plain", "1"),
             ("verify", "2"),
             ("draft", "2"),
-            ("fused", "2"),
             ("verify", "4"),
-            ("draft", "4"),
-            ("fused", "4")
+            ("draft", "4")
         ],
         "{table}"
     );

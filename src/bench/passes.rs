@@ -1,10 +1,8 @@
 //! Per-pass costs of self-speculation: a plain one-token decode step against
 //! a verify pass (`forward_verify` over k tokens, then `commit_verify` of
 //! one) and a draft pass (`forward_diffusion` over the anchor and k − 1
-//! masks, logits of the k − 1 drafts), each at the same context depth; and
-//! with a diffusion model the fused verify + draft pass
-//! (`forward_verify_draft` over k tokens and a block of k masks, the next
-//! round's k − 1 drafts, then `commit_verify` of one).
+//! masks, logits of the k − 1 drafts, with a diffusion model), each at the
+//! same context depth.
 //!
 //! Every repetition times every pass kind and length once, interleaved, so
 //! a machine whose load changes during the run skews all of them alike.
@@ -26,9 +24,6 @@ pub enum PassKind {
     Verify,
     /// `forward_diffusion` over the anchor and k − 1 masks.
     Draft,
-    /// `forward_verify_draft` over k tokens and k masks plus
-    /// `commit_verify` of one.
-    Fused,
 }
 
 impl PassKind {
@@ -37,7 +32,6 @@ impl PassKind {
             PassKind::Plain => "plain",
             PassKind::Verify => "verify",
             PassKind::Draft => "draft",
-            PassKind::Fused => "fused",
         }
     }
 }
@@ -110,10 +104,7 @@ pub fn pass_costs(
         profile: None,
     }];
     for &k in lengths {
-        for kind in [PassKind::Verify, PassKind::Draft, PassKind::Fused] {
-            if kind == PassKind::Fused && k < 2 {
-                continue;
-            }
+        for kind in [PassKind::Verify, PassKind::Draft] {
             out.push(PassCost {
                 kind,
                 tokens: k,
@@ -142,13 +133,6 @@ pub fn pass_costs(
                     let toks = rng.tokens(k, n_vocab);
                     let t = Instant::now();
                     model.forward_verify(&mut state, &toks, pos, LogitsFor::All)?;
-                    model.commit_verify(&mut state, 1)?;
-                    t.elapsed().as_nanos() as u64
-                }
-                PassKind::Fused => {
-                    let toks = rng.tokens(k, n_vocab);
-                    let t = Instant::now();
-                    model.forward_verify_draft(&mut state, &toks, pos, k)?;
                     model.commit_verify(&mut state, 1)?;
                     t.elapsed().as_nanos() as u64
                 }
@@ -197,10 +181,8 @@ mod tests {
                 (PassKind::Plain, 1),
                 (PassKind::Verify, 2),
                 (PassKind::Draft, 2),
-                (PassKind::Fused, 2),
                 (PassKind::Verify, 4),
-                (PassKind::Draft, 4),
-                (PassKind::Fused, 4)
+                (PassKind::Draft, 4)
             ]
         );
         assert!(costs.iter().all(|c| c.samples_ns.len() == 3));

@@ -161,45 +161,6 @@ fn append_attend(
     dump::here("attn_gated", &sc.o[..t * nh * d]);
 }
 
-/// The attention layer of a fused verify + draft pass (`fused.rs`) over
-/// normed rows `u`: rows `0..tv` are the verify rows at `pos0..`, appended to
-/// the cache and attending causally as in [`forward`]; rows `tv..tv+tb` the
-/// draft block at `pos0+tv−1..`, attending to the cache before it (the
-/// verify rows' provisional K/V included) and to every block row, as the
-/// diffusion pass does ([`Span::Block`], K/V in `blk`, not stored). One
-/// projection over all rows each way.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn forward_fused(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
-    w: &AttentionWeights,
-    kv: &mut KvCache,
-    layer: usize,
-    pos0: usize,
-    u: &[f32],
-    [tv, tb]: [usize; 2],
-    sc: &mut AttentionScratch,
-    blk: &mut AttentionScratch,
-    lin: &mut MatScratch,
-    out: &mut [f32],
-) {
-    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let (qw, kvw, ow, t) = (nh * 2 * d, nkv * d, nh * d, tv + tb);
-    project_qkv(kt, mode, cfg, w, u, t, sc, lin);
-    blk.qg[..tb * qw].copy_from_slice(&sc.qg[tv * qw..t * qw]);
-    blk.k[..tb * kvw].copy_from_slice(&sc.k[tv * kvw..t * kvw]);
-    blk.v[..tb * kvw].copy_from_slice(&sc.v[tv * kvw..t * kvw]);
-    let p = profile::enter(Op::Attention);
-    append_attend(kt, mode, cfg, w, kv, layer, pos0, tv, sc);
-    let pb = pos0 + tv - 1;
-    qk_norm_rope(cfg, w, pb, tb, blk);
-    attend(kt, mode, cfg, kv, layer, pb, tb, 0..tb, Span::Block, blk);
-    sc.o[tv * ow..t * ow].copy_from_slice(&blk.o[..tb * ow]);
-    drop(p);
-    project_out(kt, mode, cfg, w, t, sc, lin, out);
-}
-
 /// Row `i` of a batched decoding step ([`super::batch`]): its projections,
 /// already in `batch`, are normed, roped and appended to the sequence's own
 /// cache `kv` at `pos`, attended with the sequence's scratch `one` exactly as

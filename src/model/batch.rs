@@ -24,14 +24,11 @@
 //! arithmetic depends on the other, so every row keeps the bits it would
 //! have alone.
 
-use super::attention;
-use super::deltanet;
-use super::forward::{add_into, norm_rows};
-use super::moe;
-use super::ops::rmsnorm;
-use super::state::{LayerSlot, Scratch, State};
-use super::weights::MixerWeights;
-use super::{ForwardError, Model};
+use super::forward::{set_head_rows, LogitsFor, Model};
+use super::ops::all_finite;
+use super::pass::{Group, Mixing};
+use super::state::{Scratch, State};
+use super::ForwardError;
 
 /// Scratch for batched steps of up to `rows` sequences.
 pub struct BatchScratch {
@@ -87,8 +84,8 @@ impl Model<'_> {
             return Err(ForwardError::VerifyPending);
         }
         let lf = match logits {
-            true => super::LogitsFor::Last,
-            false => super::LogitsFor::Indices(&[]),
+            true => LogitsFor::Last,
+            false => LogitsFor::Indices(&[]),
         };
         self.check_batch(state, tokens, state.n_past(), lf)
             .map(|_| ())
@@ -123,183 +120,76 @@ impl Model<'_> {
         let n = tokens.len();
         assert_eq!(n, states.len(), "one token per state");
         assert!(n <= bs.rows, "more sequences than the batch scratch holds");
-        let (cfg, kt) = (&self.config, self.kt);
-        let (e, v) = (cfg.n_embd, self.n_vocab());
+        let v = self.n_vocab();
         for (st, &tok) in states.iter_mut().zip(tokens) {
             if st.verify_pending() {
                 return Err(ForwardError::VerifyPending);
             }
-            self.check_batch(st, &[tok], st.n_past(), super::LogitsFor::Last)?;
+            self.check_batch(st, &[tok], st.n_past(), LogitsFor::Last)?;
         }
+        let mode = self.order.mode(false);
+        let mut groups = Vec::with_capacity(2);
         // The chunk as `Model::forward` runs one of its batches.
-        let mut chunk = chunk.map(|c| {
+        if let Some(c) = chunk {
             let t = c.tokens.len();
             assert!(
                 t > 0 && t <= c.state.max_batch,
                 "a prompt chunk is one batch"
             );
             let pos0 = c.state.n_past();
-            c.state.scratch.moe.pool = 0;
+            let State {
+                kv,
+                recurrent,
+                stats,
+                slots,
+                scratch,
+                ..
+            } = c.state;
+            scratch.moe.pool = 0;
             let lf = match c.logits {
-                true => super::LogitsFor::Last,
-                false => super::LogitsFor::Indices(&[]),
+                true => LogitsFor::Last,
+                false => LogitsFor::Indices(&[]),
             };
-            super::forward::set_head_rows(&mut c.state.scratch.head_rows, lf, t, 0, t);
-            let first_bad = self.batch_embed(c.state, c.tokens);
-            (c.state, pos0, t, first_bad)
-        });
-        let prompt_mode = self.order.mode(true);
-        let mode = self.order.mode(false);
-        let s = &mut bs.s;
-        let _warm = super::warm::keep_warm();
-        self.embed(tokens, &mut s.x[..n * e]);
-        for il in 0..cfg.n_layer {
-            if let Some((st, pos0, t, _)) = &mut chunk {
-                super::dump::set_layer(il);
-                self.mixer_block(kt, prompt_mode, st, il, *pos0, *t, false);
-            }
-            if n > 0 {
-                self.batch_mixer(mode, s, states, il, n);
-            }
-            if let Some((st, _, t, first_bad)) = &mut chunk {
-                self.moe_block(kt, prompt_mode, st, il, *t);
-                self.note_finite(st, il, *t, first_bad);
-            }
-            if n > 0 {
-                self.batch_moe(mode, s, states, il, n);
-            }
-        }
-        let chunk_bad = chunk.map(|(st, pos0, t, first_bad)| {
-            self.batch_end(kt, st, pos0, t);
-            first_bad
-        });
-        if n == 0 {
-            return Ok(chunk_bad.flatten());
-        }
-        // The output head over every row, in decoding's numerics.
-        for i in 0..n {
-            rmsnorm(
-                &s.x[i * e..(i + 1) * e],
-                &self.weights.output_norm,
-                cfg.rms_eps,
-                &mut s.head_in[i * e..(i + 1) * e],
-            );
-        }
-        if s.head_out.len() < n * v {
-            s.head_out.resize(n * v, 0.0);
-        }
-        s.lin.new_input();
-        s.lin.project(
-            kt,
-            mode,
-            &self.weights.output,
-            &s.head_in[..n * e],
-            &mut s.head_out[..n * v],
-        );
-        let mut bad = false;
-        for (i, st) in states.iter_mut().enumerate() {
-            let pos = st.n_past();
-            st.kv.set_len(pos + 1);
-            st.stats.tokens += 1;
-            let row = &s.head_out[i * v..(i + 1) * v];
-            bad |= row.iter().any(|x| !x.is_finite());
-            st.scratch.logits[..v].copy_from_slice(row);
-        }
-        if bad {
-            return Err(ForwardError::NonFinite {
-                layer: Some(cfg.n_layer - 1),
+            set_head_rows(&mut scratch.head_rows, lf, t, 0, t);
+            groups.push(Group {
+                mode: self.order.mode(true),
+                head_mode: mode,
+                tokens: c.tokens,
+                s: scratch,
+                stats: Some(stats),
+                mixing: Mixing::Sequence {
+                    kv,
+                    recurrent,
+                    slots,
+                    verify: None,
+                    pos0,
+                },
+                first_bad: None,
             });
         }
-        Ok(chunk_bad.flatten())
-    }
-
-    /// Layer `il`'s mixer over the `n` decoding rows of a batched step.
-    fn batch_mixer(
-        &self,
-        mode: kernels::Mode,
-        s: &mut Scratch,
-        states: &mut [&mut State],
-        il: usize,
-        n: usize,
-    ) {
-        let (cfg, kt) = (&self.config, self.kt);
-        let e = cfg.n_embd;
-        let lw = &self.weights.layers[il];
-        norm_rows(
-            &s.x[..n * e],
-            &lw.attn_norm,
-            cfg.rms_eps,
-            &mut s.xn[..n * e],
-        );
-        match &lw.mixer {
-            MixerWeights::DeltaNet(w) => {
-                deltanet::project(kt, mode, cfg, w, &s.xn[..n * e], n, &mut s.gdn, &mut s.lin);
-                for (i, st) in states.iter_mut().enumerate() {
-                    let LayerSlot::DeltaNet(r) = st.slots[il] else {
-                        unreachable!("layer slots follow the layer kinds")
-                    };
-                    let g = &mut st.scratch.gdn;
-                    g.take_row(cfg, &s.gdn, i);
-                    deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, g, None, None);
-                    s.gdn.put_heads(cfg, g, i, n);
-                }
-                deltanet::finish(kt, mode, cfg, w, n, &mut s.gdn, &mut s.lin, &mut s.y);
-            }
-            MixerWeights::Attention(w) => {
-                attention::project_qkv(
-                    kt,
-                    mode,
-                    cfg,
-                    w,
-                    &s.xn[..n * e],
-                    n,
-                    &mut s.attn,
-                    &mut s.lin,
-                );
-                for (i, st) in states.iter_mut().enumerate() {
-                    let LayerSlot::Attention(a) = st.slots[il] else {
-                        unreachable!("layer slots follow the layer kinds")
-                    };
-                    let pos = st.n_past();
-                    let (kv, one) = (&mut st.kv, &mut st.scratch.attn);
-                    attention::decode_row(kt, mode, cfg, w, kv, a, pos, &mut s.attn, i, one);
-                }
-                attention::project_out(kt, mode, cfg, w, n, &s.attn, &mut s.lin, &mut s.y);
-            }
+        let chunked = !groups.is_empty();
+        if n > 0 {
+            groups.push(Group {
+                mode,
+                head_mode: mode,
+                tokens,
+                s: &mut bs.s,
+                stats: None,
+                mixing: Mixing::Slots { states },
+                first_bad: None,
+            });
         }
-        add_into(&mut s.x[..n * e], &s.y[..n * e]);
-    }
-
-    /// Layer `il`'s MoE over the `n` decoding rows of a batched step.
-    fn batch_moe(
-        &self,
-        mode: kernels::Mode,
-        s: &mut Scratch,
-        states: &mut [&mut State],
-        il: usize,
-        n: usize,
-    ) {
-        let (cfg, kt) = (&self.config, self.kt);
-        let e = cfg.n_embd;
-        let lw = &self.weights.layers[il];
-        let fw = &lw.ffn;
-        norm_rows(&s.x[..n * e], &fw.norm, cfg.rms_eps, &mut s.xn[..n * e]);
-        moe::forward(
-            kt,
-            mode,
-            cfg,
-            fw,
-            &s.xn[..n * e],
-            n,
-            &mut s.moe,
-            &mut s.lin,
-            &mut s.y,
-        );
-        add_into(&mut s.x[..n * e], &s.y[..n * e]);
-        let k = cfg.n_expert_used;
-        for (i, st) in states.iter_mut().enumerate() {
-            st.stats.record(il, &s.moe.sel[i * k..(i + 1) * k]);
+        self.net().run(&mut groups);
+        let chunk_bad = chunked.then(|| groups[0].first_bad).flatten();
+        if n == 0 {
+            return Ok(chunk_bad);
         }
+        if !all_finite(&bs.s.logits[..n * v]) {
+            return Err(ForwardError::NonFinite {
+                layer: Some(self.config.n_layer - 1),
+            });
+        }
+        Ok(chunk_bad)
     }
 }
 

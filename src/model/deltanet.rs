@@ -26,7 +26,7 @@ use super::config::ModelConfig;
 use super::dump;
 use super::linear::MatScratch;
 use super::ops::{
-    dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus, PAR_MIN_ELEMS,
+    by_tap, dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus, PAR_MIN_ELEMS,
 };
 use super::profile::{self, Op};
 use super::recurrent::{DeltaNetState, GdnStash};
@@ -142,20 +142,6 @@ pub(super) fn left_taps_row(
             Taps::ByTap(w) => add_tap(o, x, w[j * ch..(j + 1) * ch].iter().copied(), fused),
         }
     }
-}
-
-/// Taps `w[c][j]` (`k` per channel, `ch` channels) as `[j][c]`.
-pub(super) fn by_tap(w: &[f32], k: usize, ch: usize) -> Vec<f32> {
-    if k == 0 {
-        return Vec::new();
-    }
-    let mut t = vec![0f32; k * ch];
-    for (c, wc) in w.chunks_exact(k).take(ch).enumerate() {
-        for (j, &x) in wc.iter().enumerate() {
-            t[j * ch + c] = x;
-        }
-    }
-    t
 }
 
 /// `o[c] += x[c]·w_c` for every channel, fused or a rounded product added.
@@ -353,7 +339,7 @@ pub fn forward(
     stash: Option<&mut GdnStash>,
 ) {
     project(kt, mode, cfg, w, u, t, sc, lin);
-    recur(kt, cfg, w, state, ssm_from, t, sc, stash, None);
+    recur(kt, cfg, w, state, ssm_from, t, sc, stash);
     finish(kt, mode, cfg, w, t, sc, lin, out);
 }
 
@@ -401,7 +387,6 @@ pub(super) fn recur(
     t: usize,
     sc: &mut DeltaNetScratch,
     stash: Option<&mut GdnStash>,
-    hist: Option<HistRead>,
 ) {
     let ch = cfg.ssm_conv_channels();
     let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
@@ -438,7 +423,7 @@ pub(super) fn recur(
     // 5. Delta rule, value heads in parallel (token by token, or chunked).
     let scale = 1.0 / (d as f32).sqrt();
     let (conv, beta, gate) = (&sc.conv, &sc.beta, &sc.gate);
-    if sc.chunked && t > 1 && hist.is_none() {
+    if sc.chunked && t > 1 {
         state
             .ssm
             .par_chunks_mut(d * d)
@@ -465,68 +450,42 @@ pub(super) fn recur(
                 chunked::head(s, &x, t, scale, cs, oh);
             });
     } else {
-        // Rows `r` of head `h` from `from` (else `s`); `keep` stores the
-        // final state in `s` even in a verify pass.
-        let rows = |h: usize,
-                    s: &mut [f32],
-                    from: Option<&[f32]>,
-                    r: Range<usize>,
-                    keep: bool,
-                    oh: &mut [f32]| {
-            if r.len() > 1 && head_steps(kt, cfg, s, from, keep, conv, gate, beta, h, &r, scale, oh)
-            {
-                return;
-            }
-            if let Some(src) = from {
-                s.copy_from_slice(src);
-            }
-            let kh = h % hk;
-            for ti in r {
-                let row = &conv[ti * ch..(ti + 1) * ch];
-                let q = &row[kh * d..(kh + 1) * d];
-                let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
-                let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
-                let o = &mut oh[ti * d..(ti + 1) * d];
-                delta_step(
-                    kt,
-                    s,
-                    q,
-                    k,
-                    v,
-                    gate[ti * hv + h],
-                    beta[ti * hv + h],
-                    scale,
-                    o,
-                );
-            }
-        };
+        // Rows `r` of head `h` from `from` (else `s`).
+        let rows =
+            |h: usize, s: &mut [f32], from: Option<&[f32]>, r: Range<usize>, oh: &mut [f32]| {
+                if r.len() > 1 && head_steps(kt, cfg, s, from, conv, gate, beta, h, &r, scale, oh) {
+                    return;
+                }
+                if let Some(src) = from {
+                    s.copy_from_slice(src);
+                }
+                let kh = h % hk;
+                for ti in r {
+                    let row = &conv[ti * ch..(ti + 1) * ch];
+                    let q = &row[kh * d..(kh + 1) * d];
+                    let k = &row[(hk + kh) * d..(hk + kh + 1) * d];
+                    let v = &row[2 * hk * d + h * d..2 * hk * d + (h + 1) * d];
+                    let o = &mut oh[ti * d..(ti + 1) * d];
+                    delta_step(
+                        kt,
+                        s,
+                        q,
+                        k,
+                        v,
+                        gate[ti * hv + h],
+                        beta[ti * hv + h],
+                        scale,
+                        o,
+                    );
+                }
+            };
         let from = |h: usize| ssm_from.map(|src| &src[h * d * d..(h + 1) * d * d]);
-        match hist {
-            None => state
-                .ssm
-                .par_chunks_mut(d * d)
-                .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
-                .enumerate()
-                .for_each(|(h, (s, oh))| rows(h, s, from(h), 0..t, false, oh)),
-            // A fused pass: the first `at` rows, the block's history
-            // read-out from the state they leave, the rest.
-            Some(HistRead {
-                at,
-                conv: bconv,
-                t: bt,
-                out,
-            }) => state
-                .ssm
-                .par_chunks_mut(d * d)
-                .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
-                .zip(out[..hv * bt * d].par_chunks_mut(bt * d))
-                .enumerate()
-                .for_each(|(h, ((s, oh), ho))| {
-                    rows(h, s, from(h), 0..at, true, oh);
-                    super::diffusion::hist_readout(cfg, s, bconv, h, bt, ho);
-                    rows(h, s, None, at..t, false, oh);
-                }),
-        }
+        state
+            .ssm
+            .par_chunks_mut(d * d)
+            .zip(sc.o_heads[..hv * t * d].par_chunks_mut(t * d))
+            .enumerate()
+            .for_each(|(h, (s, oh))| rows(h, s, from(h), 0..t, oh));
     }
 
     dump::here("attn_output", &sc.o_heads[..hv * t * d]);
@@ -546,7 +505,6 @@ fn head_steps(
     cfg: &ModelConfig,
     s: &mut [f32],
     from: Option<&[f32]>,
-    keep: bool,
     conv: &[f32],
     gate: &[f32],
     beta: &[f32],
@@ -581,9 +539,9 @@ fn head_steps(
         let m = CHUNK.min(r.end - done);
         let steps: [ReplayStep; CHUNK] = std::array::from_fn(|i| step(done + i.min(m - 1)));
         // The first chunk starts from `from`; the rows are stored unless this
-        // is a verify pass's last chunk (and `keep` is off).
+        // is a verify pass's last chunk.
         let src = if done == r.start { from } else { None };
-        let store = keep || from.is_none() || done + m < r.end;
+        let store = from.is_none() || done + m < r.end;
         let o = &mut oh[done * d..(done + m) * d];
         if !steps_fn(s, src, store, &steps[..m], scale, o) {
             // Every chunk has the same shapes: refused at once or never.
@@ -593,18 +551,6 @@ fn head_steps(
         done += m;
     }
     true
-}
-
-/// A fused verify + draft pass's block read-out (DESIGN §4): after the
-/// first `at` rows of the verify rows' delta rule, each value head's state
-/// (the block's prefix state) is read against the q of each of the `t`
-/// post-conv block rows in `conv`, into `out` (`[n_v][t][d]`), as the block
-/// pass's history read-out reads the committed state.
-pub(super) struct HistRead<'a> {
-    pub at: usize,
-    pub conv: &'a [f32],
-    pub t: usize,
-    pub out: &'a mut [f32],
 }
 
 /// Step 6: the gated RMSNorm of the heads' outputs and `sc.z`, then the

@@ -31,15 +31,13 @@ use rayon::prelude::*;
 
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
-use super::deltanet::{self, by_tap, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
-use super::forward::{add_into, norm_rows, set_head_rows, LogitsFor, Model};
+use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
 use super::kv::KvCache;
 use super::linear::MatScratch;
-use super::ops::{sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
+use super::ops::{by_tap, sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
 use super::profile::{self, Op};
-use super::state::{DeltaNetState, LayerSlot, State};
-use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights, MixerWeights};
-use super::ForwardError;
+use super::state::DeltaNetState;
+use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights};
 
 /// Buffers of a diffusion GDN layer (`t` block positions).
 #[derive(Debug)]
@@ -566,149 +564,36 @@ pub struct DiffusionKnobs {
     pub expert_pool: usize,
 }
 
-impl Model<'_> {
-    /// Whether every GDN layer has the diffusion tensors.
-    pub fn has_diffusion(&self) -> bool {
-        self.weights.layers.iter().all(|l| match &l.mixer {
-            MixerWeights::DeltaNet(w) => w.diffusion.is_some(),
-            MixerWeights::Attention(_) => true,
-        })
-    }
-
-    /// The diffusion forward (DESIGN §3) over the block `tokens` (anchor
-    /// first, then drafts or masks) at positions `pos0..`; the state must
-    /// hold exactly `pos0` positions and is left bit-identical. Row j of the
-    /// logits predicts position `pos0 + j + 1`.
-    pub fn forward_diffusion<'s>(
-        &self,
-        state: &'s mut State,
-        tokens: &[u32],
-        pos0: usize,
-        logits_for: LogitsFor,
-    ) -> Result<&'s [f32], ForwardError> {
-        let knobs = DiffusionKnobs {
-            expert_pool: self.draft_pool,
-            ..DiffusionKnobs::default()
-        };
-        self.forward_diffusion_with(state, tokens, pos0, logits_for, knobs)
-    }
-
-    /// `forward_diffusion` with test knobs.
-    pub fn forward_diffusion_with<'s>(
-        &self,
-        state: &'s mut State,
-        tokens: &[u32],
-        pos0: usize,
-        logits_for: LogitsFor,
-        knobs: DiffusionKnobs,
-    ) -> Result<&'s [f32], ForwardError> {
-        if state.verify_pending() {
-            return Err(ForwardError::VerifyPending);
-        }
-        if !self.has_diffusion() {
-            return Err(ForwardError::NoDiffusion);
-        }
-        if tokens.len() > state.max_batch {
-            return Err(ForwardError::BlockTooLong {
-                n: tokens.len(),
-                max_batch: state.max_batch,
-            });
-        }
-        let rows = self.check_batch(state, tokens, pos0, logits_for)?;
-        let t = tokens.len();
-        let kt = self.kt;
-        // Drafts are only proposals (verification keeps the output exact),
-        // so a long block takes the prompt kernels where they are faster
-        // (`BLOCK_PROMPT_ROWS`); a shorter one keeps decoding's numerics (and
-        // a parity run llama.cpp's batch order).
-        let mode = self.order.mode(tokens.len() >= BLOCK_PROMPT_ROWS);
-        let cfg = &self.config;
-        let e = cfg.n_embd;
-        let _warm = super::warm::keep_warm();
-        let mut gsc = GdnBlockScratch::new(cfg, t);
-        gsc.force_lambda = knobs.force_lambda;
-        state.scratch.moe.pool = knobs.expert_pool;
-        state.scratch.moe.pool_row = 0;
-        self.embed(tokens, &mut state.scratch.x[..t * e]);
-        for il in 0..cfg.n_layer {
-            let lw = &self.weights.layers[il];
-            let s = &mut state.scratch;
-            norm_rows(
-                &s.x[..t * e],
-                &lw.attn_norm,
-                cfg.rms_eps,
-                &mut s.xn[..t * e],
-            );
-            match (&lw.mixer, state.slots[il]) {
-                (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
-                    let dw = w.diffusion.as_ref().ok_or(ForwardError::NoDiffusion)?;
-                    gdn_block(
-                        kt,
-                        mode,
-                        cfg,
-                        w,
-                        dw,
-                        &state.recurrent[r],
-                        &s.xn[..t * e],
-                        t,
-                        &mut gsc,
-                        &mut s.lin,
-                        &mut s.y,
-                    );
-                }
-                (MixerWeights::Attention(w), LayerSlot::Attention(a)) => attention_block(
-                    kt,
-                    mode,
-                    cfg,
-                    w,
-                    &state.kv,
-                    a,
-                    pos0,
-                    &s.xn[..t * e],
-                    t,
-                    knobs.reverse_queries,
-                    &mut s.attn,
-                    &mut s.lin,
-                    &mut s.y,
-                ),
-                _ => unreachable!("layer slots are built from the same layer kinds"),
-            }
-            add_into(&mut s.x[..t * e], &s.y[..t * e]);
-            self.moe_block(kt, mode, state, il, t);
-        }
-        state.scratch.moe.pool = 0;
-        set_head_rows(&mut state.scratch.head_rows, logits_for, t, 0, t);
-        self.head(kt, mode, state);
-        Ok(&state.scratch.logits[..rows * self.n_vocab()])
-    }
-}
-
-/// The two-sided conv gives the same bits from transposed taps as from the
-/// file's layout (rows near the block's end included).
 #[cfg(test)]
-#[test]
-fn the_two_sided_conv_is_the_same_from_either_tap_layout() {
-    let (ch, k, kr, t) = (40, 4, 3, 6);
-    let mut r = super::tiny::Rng::new(41);
-    let mut vec = |n: usize| r.vec(n, 1.0);
-    let (w, wr, window, mixed) = (vec(ch * k), vec(ch * kr), vec((k - 1) * ch), vec(t * ch));
-    let (wt, wrt) = (by_tap(&w, k, ch), by_tap(&wr, kr, ch));
-    let run = |w: Taps, wr: Taps| {
-        let c = ConvTaps {
-            w,
-            k,
-            wr,
-            kr,
-            window: &window,
-            mixed: &mixed,
-            ch,
+mod tests {
+    use super::*;
+
+    /// The two-sided conv gives the same bits from transposed taps as from the
+    /// file's layout (rows near the block's end included).
+    #[test]
+    fn the_two_sided_conv_is_the_same_from_either_tap_layout() {
+        let (ch, k, kr, t) = (40, 4, 3, 6);
+        let mut r = crate::model::tiny::Rng::new(41);
+        let mut vec = |n: usize| r.vec(n, 1.0);
+        let (w, wr, window, mixed) = (vec(ch * k), vec(ch * kr), vec((k - 1) * ch), vec(t * ch));
+        let (wt, wrt) = (by_tap(&w, k, ch), by_tap(&wr, kr, ch));
+        let run = |w: Taps, wr: Taps| {
+            let c = ConvTaps {
+                w,
+                k,
+                wr,
+                kr,
+                window: &window,
+                mixed: &mixed,
+                ch,
+            };
+            let mut out = vec![0f32; t * ch];
+            two_sided_rows(&c, 0, &mut out);
+            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
         };
-        let mut out = vec![0f32; t * ch];
-        two_sided_rows(&c, 0, &mut out);
-        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-    };
-    assert_eq!(
-        run(Taps::ByChannel(&w), Taps::ByChannel(&wr)),
-        run(Taps::ByTap(&wt), Taps::ByTap(&wrt))
-    );
+        assert_eq!(
+            run(Taps::ByChannel(&w), Taps::ByChannel(&wr)),
+            run(Taps::ByTap(&wt), Taps::ByTap(&wrt))
+        );
+    }
 }

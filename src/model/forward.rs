@@ -10,21 +10,15 @@
 //! scratch is allocated with the state; decoding a token allocates nothing
 //! (the logits buffers grow once to the largest request and are kept).
 
-use std::time::Instant;
-
 use kernels::plan::BatchOrder;
-use kernels::{KernelTable, Mode};
-use rayon::prelude::*;
+use kernels::KernelTable;
 
-use super::attention;
 use super::config::ModelConfig;
-use super::deltanet;
-use super::dump;
-use super::moe;
-use super::ops::rmsnorm;
-use super::profile::{self, Op};
+use super::diffusion::{DiffusionKnobs, GdnBlockScratch, BLOCK_PROMPT_ROWS};
+use super::ops::all_finite;
+use super::pass::{Group, Mixing, Net};
 use super::recurrent::VerifyStash;
-use super::state::{LayerSlot, State, StateOptions};
+use super::state::{State, StateOptions};
 use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
 use super::{ForwardError, StateError};
 
@@ -215,25 +209,59 @@ impl<'a> Model<'a> {
         // it when they end); never let one reach an autoregressive pass.
         state.scratch.moe.pool = 0;
         state.scratch.moe.pool_row = 0;
-        let kt = self.kt;
-        let _warm = super::warm::keep_warm();
+        // A prompt batch may take the prompt kernels; a verify pass must
+        // give every row single-token decoding's bits (docs/DESIGN.md §4.1).
+        let mode = self.order.mode(!verify);
         let mut first_bad: Option<Option<usize>> = None;
         let mut c0 = 0;
         while c0 < n {
             let t = state.max_batch.min(n - c0);
             set_head_rows(&mut state.scratch.head_rows, logits_for, n, c0, t);
-            let bad = self.run_batch(kt, state, &tokens[c0..c0 + t], pos0 + c0, verify);
-            first_bad = first_bad.or(bad);
+            let State {
+                kv,
+                recurrent,
+                stats,
+                slots,
+                scratch,
+                verify: stash,
+                ..
+            } = &mut *state;
+            let mut group = Group {
+                mode,
+                head_mode: self.order.mode(false),
+                tokens: &tokens[c0..c0 + t],
+                s: scratch,
+                stats: Some(stats),
+                mixing: Mixing::Sequence {
+                    kv,
+                    recurrent,
+                    slots,
+                    verify: stash.as_mut().filter(|_| verify),
+                    pos0: pos0 + c0,
+                },
+                first_bad: None,
+            };
+            self.net().run(std::slice::from_mut(&mut group));
+            first_bad = first_bad.or(group.first_bad);
             c0 += t;
         }
         self.check_finite(state, rows, first_bad)?;
         Ok(&state.scratch.logits[..rows * v])
     }
 
+    /// What every pass reads of the model.
+    pub(crate) fn net(&self) -> Net<'_, 'a> {
+        Net {
+            cfg: &self.config,
+            weights: &self.weights,
+            kt: self.kt,
+        }
+    }
+
     /// The end of a forward call: an error naming where the residual stream
-    /// first held a NaN or an infinity (`first_bad`, as [`Model::run_batch`]
-    /// reports it per batch), or, when the layers were finite, whether the
-    /// `rows` logits rows are.
+    /// first held a NaN or an infinity (`first_bad`, as a pass's [`Group`]
+    /// reports it), or, when the layers were finite, whether the `rows`
+    /// logits rows are.
     pub(super) fn check_finite(
         &self,
         state: &State,
@@ -250,235 +278,92 @@ impl<'a> Model<'a> {
         Ok(())
     }
 
-    /// One batch: embed, every layer, the output head for `head_rows`.
-    /// Returns where the residual stream first held a NaN or an infinity
-    /// (`Some(None)`: the embedding; `Some(Some(il))`: layer il's output).
-    fn run_batch(
+    /// Whether every GDN layer has the diffusion tensors.
+    pub fn has_diffusion(&self) -> bool {
+        self.weights.layers.iter().all(|l| match &l.mixer {
+            MixerWeights::DeltaNet(w) => w.diffusion.is_some(),
+            MixerWeights::Attention(_) => true,
+        })
+    }
+
+    /// The diffusion forward (docs/DESIGN.md §3) over the block `tokens`
+    /// (anchor first, then drafts or masks) at positions `pos0..`; the state
+    /// must hold exactly `pos0` positions and is left bit-identical. Row j of
+    /// the logits predicts position `pos0 + j + 1`.
+    pub fn forward_diffusion<'s>(
         &self,
-        kt: &KernelTable,
-        state: &mut State,
+        state: &'s mut State,
         tokens: &[u32],
         pos0: usize,
-        verify: bool,
-    ) -> Option<Option<usize>> {
-        let t = tokens.len();
-        let mut first_bad = self.batch_embed(state, tokens);
-        // A prompt batch may take the prompt kernels; a verify pass must
-        // give every row single-token decoding's bits (DESIGN §4.1).
-        let mode = self.order.mode(!verify);
-        for il in 0..self.config.n_layer {
-            dump::set_layer(il);
-            self.mixer_block(kt, mode, state, il, pos0, t, verify);
-            self.moe_block(kt, mode, state, il, t);
-            self.note_finite(state, il, t, &mut first_bad);
-        }
-        self.batch_end(kt, state, pos0, t);
-        first_bad
+        logits_for: LogitsFor,
+    ) -> Result<&'s [f32], ForwardError> {
+        let knobs = DiffusionKnobs {
+            expert_pool: self.draft_pool,
+            ..DiffusionKnobs::default()
+        };
+        self.forward_diffusion_with(state, tokens, pos0, logits_for, knobs)
     }
 
-    /// [`Model::run_batch`]'s start: the embeddings of `tokens`, and
-    /// `Some(None)` when they are not finite.
-    pub(super) fn batch_embed(&self, state: &mut State, tokens: &[u32]) -> Option<Option<usize>> {
-        let e = self.config.n_embd;
-        let x = &mut state.scratch.x[..tokens.len() * e];
-        self.embed(tokens, x);
-        (!all_finite(x)).then_some(None)
-    }
-
-    /// Records layer `il` in `first_bad` if it is the first whose output
-    /// (the batch's `t` rows of the residual stream) is not finite.
-    pub(super) fn note_finite(
+    /// `forward_diffusion` with test knobs.
+    pub fn forward_diffusion_with<'s>(
         &self,
-        state: &State,
-        il: usize,
-        t: usize,
-        first_bad: &mut Option<Option<usize>>,
-    ) {
-        let e = self.config.n_embd;
-        if first_bad.is_none() && !all_finite(&state.scratch.x[..t * e]) {
-            *first_bad = Some(Some(il));
-        }
-    }
-
-    /// [`Model::run_batch`]'s end: the cache holds the batch, and the output
-    /// head, in decoding's numerics for every batch, runs on `head_rows`.
-    pub(super) fn batch_end(&self, kt: &KernelTable, state: &mut State, pos0: usize, t: usize) {
-        state.kv.set_len(pos0 + t);
-        state.stats.tokens += t as u64;
-        self.head(kt, self.order.mode(false), state);
-    }
-
-    pub(crate) fn embed(&self, tokens: &[u32], x: &mut [f32]) {
-        let e = self.config.n_embd;
-        for (row, &id) in x.chunks_exact_mut(e).zip(tokens) {
-            self.weights.token_embd.dequantize_row(id as usize, row);
-        }
-    }
-
-    /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)`. In a verify pass a GDN layer
-    /// runs on a scratch copy of its state and stashes its inputs.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn mixer_block(
-        &self,
-        kt: &KernelTable,
-        mode: Mode,
-        state: &mut State,
-        il: usize,
+        state: &'s mut State,
+        tokens: &[u32],
         pos0: usize,
-        t: usize,
-        verify: bool,
-    ) {
-        let cfg = &self.config;
-        let e = cfg.n_embd;
-        let lw = &self.weights.layers[il];
-        let t0 = state.stats.timing.then(Instant::now);
-        let s = &mut state.scratch;
-        {
-            let _p = profile::enter(Op::Norm);
-            norm_rows(
-                &s.x[..t * e],
-                &lw.attn_norm,
-                cfg.rms_eps,
-                &mut s.xn[..t * e],
-            );
+        logits_for: LogitsFor,
+        knobs: DiffusionKnobs,
+    ) -> Result<&'s [f32], ForwardError> {
+        if state.verify_pending() {
+            return Err(ForwardError::VerifyPending);
         }
-        dump::put("attn_norm", il as isize, &s.xn[..t * e]);
-        match (&lw.mixer, state.slots[il]) {
-            (MixerWeights::DeltaNet(w), LayerSlot::DeltaNet(r)) => {
-                let real = &mut state.recurrent[r];
-                // A verify pass runs on a scratch copy of the state; the
-                // delta rule copies the ssm part head by head
-                // (`deltanet::forward`).
-                let (target, ssm_from, stash) = match (verify, state.verify.as_mut()) {
-                    (true, Some(v)) => {
-                        v.scratch_state.conv.copy_from_slice(&real.conv);
-                        (
-                            &mut v.scratch_state,
-                            Some(&real.ssm[..]),
-                            Some(&mut v.layers[r]),
-                        )
-                    }
-                    _ => (real, None, None),
-                };
-                deltanet::forward(
-                    kt,
-                    mode,
-                    cfg,
-                    w,
-                    target,
-                    ssm_from,
-                    &s.xn[..t * e],
-                    t,
-                    &mut s.gdn,
-                    &mut s.lin,
-                    &mut s.y,
-                    stash,
-                )
-            }
-            (MixerWeights::Attention(w), LayerSlot::Attention(a)) => attention::forward(
-                kt,
-                mode,
-                cfg,
-                w,
-                &mut state.kv,
-                a,
+        if !self.has_diffusion() {
+            return Err(ForwardError::NoDiffusion);
+        }
+        if tokens.len() > state.max_batch {
+            return Err(ForwardError::BlockTooLong {
+                n: tokens.len(),
+                max_batch: state.max_batch,
+            });
+        }
+        let rows = self.check_batch(state, tokens, pos0, logits_for)?;
+        let t = tokens.len();
+        // Drafts are only proposals (verification keeps the output exact),
+        // so a long block takes the prompt kernels where they are faster
+        // (`BLOCK_PROMPT_ROWS`); a shorter one keeps decoding's numerics (and
+        // a parity run llama.cpp's batch order).
+        let mode = self.order.mode(t >= BLOCK_PROMPT_ROWS);
+        let mut gdn = GdnBlockScratch::new(&self.config, t);
+        gdn.force_lambda = knobs.force_lambda;
+        let State {
+            kv,
+            recurrent,
+            stats,
+            slots,
+            scratch,
+            ..
+        } = &mut *state;
+        scratch.moe.pool = knobs.expert_pool;
+        scratch.moe.pool_row = 0;
+        set_head_rows(&mut scratch.head_rows, logits_for, t, 0, t);
+        let mut group = Group {
+            mode,
+            head_mode: mode,
+            tokens,
+            s: scratch,
+            stats: Some(stats),
+            mixing: Mixing::Block {
+                kv,
+                recurrent,
+                slots,
                 pos0,
-                &s.xn[..t * e],
-                t,
-                &mut s.attn,
-                &mut s.lin,
-                &mut s.y,
-            ),
-            _ => unreachable!("layer slots are built from the same layer kinds"),
-        }
-        dump::put("mixer_out", il as isize, &s.y[..t * e]);
-        add_into(&mut s.x[..t * e], &s.y[..t * e]);
-        dump::put("attn_residual", il as isize, &s.x[..t * e]);
-        if let Some(t0) = t0 {
-            state.stats.mixer_ns[il] += t0.elapsed().as_nanos() as u64;
-        }
-    }
-
-    /// `x += MoE(rmsnorm(x) ⊙ post_attention_norm)`.
-    pub(crate) fn moe_block(
-        &self,
-        kt: &KernelTable,
-        mode: Mode,
-        state: &mut State,
-        il: usize,
-        t: usize,
-    ) {
-        let cfg = &self.config;
-        let e = cfg.n_embd;
-        let fw = &self.weights.layers[il].ffn;
-        let t0 = state.stats.timing.then(Instant::now);
-        let s = &mut state.scratch;
-        {
-            let _p = profile::enter(Op::Norm);
-            norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
-        }
-        dump::put("attn_post_norm", il as isize, &s.xn[..t * e]);
-        moe::forward(
-            kt,
-            mode,
-            cfg,
-            fw,
-            &s.xn[..t * e],
-            t,
-            &mut s.moe,
-            &mut s.lin,
-            &mut s.y,
-        );
-        dump::put("ffn_out", il as isize, &s.y[..t * e]);
-        add_into(&mut s.x[..t * e], &s.y[..t * e]);
-        dump::put("l_out", il as isize, &s.x[..t * e]);
-        state.stats.record(il, &s.moe.sel[..t * cfg.n_expert_used]);
-        if let Some(t0) = t0 {
-            state.stats.moe_ns[il] += t0.elapsed().as_nanos() as u64;
-        }
-    }
-
-    /// Logits of the batch rows in `head_rows`.
-    pub(crate) fn head(&self, kt: &KernelTable, mode: Mode, state: &mut State) {
-        let s = &mut state.scratch;
-        let r = s.head_rows.len();
-        if r == 0 {
-            return;
-        }
-        let t0 = state.stats.timing.then(Instant::now);
-        let _p = profile::enter(Op::Head);
-        let (e, v) = (self.config.n_embd, self.n_vocab());
-        if s.head_in.len() < r * e {
-            s.head_in.resize(r * e, 0.0);
-        }
-        for (i, &(_, bt)) in s.head_rows.iter().enumerate() {
-            rmsnorm(
-                &s.x[bt * e..(bt + 1) * e],
-                &self.weights.output_norm,
-                self.config.rms_eps,
-                &mut s.head_in[i * e..(i + 1) * e],
-            );
-        }
-        if s.head_out.len() < r * v {
-            s.head_out.resize(r * v, 0.0);
-        }
-        s.lin.new_input();
-        s.lin.project(
-            kt,
-            mode,
-            &self.weights.output,
-            &s.head_in[..r * e],
-            &mut s.head_out[..r * v],
-        );
-        dump::put("result_norm", -1, &s.head_in[..r * e]);
-        dump::put("result_output", -1, &s.head_out[..r * v]);
-        for (i, &(out_row, _)) in s.head_rows.iter().enumerate() {
-            s.logits[out_row * v..(out_row + 1) * v]
-                .copy_from_slice(&s.head_out[i * v..(i + 1) * v]);
-        }
-        if let Some(t0) = t0 {
-            state.stats.head_ns += t0.elapsed().as_nanos() as u64;
-        }
+                gdn: &mut gdn,
+                reverse_queries: knobs.reverse_queries,
+            },
+            first_bad: None,
+        };
+        self.net().run(std::slice::from_mut(&mut group));
+        state.scratch.moe.pool = 0;
+        Ok(&state.scratch.logits[..rows * self.n_vocab()])
     }
 }
 
@@ -506,37 +391,4 @@ pub(super) fn set_head_rows(
                 .map(|(r, &g)| (r, g - c0)),
         ),
     }
-}
-
-/// `rmsnorm` of every row of `x` (rows of `w.len()`); a batch's rows in
-/// parallel (each as alone).
-pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    let e = w.len();
-    if x.len() >= NORM_PAR_ROWS * e && x.len() >= super::ops::PAR_MIN_ELEMS {
-        x.par_chunks_exact(e)
-            .zip(out.par_chunks_exact_mut(e))
-            .for_each(|(xr, or)| rmsnorm(xr, w, eps, or));
-    } else {
-        for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
-            rmsnorm(xr, w, eps, or);
-        }
-    }
-}
-
-/// Fewest rows [`norm_rows`] splits across the pool.
-const NORM_PAR_ROWS: usize = 8;
-
-pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += *b;
-    }
-}
-
-/// No NaN and no infinity in `x` (`v·0` is 0 for every finite `v`, NaN
-/// otherwise; the sum has no early exit, so it vectorises).
-fn all_finite(x: &[f32]) -> bool {
-    x.chunks(64)
-        .map(|c| c.iter().map(|&v| v * 0.0).sum::<f32>())
-        .sum::<f32>()
-        == 0.0
 }

@@ -21,6 +21,7 @@
 //!   exactly what ggml computes for it.
 
 use kernels::KernelTable;
+use rayon::prelude::*;
 
 /// `out = rmsnorm(x) ⊙ w`.
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -458,6 +459,53 @@ impl RopeCache {
             hi[i] = x0.mul_add(self.sin[i], x1 * self.cos[i]);
         }
     }
+}
+
+/// Taps `w[c][j]` (`k` per channel, `ch` channels) as `[j][c]`.
+pub(crate) fn by_tap(w: &[f32], k: usize, ch: usize) -> Vec<f32> {
+    if k == 0 {
+        return Vec::new();
+    }
+    let mut t = vec![0f32; k * ch];
+    for (c, wc) in w.chunks_exact(k).take(ch).enumerate() {
+        for (j, &x) in wc.iter().enumerate() {
+            t[j * ch + c] = x;
+        }
+    }
+    t
+}
+
+/// `rmsnorm` of every row of `x` (rows of `w.len()`); a batch's rows in
+/// parallel (each as alone).
+pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let e = w.len();
+    if x.len() >= NORM_PAR_ROWS * e && x.len() >= PAR_MIN_ELEMS {
+        x.par_chunks_exact(e)
+            .zip(out.par_chunks_exact_mut(e))
+            .for_each(|(xr, or)| rmsnorm(xr, w, eps, or));
+    } else {
+        for (xr, or) in x.chunks_exact(e).zip(out.chunks_exact_mut(e)) {
+            rmsnorm(xr, w, eps, or);
+        }
+    }
+}
+
+/// Fewest rows [`norm_rows`] splits across the pool.
+const NORM_PAR_ROWS: usize = 8;
+
+pub(crate) fn add_into(x: &mut [f32], y: &[f32]) {
+    for (a, b) in x.iter_mut().zip(y) {
+        *a += *b;
+    }
+}
+
+/// No NaN and no infinity in `x` (`v·0` is 0 for every finite `v`, NaN
+/// otherwise; the sum has no early exit, so it vectorises).
+pub(crate) fn all_finite(x: &[f32]) -> bool {
+    x.chunks(64)
+        .map(|c| c.iter().map(|&v| v * 0.0).sum::<f32>())
+        .sum::<f32>()
+        == 0.0
 }
 
 #[cfg(test)]

@@ -125,7 +125,7 @@ pub struct DeltaNetWeights<'a> {
     pub alpha: Matrix<'a>,
     /// `[channel][tap]`, tap `kernel-1` multiplies the current token.
     pub conv: Vec<f32>,
-    /// The same taps as `[tap][channel]` (`deltanet::by_tap`), for
+    /// The same taps as `[tap][channel]` (`ops::by_tap`), for
     /// contiguous loads.
     pub conv_t: Vec<f32>,
     pub dt_bias: Vec<f32>,
@@ -144,7 +144,7 @@ pub struct DiffusionWeights {
     /// `ssm_conv1d.weight_right {K_r, channels}` as `[channel][tap]`; tap j
     /// multiplies the token j+1 steps ahead.
     pub conv_right: Vec<f32>,
-    /// The same as `[tap][channel]` (`deltanet::by_tap`).
+    /// The same as `[tap][channel]` (`ops::by_tap`).
     pub conv_right_t: Vec<f32>,
     /// Right taps per channel (`K_r`).
     pub k_right: usize,
@@ -383,7 +383,7 @@ fn bind_layer<'a>(
                 &n("ssm_conv1d.weight"),
                 &[cfg.ssm_conv_kernel as u64, ch as u64],
             )?;
-            let conv_t = super::deltanet::by_tap(&conv, cfg.ssm_conv_kernel, ch);
+            let conv_t = super::ops::by_tap(&conv, cfg.ssm_conv_kernel, ch);
             MixerWeights::DeltaNet(DeltaNetWeights {
                 qkv: b.matrix(&n("attn_qkv.weight"), e, ch)?,
                 gate: b.matrix(&n("attn_gate.weight"), e, inner)?,
@@ -479,7 +479,7 @@ fn bind_diffusion(
     };
     let hv = cfg.ssm_n_v_heads as u64;
     let conv_right = b.vector(&right, &[k_right as u64, ch])?;
-    let conv_right_t = super::deltanet::by_tap(&conv_right, k_right, ch as usize);
+    let conv_right_t = super::ops::by_tap(&conv_right, k_right, ch as usize);
     Ok(Some(DiffusionWeights {
         conv_right,
         conv_right_t,

@@ -292,7 +292,7 @@ fn the_conv_of_many_rows_is_the_conv_of_each_row_alone() {
     assert_eq!(win_all, win_one);
     // With the taps the weights keep transposed: the same bits, one row at a
     // time (serial) and all rows (in parallel).
-    let wt = deltanet::by_tap(&w, k, ch);
+    let wt = crate::model::ops::by_tap(&w, k, ch);
     let mut win_t = win_start.clone();
     let mut all_t = vec![0.0f32; t * ch];
     deltanet::conv_silu_t(&w, &wt, k, &mut win_t, &mixed, ch, &mut all_t);

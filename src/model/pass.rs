@@ -1,0 +1,414 @@
+//! The layer loop: the one place the model's layers run (docs/DESIGN.md §2).
+//!
+//! ```text
+//! per group:  x = token_embd[tokens]
+//! per layer, per group:  h  = x + Mixer(rmsnorm(x) ⊙ attn_norm)
+//! per layer, per group:  x' = h + MoE(rmsnorm(h) ⊙ post_attention_norm)
+//! per group:  the positions it added are kept, logits for its head rows
+//! ```
+//! Every kind of pass is a list of [`Group`]s: rows that share a numerics
+//! (`Mode`) and a way of mixing with the sequence's past ([`Mixing`]). A
+//! decode step, a prompt batch and a verify pass are one `Sequence` group; a
+//! draft block is one `Block` group; the server's batched step is a `Slots`
+//! group (one row per sequence), with a `Sequence` group beside it when a
+//! prompt chunk rides along. Each layer runs its mixer for every group, then
+//! its MoE for every group, so a layer's weights are read once per pass
+//! while they are hot; no group's arithmetic depends on another's, so every
+//! row keeps the bits it would have alone.
+
+use std::time::Instant;
+
+use kernels::{KernelTable, Mode};
+
+use super::attention;
+use super::config::ModelConfig;
+use super::deltanet;
+use super::diffusion::{attention_block, gdn_block, GdnBlockScratch};
+use super::dump;
+use super::kv::KvCache;
+use super::moe;
+use super::ops::{add_into, all_finite, norm_rows, rmsnorm};
+use super::profile::{self, Op};
+use super::recurrent::{DeltaNetState, VerifyStash};
+use super::state::{LayerSlot, Scratch, State, Stats};
+use super::weights::{MixerWeights, Weights};
+
+/// What every pass reads: the model's numbers, its weights, the kernel tier.
+#[derive(Clone, Copy)]
+pub(crate) struct Net<'a, 'm> {
+    pub cfg: &'a ModelConfig,
+    pub weights: &'a Weights<'m>,
+    pub kt: &'static KernelTable,
+}
+
+/// How a group's rows mix with their sequence's past.
+pub(crate) enum Mixing<'p, 'q> {
+    /// Rows of one sequence at `pos0..`: attention appends them to the
+    /// cache; GDN layers advance the recurrent state, or, in a verify pass
+    /// (`verify`), run on the stash's scratch copy and stash their inputs
+    /// (docs/DESIGN.md §5).
+    Sequence {
+        kv: &'p mut KvCache,
+        recurrent: &'p mut [DeltaNetState],
+        slots: &'p [LayerSlot],
+        verify: Option<&'p mut VerifyStash>,
+        pos0: usize,
+    },
+    /// A draft block at `pos0..` (docs/DESIGN.md §3): reads the sequence's
+    /// cache and recurrent state, writes neither.
+    Block {
+        kv: &'p KvCache,
+        recurrent: &'p [DeltaNetState],
+        slots: &'p [LayerSlot],
+        pos0: usize,
+        gdn: &'p mut GdnBlockScratch,
+        /// A test knob: attention queries evaluated last to first.
+        reverse_queries: bool,
+    },
+    /// Row i is the next token of `states[i]`, at that sequence's next
+    /// position: the products run once over all rows, what mixes a row with
+    /// its past runs on its own state and scratch.
+    Slots { states: &'p mut [&'q mut State] },
+}
+
+/// Rows of a pass that share a numerics and a [`Mixing`].
+pub(crate) struct Group<'p, 'q> {
+    pub mode: Mode,
+    /// The output head's numerics (decoding's, except for a long draft
+    /// block).
+    pub head_mode: Mode,
+    pub tokens: &'p [u32],
+    /// The residual stream, the mixers' and the MoE's scratch, the head rows
+    /// and the logits.
+    pub s: &'p mut Scratch,
+    /// Where per-layer time and expert picks go (`Slots`: each state's own).
+    pub stats: Option<&'p mut Stats>,
+    pub mixing: Mixing<'p, 'q>,
+    /// Where the residual stream first held a NaN or an infinity
+    /// (`Some(None)`: the embedding; `Some(Some(il))`: layer il's output).
+    pub first_bad: Option<Option<usize>>,
+}
+
+impl Group<'_, '_> {
+    fn t(&self) -> usize {
+        self.tokens.len()
+    }
+}
+
+impl Net<'_, '_> {
+    /// Runs `groups` through the embedding, every layer and the output head
+    /// (each group's `s.head_rows`), and keeps the positions of its
+    /// `Sequence` and `Slots` groups.
+    pub(crate) fn run(&self, groups: &mut [Group]) {
+        let _warm = super::warm::keep_warm();
+        let e = self.cfg.n_embd;
+        for g in groups.iter_mut() {
+            let (t, s) = (g.tokens.len(), &mut *g.s);
+            let x = &mut s.x[..t * e];
+            for (row, &id) in x.chunks_exact_mut(e).zip(g.tokens) {
+                self.weights.token_embd.dequantize_row(id as usize, row);
+            }
+            if !all_finite(x) {
+                g.first_bad = Some(None);
+            }
+        }
+        for il in 0..self.cfg.n_layer {
+            dump::set_layer(il);
+            for g in groups.iter_mut() {
+                self.mixer(g, il);
+            }
+            for g in groups.iter_mut() {
+                self.moe(g, il);
+            }
+        }
+        for g in groups.iter_mut() {
+            self.end(g);
+        }
+    }
+
+    /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)` for layer `il`.
+    fn mixer(&self, g: &mut Group, il: usize) {
+        let (cfg, kt, mode, t) = (self.cfg, self.kt, g.mode, g.t());
+        let e = cfg.n_embd;
+        let lw = &self.weights.layers[il];
+        let t0 = g
+            .stats
+            .as_ref()
+            .is_some_and(|s| s.timing)
+            .then(Instant::now);
+        let s = &mut *g.s;
+        {
+            let _p = profile::enter(Op::Norm);
+            norm_rows(
+                &s.x[..t * e],
+                &lw.attn_norm,
+                cfg.rms_eps,
+                &mut s.xn[..t * e],
+            );
+        }
+        dump::put("attn_norm", il as isize, &s.xn[..t * e]);
+        let u = &s.xn[..t * e];
+        match (&lw.mixer, &mut g.mixing) {
+            (
+                MixerWeights::DeltaNet(w),
+                Mixing::Sequence {
+                    recurrent,
+                    slots,
+                    verify,
+                    ..
+                },
+            ) => {
+                let r = gdn_slot(slots[il]);
+                let real = &mut recurrent[r];
+                // A verify pass runs on a scratch copy of the state; the
+                // delta rule copies the ssm part head by head
+                // (`deltanet::forward`).
+                let (target, ssm_from, stash) = match verify {
+                    Some(v) => {
+                        v.scratch_state.conv.copy_from_slice(&real.conv);
+                        (
+                            &mut v.scratch_state,
+                            Some(&real.ssm[..]),
+                            Some(&mut v.layers[r]),
+                        )
+                    }
+                    None => (real, None, None),
+                };
+                deltanet::forward(
+                    kt, mode, cfg, w, target, ssm_from, u, t, &mut s.gdn, &mut s.lin, &mut s.y,
+                    stash,
+                )
+            }
+            (
+                MixerWeights::Attention(w),
+                Mixing::Sequence {
+                    kv, slots, pos0, ..
+                },
+            ) => attention::forward(
+                kt,
+                mode,
+                cfg,
+                w,
+                kv,
+                attn_slot(slots[il]),
+                *pos0,
+                u,
+                t,
+                &mut s.attn,
+                &mut s.lin,
+                &mut s.y,
+            ),
+            (
+                MixerWeights::DeltaNet(w),
+                Mixing::Block {
+                    recurrent,
+                    slots,
+                    gdn,
+                    ..
+                },
+            ) => {
+                let Some(dw) = w.diffusion.as_ref() else {
+                    unreachable!("a block pass checks the diffusion tensors first")
+                };
+                let state = &recurrent[gdn_slot(slots[il])];
+                gdn_block(kt, mode, cfg, w, dw, state, u, t, gdn, &mut s.lin, &mut s.y)
+            }
+            (
+                MixerWeights::Attention(w),
+                Mixing::Block {
+                    kv,
+                    slots,
+                    pos0,
+                    reverse_queries,
+                    ..
+                },
+            ) => attention_block(
+                kt,
+                mode,
+                cfg,
+                w,
+                kv,
+                attn_slot(slots[il]),
+                *pos0,
+                u,
+                t,
+                *reverse_queries,
+                &mut s.attn,
+                &mut s.lin,
+                &mut s.y,
+            ),
+            (MixerWeights::DeltaNet(w), Mixing::Slots { states }) => {
+                deltanet::project(kt, mode, cfg, w, u, t, &mut s.gdn, &mut s.lin);
+                for (i, st) in states.iter_mut().enumerate() {
+                    let r = gdn_slot(st.slots[il]);
+                    let one = &mut st.scratch.gdn;
+                    one.take_row(cfg, &s.gdn, i);
+                    deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, one, None);
+                    s.gdn.put_heads(cfg, one, i, t);
+                }
+                deltanet::finish(kt, mode, cfg, w, t, &mut s.gdn, &mut s.lin, &mut s.y);
+            }
+            (MixerWeights::Attention(w), Mixing::Slots { states }) => {
+                attention::project_qkv(kt, mode, cfg, w, u, t, &mut s.attn, &mut s.lin);
+                for (i, st) in states.iter_mut().enumerate() {
+                    let a = attn_slot(st.slots[il]);
+                    let pos = st.n_past();
+                    let (kv, one) = (&mut st.kv, &mut st.scratch.attn);
+                    attention::decode_row(kt, mode, cfg, w, kv, a, pos, &mut s.attn, i, one);
+                }
+                attention::project_out(kt, mode, cfg, w, t, &s.attn, &mut s.lin, &mut s.y);
+            }
+        }
+        dump::put("mixer_out", il as isize, &s.y[..t * e]);
+        add_into(&mut s.x[..t * e], &s.y[..t * e]);
+        dump::put("attn_residual", il as isize, &s.x[..t * e]);
+        if let (Some(t0), Some(stats)) = (t0, g.stats.as_mut()) {
+            stats.mixer_ns[il] += t0.elapsed().as_nanos() as u64;
+        }
+    }
+
+    /// `x += MoE(rmsnorm(x) ⊙ post_attention_norm)` for layer `il`.
+    fn moe(&self, g: &mut Group, il: usize) {
+        let (cfg, t) = (self.cfg, g.t());
+        let e = cfg.n_embd;
+        let fw = &self.weights.layers[il].ffn;
+        let t0 = g
+            .stats
+            .as_ref()
+            .is_some_and(|s| s.timing)
+            .then(Instant::now);
+        let s = &mut *g.s;
+        {
+            let _p = profile::enter(Op::Norm);
+            norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
+        }
+        dump::put("attn_post_norm", il as isize, &s.xn[..t * e]);
+        moe::forward(
+            self.kt,
+            g.mode,
+            cfg,
+            fw,
+            &s.xn[..t * e],
+            t,
+            &mut s.moe,
+            &mut s.lin,
+            &mut s.y,
+        );
+        dump::put("ffn_out", il as isize, &s.y[..t * e]);
+        add_into(&mut s.x[..t * e], &s.y[..t * e]);
+        dump::put("l_out", il as isize, &s.x[..t * e]);
+        let k = cfg.n_expert_used;
+        match (&mut g.stats, &mut g.mixing) {
+            (Some(stats), _) => stats.record(il, &s.moe.sel[..t * k]),
+            (None, Mixing::Slots { states }) => {
+                for (i, st) in states.iter_mut().enumerate() {
+                    st.stats.record(il, &s.moe.sel[i * k..(i + 1) * k]);
+                }
+            }
+            (None, _) => {}
+        }
+        if let (Some(t0), Some(stats)) = (t0, g.stats.as_mut()) {
+            stats.moe_ns[il] += t0.elapsed().as_nanos() as u64;
+        }
+        if g.first_bad.is_none() && !all_finite(&s.x[..t * e]) {
+            g.first_bad = Some(Some(il));
+        }
+    }
+
+    /// A group's end: the cache keeps the positions a `Sequence` or `Slots`
+    /// group added, and the output head runs on the group's head rows (a
+    /// `Slots` group's row i becomes `states[i]`'s logits).
+    fn end(&self, g: &mut Group) {
+        let t = g.t();
+        match &mut g.mixing {
+            Mixing::Sequence { kv, pos0, .. } => {
+                kv.set_len(*pos0 + t);
+                if let Some(stats) = g.stats.as_mut() {
+                    stats.tokens += t as u64;
+                }
+            }
+            Mixing::Block { .. } => {}
+            Mixing::Slots { states } => {
+                for st in states.iter_mut() {
+                    let pos = st.n_past();
+                    st.kv.set_len(pos + 1);
+                    st.stats.tokens += 1;
+                }
+                let rows = &mut g.s.head_rows;
+                rows.clear();
+                rows.extend((0..t).map(|i| (i, i)));
+            }
+        }
+        let t0 = g
+            .stats
+            .as_ref()
+            .is_some_and(|s| s.timing)
+            .then(Instant::now);
+        self.head(g.head_mode, g.s);
+        if let (Some(t0), Some(stats)) = (t0, g.stats.as_mut()) {
+            stats.head_ns += t0.elapsed().as_nanos() as u64;
+        }
+        if let Mixing::Slots { states } = &mut g.mixing {
+            let v = self.weights.n_vocab;
+            for (i, st) in states.iter_mut().enumerate() {
+                st.scratch.logits[..v].copy_from_slice(&g.s.logits[i * v..(i + 1) * v]);
+            }
+        }
+    }
+
+    /// Logits of the rows in `s.head_rows` (`(output row, batch row)`).
+    fn head(&self, mode: Mode, s: &mut Scratch) {
+        let r = s.head_rows.len();
+        if r == 0 {
+            return;
+        }
+        let _p = profile::enter(Op::Head);
+        let (e, v) = (self.cfg.n_embd, self.weights.n_vocab);
+        grow(&mut s.head_in, r * e);
+        grow(&mut s.head_out, r * v);
+        let out_rows = s.head_rows.iter().map(|&(o, _)| o + 1).max().unwrap_or(0);
+        grow(&mut s.logits, out_rows * v);
+        for (i, &(_, bt)) in s.head_rows.iter().enumerate() {
+            rmsnorm(
+                &s.x[bt * e..(bt + 1) * e],
+                &self.weights.output_norm,
+                self.cfg.rms_eps,
+                &mut s.head_in[i * e..(i + 1) * e],
+            );
+        }
+        s.lin.new_input();
+        s.lin.project(
+            self.kt,
+            mode,
+            &self.weights.output,
+            &s.head_in[..r * e],
+            &mut s.head_out[..r * v],
+        );
+        dump::put("result_norm", -1, &s.head_in[..r * e]);
+        dump::put("result_output", -1, &s.head_out[..r * v]);
+        for (i, &(out_row, _)) in s.head_rows.iter().enumerate() {
+            s.logits[out_row * v..(out_row + 1) * v]
+                .copy_from_slice(&s.head_out[i * v..(i + 1) * v]);
+        }
+    }
+}
+
+fn grow(v: &mut Vec<f32>, n: usize) {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+}
+
+fn gdn_slot(slot: LayerSlot) -> usize {
+    match slot {
+        LayerSlot::DeltaNet(r) => r,
+        LayerSlot::Attention(_) => unreachable!("layer slots follow the layer kinds"),
+    }
+}
+
+fn attn_slot(slot: LayerSlot) -> usize {
+    match slot {
+        LayerSlot::Attention(a) => a,
+        LayerSlot::DeltaNet(_) => unreachable!("layer slots follow the layer kinds"),
+    }
+}
