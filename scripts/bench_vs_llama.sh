@@ -5,7 +5,7 @@
 # clover / llama, the machine's read bandwidth, and cold / warm load times.
 #
 #   scripts/bench_vs_llama.sh                 # a3b-4l q4_k_m (~4.6 GB), -r 3, -t 1,2
-#   scripts/bench_vs_llama.sh --full          # full apex-miniplus: the judged file
+#   scripts/bench_vs_llama.sh --full          # full apex-miniplus: the full-size benchmark file
 #   scripts/bench_vs_llama.sh -r 5 -t 1,2,4 --rounds 2 -p 512 -n 128 --keep
 #   scripts/bench_vs_llama.sh --preset small --recipe q4_k_m -r 2   # seconds: a smoke test
 #

@@ -20,12 +20,12 @@
 //! plain read). The summary divides by the faster of the two, per thread
 //! count, for wall and CPU time separately. On a machine shared with other
 //! jobs read the CPU-time columns (each timing's slowest pool thread's own
-//! run time): wall clock there counts preemption and swings by ±50 %.
+//! run time): wall clock there counts preemption and swings widely.
 //!
-//! Measured on the Zen 4 this was tuned on (2 vCPUs, loaded, CPU time,
-//! 1 GiB): `stream` 24–32 GB/s on one thread and 40–63 on two (the range is
-//! the other jobs' share of the memory system), `stream1` 23–30 and 40–59,
-//! and in every run above every mat-vec kernel. Also measured there and
+//! On the Zen 4 this was tuned on, `stream` read as fast as `stream1` or
+//! faster, and faster than every mat-vec kernel, in every run (the
+//! figures move with the other jobs' share of the memory system;
+//! docs/PERFORMANCE.md has the paired ratios). Also measured there and
 //! found slower or no faster than `stream`: unaligned 256-bit and 512-bit
 //! loads (the weights buffer is a `Vec<u64>`, not line-aligned, and each
 //! split line costs), 512-bit non-temporal loads, eight sub-streams side by

@@ -40,7 +40,8 @@ use crate::plan::{Kernel, Mode};
 use crate::{GgmlType, KernelTable};
 
 /// Fewest output rows one rayon task computes: below this, scheduling costs
-/// show next to the dots (a 2048-wide Q4_K row dot takes ~100 ns).
+/// show next to the dots (one 2048-wide row dot is a fraction of a
+/// microsecond).
 pub const MIN_ROWS_PER_TASK: usize = 16;
 
 /// Activation rows dotted against one cached weight row before moving on.
@@ -53,10 +54,9 @@ const TILE_FLOATS: usize = 1 << 17;
 /// Weight rows per block of [`matmul`] for `rows` activation rows: as many
 /// as [`TILE_FLOATS`] holds, in whole steps of the transposition (16 rows,
 /// whole repacked groups). Each block is one parallel region, and a region
-/// costs its wake-ups: on a 2-vCPU VM, blocks of 1024 rows held a 4-row
-/// product of a Q6_K `attn_qkv` (8192 × 2048, from memory) to 11.9 GB/s on
-/// two threads where one thread read 10.6; in one block, 17.4
-/// (`dense_stream`).
+/// costs its wake-ups: with fixed blocks of 1024 rows a 4-row product of a
+/// Q6_K `attn_qkv` gained little from a second thread (`dense_stream`;
+/// docs/PERFORMANCE.md, "Batched passes").
 pub fn row_block(rows: usize) -> usize {
     (TILE_FLOATS / rows.max(1)).max(16) / 16 * 16
 }
@@ -484,9 +484,9 @@ pub const PROMPT_MIN_ROWS: usize = 8;
 /// Fewest activation rows the prompt kernel on repacked rows of type `ty`
 /// is planned for: below it the repacked multi-row product is as fast or
 /// faster (`examples/prompt_throughput.rs`, one core: at 8 rows Q6_K,
-/// IQ4_XS and Q8_0 ran 15-20 % slower through the prompt kernel, Q4_K and
-/// Q5_K even; at 12 every type ran as fast or faster; Q3_K's prompt kernel
-/// leads from 8).
+/// IQ4_XS and Q8_0 were slower through the prompt kernel, Q4_K and Q5_K
+/// even; at 12 every type was as fast or faster; Q3_K's prompt kernel leads
+/// from 8; docs/PERFORMANCE.md).
 pub fn packed_prompt_min_rows(ty: GgmlType) -> usize {
     match ty {
         GgmlType::Q3_K => PROMPT_MIN_ROWS,
@@ -495,9 +495,9 @@ pub fn packed_prompt_min_rows(ty: GgmlType) -> usize {
 }
 
 /// Activation rows per prompt-kernel call (its weight unpacking is shared
-/// by all of them). A whole 512-token batch in one call: against 128, the
-/// a3b-4l mixes prefilled 2-8 % faster (fewer unpacks of the file's Q8_0
-/// rows, which transpose sixteen rows at a time), the judged file 4 %.
+/// by all of them). A whole 512-token batch in one call: against 128 it
+/// unpacks the file's Q8_0 rows (sixteen rows transposed at a time) a
+/// quarter as often, and prefill is faster (docs/PERFORMANCE.md).
 const PROMPT_ACT_TILE: usize = 512;
 
 /// `out[t][o] = W[o] · x[t]` for every activation row, with the kernel

@@ -25,7 +25,7 @@ pub struct QuantizeArgs {
     #[arg(value_name = "TYPE")]
     pub ty: Option<String>,
     /// One of `clover synth`'s recipes instead of TYPE: q4_k_m-hq,
-    /// iq4_xs-exps-hq, apex-miniplus, ... (the seeds' mixes)
+    /// iq4_xs-exps-hq, apex-miniplus, ... (mixed recipes)
     #[arg(long, conflicts_with = "ty")]
     pub recipe: Option<Recipe>,
     /// Every quantizable tensor in the mix's default type (no per-tensor rules)

@@ -7,10 +7,9 @@
 //! entered the page cache: read in by readahead, a filesystem with large
 //! folios (ext4 and xfs on recent kernels) caches them in large pieces; just
 //! written (a download, `clover synth`), in 4 KiB pieces, and they stay so
-//! until they leave the cache. On the full-size apex-miniplus file (`-t 2`)
-//! the routed experts streamed at 11–13 GB/s in 4 KiB mappings against
-//! 30–34 GB/s in 2 MiB ones, and decoding ran 11.1–11.6 against 14.8–16.6
-//! t/s (docs/PERFORMANCE.md).
+//! until they leave the cache. At full size the routed experts stream far
+//! slower from 4 KiB mappings than from 2 MiB ones, and decoding with them
+//! (docs/PERFORMANCE.md, "Page size of the mapping").
 //!
 //! [`drop_cached`] evicts a file's clean pages from the page cache, so that
 //! the next populated open reads them back through readahead (`--recache`);

@@ -15,8 +15,8 @@
 //! Q3_K, Q5_K and Q6_K also have a two-weight-row kernel for the mat-vec
 //! (one activation row): two independent accumulator chains where the
 //! one-row kernel has one, each fed exactly as that kernel feeds its own.
-//! (Q6_K's was no faster in cache; from DRAM, with the driver pairing row i
-//! with row i + n/2, decode `-t 1` gained 4–9 %.)
+//! (Q6_K's is no faster in cache; it pays from DRAM, with the driver pairing
+//! row i with row i + n/2: docs/PERFORMANCE.md.)
 
 use std::arch::x86_64::*;
 
@@ -96,8 +96,8 @@ pub(crate) fn q3_k_rows2(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f
 }
 
 /// [`q3_k_rows2`] unpacking levels with GFNI ([`q3_k_levels`]`::<true>`):
-/// the same integers, so the same bits, in fewer ops (in cache 12.5 ->
-/// 13.7 GB/s for the 512 x 2048 expert shape).
+/// the same integers, so the same bits, in fewer ops (faster in cache for
+/// the expert shape: docs/PERFORMANCE.md).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c,gfni")]
 pub(crate) fn q3_k_rows2_gfni(x0: &[BlockQ3K], x1: &[BlockQ3K], y: &[BlockQ8K]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.
@@ -549,8 +549,8 @@ unsafe fn q6_k_row_block<const GFNI: bool>(
 /// Shared between the two rows: the activation loads, and the per-block
 /// scalar-ish work done two rows per instruction (the f16 `d`/`dmin`
 /// conversion, the scale and min unpacking in one 256-bit register, the
-/// mins' dot, the `acc_m` FNMA). In cache this streams 33 GB/s against the
-/// one-row kernel's 24 (one thread).
+/// mins' dot, the `acc_m` FNMA), which is why it outruns the one-row kernel
+/// in cache (docs/PERFORMANCE.md).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn q4_k_rows2(x0: &[BlockQ4K], x1: &[BlockQ4K], y: &[BlockQ8K]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.
@@ -620,7 +620,7 @@ unsafe fn q4_k_rows2_body<const REPACKED: bool>(
             // i32 lanes 0..4: row 0's (scale 2j, 2j+1) pairs, 8..12 row 1's.
             let v32 = _mm512_cvtepu8_epi16(u);
             // Two 256-bit stores: a dword load forwarded from one 512-bit store
-            // stalled (this kernel ran at 16 GB/s in cache that way).
+            // stalls the store forwarding and slowed this kernel markedly.
             _mm256_storeu_si256(pairs.as_mut_ptr().cast(), _mm512_castsi512_si256(v32));
             _mm256_storeu_si256(
                 pairs[8..].as_mut_ptr().cast(),
@@ -643,7 +643,7 @@ unsafe fn q4_k_rows2_body<const REPACKED: bool>(
                     let m =
                         _mm256_ternarylogic_epi32::<0xEC>(dl, _mm256_slli_epi32::<12>(dh), lo16);
                     // Saturating: see `kquants` (here |lane| ≤ 8·63·2·7680;
-                    // the split form ran this kernel 18 % slower).
+                    // the split `pmaddwd` + `paddd` form is slower).
                     let pair = _mm256_set1_epi32(pairs[8 * r + j]);
                     sumi[r] = _mm256_dpwssds_epi32(sumi[r], m, pair);
                 }

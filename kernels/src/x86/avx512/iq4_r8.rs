@@ -52,8 +52,7 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
         let mut acc = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
             // For any width: a verify pass's few rows stream from memory
-            // too (four rows of a plain Q5_K matrix read 5.9 GB/s on one
-            // thread without it, `dense_stream q5_k 512`).
+            // too (`dense_stream q5_k 512`; docs/PERFORMANCE.md).
             super::repack::prefetch_ahead(g);
             // −128 · (sum of sub-block j's activations) in lane j, per row.
             let mut bias = [[0i32; 8]; C];

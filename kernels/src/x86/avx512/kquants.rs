@@ -31,8 +31,8 @@
 //! 2^31 (the widest, Q6_K's, stays under 2^25: 8 products of at most
 //! 2·63·128 by 128 plus 32·2·128·2048), so it gives the wrapping `dpwssd`'s
 //! integers; LLVM splits the plain intrinsic into `pmaddwd` + `paddd`, which
-//! cost the Q3_K and Q6_K mat-vecs 5–8 % in cache and full apex-miniplus
-//! decode about 3 % (`-t 1`, three A/B pairs).
+//! measurably slows the Q3_K and Q6_K mat-vecs and full-size decoding
+//! (docs/PERFORMANCE.md).
 //!
 //! Entry points are safe fns over `#[target_feature]` bodies; `vec_dot_fn`
 //! hands them out only when the CPU also reports AVX512-VNNI, and the kernel
@@ -156,10 +156,9 @@ pub(crate) fn hsum128(v: __m128) -> f32 {
 
 /// Per 128-bit lane, the sums of the four i32 lanes of `d[0]`, `d[1]`,
 /// `d[2]`, `d[3]` (exact), by unpacks and adds: the integers of three
-/// `hadd`s. On Zen 4 `vphaddd` issues at one per two cycles (measured: 2.0
-/// cycles each, 0.33 for an unpack); the IQ4_XS mat-vec gained 1.5 % in
-/// cache. (Written as `shufps` pairs and adds, LLVM turns it back into
-/// `vphaddd`; it leaves this form alone.)
+/// `hadd`s. On Zen 4 `vphaddd` issues at one per two cycles, an unpack at
+/// three per cycle, so this form is cheaper. (Written as `shufps` pairs and
+/// adds, LLVM turns it back into `vphaddd`; it leaves this form alone.)
 #[inline(always)]
 pub(crate) fn fold4_i32(d: [__m256i; 4]) -> __m256i {
     // SAFETY: register-only AVX2 intrinsics; every caller enables AVX2.
@@ -477,8 +476,8 @@ fn q6_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 // ---------------------------------------------------------------- IQ4_XS
 
 /// The IQ4_NL grid biased to unsigned (`G + 128 ∈ 1..=241`), built at
-/// compile time: an `array::map` here was an out-of-line call per row that
-/// cost the VBMI kernel ~15 % in cache (a row is only 16 blocks).
+/// compile time: an `array::map` here was an out-of-line call per row, a
+/// large cost for the VBMI kernel (a row is only 16 blocks).
 pub(crate) const BIASED_GRID: [u8; 16] = {
     let mut b = [0u8; 16];
     let mut i = 0;
@@ -605,8 +604,8 @@ pub(crate) unsafe fn iq4_xs_acts(yb: &BlockQ8K, c: &Iq4Consts) -> ([__m256i; 8],
 /// One Q8_K block's side of the IQ4_XS two-row kernel, laid out once per
 /// mat-vec call ([`iq4_xs_prepare`]) instead of once per row pair: the
 /// half-swapped activation loads of [`iq4_xs_acts`] become plain 32-byte
-/// loads (in cache the two-row kernel gains ~6 %: the inserts and the bias
-/// permute ran on the shuffle ports it is bound by). The same bytes as
+/// loads (the inserts and the bias permute ran on the shuffle ports the
+/// two-row kernel is bound by). The same bytes as
 /// [`iq4_xs_acts`] builds, so the same bits.
 #[derive(Clone, Copy)]
 #[repr(C)]

@@ -33,9 +33,8 @@ use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
 /// runs (about 450 KiB each at full size) scattered over the file, which
 /// leaves the hardware prefetchers little time to ramp up; asking for the
 /// lines 1 KiB ahead of both rows keeps more misses in flight. Measured, not
-/// modelled: on one thread the full apex-miniplus decode went from
-/// 6.47-7.06 to 7.32-7.53 t/s (three A/B pairs; 512 and 2048 bytes ahead
-/// were no better). The file's pages were PMD-mapped huge pages in these
+/// modelled: one-thread full-size decoding gained clearly (512 and 2048
+/// bytes ahead were no better; docs/PERFORMANCE.md). The file's pages were PMD-mapped huge pages in these
 /// runs (`FilePmdMapped`), so this is not about 4 KiB page boundaries.
 #[inline(always)]
 pub(crate) fn prefetch_rows2<T>(x0: &[T], x1: &[T], b: usize) {

@@ -107,7 +107,7 @@ fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] 
 /// [`rows8`]'s integer sums of one block against one activation row `yb`,
 /// two sub-blocks at a time: two independent chains of `vpdpbusd`, where
 /// one activation row alone would make one chain of 64 (the latency of a
-/// mat-vec, in cache 92 → 118 GFLOP/s on one thread).
+/// mat-vec; docs/PERFORMANCE.md).
 ///
 /// # Safety
 /// As [`rows8`].

@@ -92,8 +92,7 @@ pub(crate) unsafe fn minned_rows8<G: Minned, const C: usize>(
         let mut acc_min = [_mm256_setzero_ps(); C];
         for (b, g) in gs.iter().enumerate() {
             // For any width: a verify pass's few rows stream from memory
-            // too (four rows of a plain Q5_K matrix read 5.9 GB/s on one
-            // thread without it, `dense_stream q5_k 512`).
+            // too (`dense_stream q5_k 512`; docs/PERFORMANCE.md).
             super::repack::prefetch_ahead(g);
             let Group {
                 qs,

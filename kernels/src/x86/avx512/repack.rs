@@ -13,18 +13,17 @@ use crate::scalar::q8_k::BlockQ8K;
 use crate::GgmlType;
 
 /// How far ahead of the group in use [`prefetch_ahead`] asks for bytes on
-/// AMD cores: 16 KiB, about two group rows of a 2048-wide matrix. Without it
-/// a mat-vec on repacked Q6_K rows out of memory ran at 18 GFLOP/s on one
-/// thread of a Zen 4, with it 40-60 (`prompt_throughput 65536 5 decode`; 8,
-/// 32, 64 and 128 KiB were no better, and prefetching into L1 no better than
-/// none).
+/// AMD cores: 16 KiB, about two group rows of a 2048-wide matrix. Without
+/// it a mat-vec on repacked Q6_K rows out of memory runs at a fraction of
+/// the speed on a Zen 4 (`prompt_throughput 65536 5 decode`; 8, 32, 64 and
+/// 128 KiB were no better, and prefetching into L1 no better than none;
+/// docs/PERFORMANCE.md).
 const AHEAD: usize = 16 << 10;
 
-/// [`AHEAD`] on Intel cores: 2 KiB, two to three groups. On a Xeon with
-/// AMX (`packed_stream`, one thread, three sweeps per run, distances
-/// alternating), repacked Q3_K streamed 11.5–12.2 GB/s at 2 KiB against 9.3–9.6
-/// at 16 KiB (1 KiB 11.0–11.2, 3 KiB 11.3–11.5, 4 KiB 10.0–10.2, 8 and 32
-/// KiB as 16), Q6_K 13.3–13.8 against 12.0–12.2: the file layout's speed.
+/// [`AHEAD`] on Intel cores: 2 KiB, two to three groups. On a Xeon
+/// (`packed_stream`, one thread, distances alternating) 2 KiB was the best
+/// distance for repacked Q3_K and Q6_K, bringing them to the file layout's
+/// speed, and 16 KiB among the worst (docs/PERFORMANCE.md).
 const AHEAD_INTEL: usize = 2 << 10;
 
 /// The prefetch distance for this CPU (see [`AHEAD`], [`AHEAD_INTEL`]).
