@@ -4,7 +4,7 @@
 Usage: compare_llama_greedy.py FILE [PROMPT] [N]
 Runs llama-completion (temp 0) on FILE, takes its prompt token ids from
 --verbose-prompt, continues them greedily with the numpy forward written from
-DESIGN §2, decodes both with the file's byte-level vocab and compares the
+docs/DESIGN.md §2, decodes both with the file's byte-level vocab and compares the
 bytes (ours must be a prefix of llama's n+1 tokens). Exit status 1 on a
 mismatch. Needs LLAMA_BIN (default
 /work/llama/build/bin) and python gguf + numpy.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Per-layer activation statistics of a synthetic qwen35moe / clover_moe file
-(F32/F16/BF16 tensors only), from a plain numpy forward written from DESIGN §2.
+(F32/F16/BF16 tensors only), from a plain numpy forward written from docs/DESIGN.md §2.
 
 Usage: synth_activations.py FILE [N_TOKENS]
        synth_activations.py FILE --greedy ID,ID,... N   (greedy continuation)

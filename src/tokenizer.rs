@@ -25,7 +25,7 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::SplitDelimiterBehavior;
 
-/// The `qwen35` pre-tokenizer regex (DESIGN §1.1; llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN35`).
+/// The `qwen35` pre-tokenizer regex (docs/DESIGN.md §1.1; llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN35`).
 pub const QWEN35_PATTERN: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// The `qwen2` pre-tokenizer regex (llama.cpp `LLAMA_VOCAB_PRE_TYPE_QWEN2`).

@@ -266,7 +266,7 @@ fn fixed_length_drafting_never_drafts_more_than_the_remaining_tokens_can_use() {
     );
 }
 
-/// The replay pipeline of DESIGN §4: a profile measured by `clover run
+/// The replay pipeline of docs/DESIGN.md §4: a profile measured by `clover run
 /// --spec-profile-out`, replayed by `clover bench --spec-replay`, whose rows
 /// say "simulated acceptance", emit plain greedy's tokens, and include the
 /// perfect drafter's ceiling.

@@ -1,12 +1,12 @@
-//! The block-diffusion forward (DESIGN §3) on synth `clover_moe` files against
-//! an independent plain reference: f64 loops written from DESIGN §2 and §3,
+//! The block-diffusion forward (docs/DESIGN.md §3) on synth `clover_moe` files against
+//! an independent plain reference: f64 loops written from docs/DESIGN.md §2 and §3,
 //! sharing no code with the engine's forward. Weights are read from the
 //! loaded file and dequantised through the kernels' scalar dequantisers (the
 //! format specification); the prefix runs token by token through §2, then the
 //! block `[anchor, M × D]` through §3, and every block row's logits are
 //! compared with `Model::forward_diffusion`.
 //!
-//! Activation convention (DESIGN §2.6): the engine presents the input of each
+//! Activation convention (docs/DESIGN.md §2.6): the engine presents the input of each
 //! matrix product as f32 converted to the weight's `vec_dot_type`. The
 //! reference does the same at every product: rounds the input to f32 and, for
 //! a quantised weight, quantises it with the scalar quantiser of the dot type

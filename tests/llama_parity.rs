@@ -1,4 +1,4 @@
-//! Greedy parity with llama.cpp (the outside oracle, DESIGN §8): tiny random
+//! Greedy parity with llama.cpp (the outside oracle, docs/DESIGN.md §8): tiny random
 //! `qwen35moe` models (GDN + gated attention + MoE) written as GGUF with a
 //! 50-letter byte-level vocabulary; llama-completion's greedy continuation
 //! must equal ours token for token, and llama-perplexity's log-prob dump must
@@ -232,7 +232,7 @@ fn greedy_tokens_match_llama_cpp_with_f16_matrices() {
     check(&bin, &tm, "f16_seed80");
 }
 
-/// Sections that leave rope pairs unrotated (DESIGN §2.4), over the 4 pairs
+/// Sections that leave rope pairs unrotated (docs/DESIGN.md §2.4), over the 4 pairs
 /// of n_rot 8: [1, 0, 0, 1] turns pairs 0 and 2 only, [0, 2, 2, 0] pairs 1
 /// and 2 only (pair 0, the fastest, stays put).
 const UNROTATING_SECTIONS: [[u32; 4]; 2] = [[1, 0, 0, 1], [0, 2, 2, 0]];

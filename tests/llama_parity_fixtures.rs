@@ -1,4 +1,4 @@
-//! Parity with llama.cpp from stored fixtures (DESIGN §8): runs in
+//! Parity with llama.cpp from stored fixtures (docs/DESIGN.md §8): runs in
 //! CI, where no llama.cpp build exists. `scripts/oracle/make_parity_fixtures.sh`
 //! ran llama.cpp (f32 K/V cache, flash attention off) on `clover synth
 //! --arch qwen35moe` files and stored, per (preset, recipe), the logits of one
@@ -420,8 +420,8 @@ fn pick_tier() -> &'static str {
         // the stored logits are one 256-token batch of llama.cpp's. (Set
         // `CLOVER_BATCH_ORDER` to something else to see the default order's
         // figures; the limits are for llama.cpp's order.)
-        if std::env::var_os("CLOVER_BATCH_ORDER").is_none() {
-            std::env::set_var("CLOVER_BATCH_ORDER", "ggml");
+        if !matches!(std::env::var("CLOVER_BATCH_ORDER").as_deref(), Ok(o) if o != "ggml") {
+            kernels::plan::BatchOrder::Ggml.choose();
         }
         kernels::isa::init().unwrap().name().to_string()
     })
@@ -495,7 +495,7 @@ fn run_sectioned(sections: [i32; 4]) {
 }
 
 /// [4, 2, 2, 0] over `small`'s 8 rope pairs: ggml turns pairs 0..=6 with the
-/// position and leaves pair 7 as it is (DESIGN §2.4; what the default model's
+/// position and leaves pair 7 as it is (docs/DESIGN.md §2.4; what the default model's
 /// file used to say).
 #[test]
 fn small_model_whose_sections_leave_rope_pair_7_unrotated_matches_llama_cpp() {

@@ -19,7 +19,7 @@ fn dumps_intermediate_tensors_when_asked() {
     if std::env::var_os("CLOVER_ISA").is_none() && Isa::Avx2.available() {
         std::env::set_var("CLOVER_ISA", "avx2");
     }
-    std::env::set_var("CLOVER_BATCH_ORDER", "ggml");
+    kernels::plan::BatchOrder::Ggml.choose();
     eprintln!("tier {}", kernels::isa::init().unwrap().name());
     let tokens: Vec<u32> = toks.split(',').map(|t| t.trim().parse().unwrap()).collect();
     let file = GgufFile::open(std::path::Path::new(&path)).unwrap();

@@ -1,4 +1,4 @@
-//! DESIGN §5's cost claim, measured: committing a verify pass (the replay
+//! docs/DESIGN.md §5's cost claim, measured: committing a verify pass (the replay
 //! rollback, 16 kept positions: the most replay a commit can do) against the
 //! 16-token verify pass itself.
 //!

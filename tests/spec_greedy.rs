@@ -1,4 +1,4 @@
-//! The headline invariant (DESIGN §4.1): with greedy sampling and exact
+//! The headline invariant (docs/DESIGN.md §4.1): with greedy sampling and exact
 //! acceptance, self-speculative decoding emits exactly the tokens of plain
 //! greedy decoding, whatever the drafter proposes: the diffusion drafter,
 //! the target's own continuation (every draft accepted), a wrong

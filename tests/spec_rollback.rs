@@ -1,4 +1,4 @@
-//! DESIGN §5 on a synth `small` file (GDN head dim 64, so the replay's
+//! docs/DESIGN.md §5 on a synth `small` file (GDN head dim 64, so the replay's
 //! vector paths run whole 8-lane chunks): committing k of 16 verified
 //! positions leaves the GDN states bit-for-bit equal to a plain forward over
 //! those k tokens, and the next logits equal.

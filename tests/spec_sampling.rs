@@ -1,4 +1,4 @@
-//! Lossless speculative sampling end to end (DESIGN §4.1): for a fixed
+//! Lossless speculative sampling end to end (docs/DESIGN.md §4.1): for a fixed
 //! prompt, the joint distribution of the first K = 4 tokens produced by
 //! `generate` with the diffusion drafter (temperature 1, top-k 3, so at most
 //! 3⁴ = 81 outcomes) equals that of plain token-by-token sampling.

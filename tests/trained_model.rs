@@ -148,7 +148,7 @@ fn diffusion_logits_match_the_training_code() {
 #[test]
 fn shipped_model_rotates_every_rope_pair_as_it_was_trained() {
     // The training code rotates all n_rot/2 pairs; the file's
-    // `rope.dimension_sections` must say so (DESIGN §2.4), so that its
+    // `rope.dimension_sections` must say so (docs/DESIGN.md §2.4), so that its
     // logits are those of rope on every pair (a file without sections) to
     // the bit, as llama.cpp's would be.
     let (mut m, fx) = load();

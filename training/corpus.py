@@ -10,7 +10,7 @@ then one verse per line (no verse numbers). Chapters are numbered in canonical
 order (0 … 1188); every 20th one (index % 20 == 19) is held out, from training,
 from the tokenizer and from the chat samples.
 
-Chat samples (ChatML, DESIGN §1.1 special tokens) are built from the training
+Chat samples (ChatML, docs/DESIGN.md §1.1 special tokens) are built from the training
 chapters only: a user names a chapter, a verse range, a verse or a topic word,
 and the assistant answers with the text.
 """

@@ -1,10 +1,10 @@
-"""Exports a trained checkpoint to a clover_moe GGUF (DESIGN §1) and writes the
+"""Exports a trained checkpoint to a clover_moe GGUF (docs/DESIGN.md §1) and writes the
 reference-logit fixture the Rust tests compare the engine against.
 
     python3 training/export.py --ckpt training/runs/main/ckpt.pt \
         --out models/clover-tiny-kjv.gguf --fixture tests/fixtures/trained_model.json
 
-Conventions (DESIGN §1.2): zero-centred norm weights are written with the +1
+Conventions (docs/DESIGN.md §1.2): zero-centred norm weights are written with the +1
 baked in (ssm_norm is a plain weight, written as is); ssm_a = −exp(A_log);
 GDN value heads are already tiled in the training model (head h reads key
 head h % n_k); attn_q interleaves query and gate per head; the output head is

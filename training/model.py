@@ -1,4 +1,4 @@
-"""A small clover_moe in PyTorch: the exact math of DESIGN §2 (autoregressive)
+"""A small clover_moe in PyTorch: the exact math of docs/DESIGN.md §2 (autoregressive)
 and §3 (block diffusion), in the engine's conventions.
 
 Layer i is full attention iff (i + 1) % attn_interval == 0, else Gated DeltaNet.
@@ -230,7 +230,7 @@ class GatedDeltaNet(nn.Module):
         return out, self.diffusion(ud, diff, mixed, states)
 
     def diffusion(self, ud, diff: DiffBatch, mixed_ar, states):
-        """DESIGN §3 GDN block pass for all blocks of the first bd sequences."""
+        """docs/DESIGN.md §3 GDN block pass for all blocks of the first bd sequences."""
         cfg = self.cfg
         bd, L, _ = ud.shape
         T = cfg.block

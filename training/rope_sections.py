@@ -1,4 +1,4 @@
-"""`rope.dimension_sections` for the exported file (DESIGN §2.4).
+"""`rope.dimension_sections` for the exported file (docs/DESIGN.md §2.4).
 
 llama.cpp runs `qwen35moe` / `clover_moe`-style files with ggml's interleaved
 multi-section rope: a text token's position is (p, p, p, 0) and pair i, in
@@ -17,7 +17,7 @@ def rope_sections(n_rot: int) -> list[int]:
 
 
 def rotated_pairs(sections: list[int], n_pairs: int) -> list[bool]:
-    """Per pair: whether it turns with the text position (DESIGN §2.4's rule)."""
+    """Per pair: whether it turns with the text position (docs/DESIGN.md §2.4's rule)."""
     s0, s1, s2, _ = sections
     total = sum(sections)
     out = []

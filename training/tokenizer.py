@@ -1,9 +1,9 @@
 """Byte-level BPE for the trained model, with the `tokenizers` package.
 
 The pre-tokenizer is the engine's (src/tokenizer.rs): a split on the `qwen35`
-regex (DESIGN §1.1), then GPT-2's byte-to-character map without a prefix space;
+regex (docs/DESIGN.md §1.1), then GPT-2's byte-to-character map without a prefix space;
 so `clover` encodes exactly as this tokenizer does. The special tokens of
-DESIGN §1.1 get the first ids (0 … 5).
+docs/DESIGN.md §1.1 get the first ids (0 … 5).
 """
 
 from __future__ import annotations

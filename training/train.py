@@ -1,4 +1,4 @@
-"""Trains the small clover_moe: AR next-token loss + block diffusion (DESIGN §3).
+"""Trains the small clover_moe: AR next-token loss + block diffusion (docs/DESIGN.md §3).
 
     python3 training/train.py --minutes 55 --seed 1 --out training/runs/main
 

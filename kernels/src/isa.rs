@@ -21,10 +21,10 @@ pub struct KernelTable {
     quantize: [QuantizeFn; GgmlType::ALL.len()],
     gemm_f32: VecDotFn,
     gemm_f16: VecDotFn,
-    repacked: [Option<VecDotFn>; GgmlType::ALL.len()],
+    ggml_repack: [Option<VecDotFn>; GgmlType::ALL.len()],
     tiled: [Option<VecDotFn>; GgmlType::ALL.len()],
-    repacked_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
-    repacked_rows: [Option<GemmFn>; GgmlType::ALL.len()],
+    ggml_repack_gemm: [Option<VecDotFn>; GgmlType::ALL.len()],
+    ggml_repack_rows: [Option<GemmFn>; GgmlType::ALL.len()],
     packed_order_rows: [Option<GemmFn>; GgmlType::ALL.len()],
     prompt_gemm: [Option<PromptFn>; GgmlType::ALL.len()],
     packed_gemm: [Option<GemmFn>; GgmlType::ALL.len()],
@@ -123,10 +123,10 @@ fn tier_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
-fn tier_repacked(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+fn tier_ggml_repack(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::repacked_dot_fn(ty),
+        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::ggml_repack_dot_fn(ty),
         _ => {
             let _ = ty;
             None
@@ -134,12 +134,12 @@ fn tier_repacked(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
-/// The tier's multi-row kernel in the order of [`tier_repacked`] (a mat-vec
+/// The tier's multi-row kernel in the order of [`tier_ggml_repack`] (a mat-vec
 /// through a two-row kernel), where it has one.
-fn tier_repacked_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+fn tier_ggml_repack_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => crate::x86::avx512::gemm::repacked_gemm_fn(ty),
+        Isa::Avx512 => crate::x86::avx512::gemm::ggml_repack_rows_fn(ty),
         _ => {
             let _ = ty;
             None
@@ -160,10 +160,10 @@ fn tier_packed_order_rows(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
-fn tier_repacked_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
+fn tier_ggml_repack_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::repacked_gemm_dot_fn(ty),
+        Isa::Avx2 | Isa::Avx512 => crate::x86::avx2::ggml_repack_gemm_dot_fn(ty),
         _ => {
             let _ = ty;
             None
@@ -174,7 +174,7 @@ fn tier_repacked_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
 fn tier_delta_rows(isa: Isa) -> Option<DeltaRowsFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => Some(crate::x86::avx512::legacy::delta_rows),
+        Isa::Avx512 => Some(crate::x86::avx512::delta::delta_rows),
         _ => None,
     }
 }
@@ -182,7 +182,7 @@ fn tier_delta_rows(isa: Isa) -> Option<DeltaRowsFn> {
 fn tier_delta_replay(isa: Isa) -> Option<DeltaReplayFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => Some(crate::x86::avx512::legacy::delta_replay),
+        Isa::Avx512 => Some(crate::x86::avx512::delta::delta_replay),
         _ => None,
     }
 }
@@ -190,7 +190,7 @@ fn tier_delta_replay(isa: Isa) -> Option<DeltaReplayFn> {
 fn tier_delta_steps(isa: Isa) -> Option<DeltaStepsFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => Some(crate::x86::avx512::legacy::delta_steps),
+        Isa::Avx512 => Some(crate::x86::avx512::delta::delta_steps),
         _ => None,
     }
 }
@@ -295,10 +295,10 @@ impl KernelTable {
                 .unwrap_or_else(|| scalar_vec_dot(GgmlType::F32)),
             gemm_f16: tier_gemm(isa, GgmlType::F16)
                 .unwrap_or_else(|| scalar_vec_dot(GgmlType::F16)),
-            repacked: GgmlType::ALL.map(|t| tier_repacked(isa, t)),
+            ggml_repack: GgmlType::ALL.map(|t| tier_ggml_repack(isa, t)),
             tiled: GgmlType::ALL.map(|t| tier_tiled(isa, t)),
-            repacked_gemm: GgmlType::ALL.map(|t| tier_repacked_gemm(isa, t)),
-            repacked_rows: GgmlType::ALL.map(|t| tier_repacked_rows(isa, t)),
+            ggml_repack_gemm: GgmlType::ALL.map(|t| tier_ggml_repack_gemm(isa, t)),
+            ggml_repack_rows: GgmlType::ALL.map(|t| tier_ggml_repack_rows(isa, t)),
             packed_order_rows: GgmlType::ALL.map(|t| tier_packed_order_rows(isa, t)),
             delta_rows: tier_delta_rows(isa),
             delta_replay: tier_delta_replay(isa),
@@ -323,7 +323,7 @@ impl KernelTable {
     /// kernels sum in their own order; the plain `vec_dot` elsewhere.
     #[inline]
     pub fn weight_dot(&self, ty: GgmlType, n_out: usize) -> VecDotFn {
-        match self.repacked[type_index(ty)] {
+        match self.ggml_repack[type_index(ty)] {
             Some(f) if n_out.is_multiple_of(8) => f,
             _ => self.vec_dot(ty),
         }
@@ -339,7 +339,7 @@ impl KernelTable {
         if mode != Mode::Ggml {
             return self.weight_dot(ty, n_out);
         }
-        if let Some(f) = self.repacked[type_index(ty)] {
+        if let Some(f) = self.ggml_repack[type_index(ty)] {
             if n_out.is_multiple_of(8) {
                 return f;
             }
@@ -354,11 +354,11 @@ impl KernelTable {
     /// ggml repacks the weights, the dot of its gemm kernel, which takes the
     /// first `rows − rows % 4` rows (the rest take [`KernelTable::batch_dot`]).
     #[inline]
-    pub fn repacked_gemm_dot(&self, ty: GgmlType, n_out: usize, mode: Mode) -> Option<VecDotFn> {
+    pub fn ggml_repack_gemm_dot(&self, ty: GgmlType, n_out: usize, mode: Mode) -> Option<VecDotFn> {
         if mode != Mode::Ggml {
             return None;
         }
-        match self.repacked_gemm[type_index(ty)] {
+        match self.ggml_repack_gemm[type_index(ty)] {
             Some(f) if n_out.is_multiple_of(8) => Some(f),
             _ => None,
         }
@@ -390,11 +390,11 @@ impl KernelTable {
         mode: Mode,
     ) -> Option<GemmFn> {
         let i = type_index(ty);
-        let repacked = self.repacked[i].is_some() && n_out.is_multiple_of(8);
+        let repacked = self.ggml_repack[i].is_some() && n_out.is_multiple_of(8);
         if repacked && rows == 1 {
             // A mat-vec on repacked weights: the kernel in their order (the
             // dot `batch_dot` gives one row in either batch order).
-            return self.repacked_rows[i];
+            return self.ggml_repack_rows[i];
         }
         let ggml_not_vec_dot = mode == Mode::Ggml
             && (matches!(ty, GgmlType::F32 | GgmlType::F16)

@@ -3,7 +3,7 @@
 //! Shapes (ggml `{n_in, n_out}`): a weight matrix is `n_out` rows of `n_in`
 //! elements of type `ty`, row-major, `ty.row_bytes(n_in)` bytes per row.
 //! Activations are `rows` rows of `n_in` elements already converted once into
-//! `ty.vec_dot_type()` (DESIGN §2.6) by the caller, e.g. with
+//! `ty.vec_dot_type()` (docs/DESIGN.md §2.6) by the caller, e.g. with
 //! [`quantize_rows`]. Every product is
 //!
 //! ```text
@@ -770,7 +770,7 @@ impl KernelTable {
                 _ => self.batch_dot(ty, n_out, rows, mode),
             };
             let split = rows - rows % 4;
-            match self.repacked_gemm_dot(ty, n_out, mode) {
+            match self.ggml_repack_gemm_dot(ty, n_out, mode) {
                 Some(gemm) if split > 0 => (gemm, split, dot),
                 _ => (dot, rows, dot),
             }

@@ -7,7 +7,7 @@
 //!
 //! The mode says what the outputs must equal:
 //! * [`Mode::Decode`]: single-token decoding's bits. One token, and every
-//!   batch that must reproduce it row for row (a verify pass, DESIGN §4.1).
+//!   batch that must reproduce it row for row (a verify pass, docs/DESIGN.md §4.1).
 //! * [`Mode::Prompt`]: a prompt batch, which may take the tier's prompt
 //!   kernels (faster, in their own f32 order).
 //! * [`Mode::Ggml`]: llama.cpp's x86 orders for batches (llamafile's tinyBLAS
@@ -19,7 +19,7 @@
 //! The process-wide default of the model's batch order ([`BatchOrder`]) is read
 //! from `CLOVER_BATCH_ORDER` once, here; the model passes a mode per product.
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::sig::{GemmFn, PromptFn, VecDotFn};
 
@@ -43,6 +43,9 @@ impl Mode {
     }
 }
 
+/// Whether [`BatchOrder::chosen`] is llama.cpp's.
+static CHOSEN: AtomicBool = AtomicBool::new(false);
+
 /// How a model sums batches: its own fast orders (prompt kernels for prompts,
 /// decoding's bits for verify passes), or llama.cpp's for parity.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,15 +55,27 @@ pub enum BatchOrder {
 }
 
 impl BatchOrder {
-    /// `CLOVER_BATCH_ORDER=ggml` selects llama.cpp's order; read once.
-    pub fn from_env() -> BatchOrder {
-        static ORDER: OnceLock<BatchOrder> = OnceLock::new();
-        *ORDER.get_or_init(|| {
-            match std::env::var("CLOVER_BATCH_ORDER").is_ok_and(|v| v == "ggml") {
-                true => BatchOrder::Ggml,
-                false => BatchOrder::Clover,
-            }
-        })
+    /// `clover` or `ggml`.
+    pub fn parse(s: &str) -> Option<BatchOrder> {
+        match s {
+            "clover" => Some(BatchOrder::Clover),
+            "ggml" => Some(BatchOrder::Ggml),
+            _ => None,
+        }
+    }
+
+    /// Makes this the order models of this process are built with (the
+    /// command line's `--batch-order`, chosen once at start-up).
+    pub fn choose(self) {
+        CHOSEN.store(self == BatchOrder::Ggml, Ordering::Relaxed);
+    }
+
+    /// The order chosen with [`BatchOrder::choose`] (clover's when none was).
+    pub fn chosen() -> BatchOrder {
+        match CHOSEN.load(Ordering::Relaxed) {
+            true => BatchOrder::Ggml,
+            false => BatchOrder::Clover,
+        }
     }
 
     /// The mode of a batch: a prompt batch (`prompt`), or one that must give

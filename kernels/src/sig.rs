@@ -11,7 +11,7 @@ pub type VecDotFn = fn(n: usize, w: &[u8], act: &[u8]) -> f32;
 /// that tier's `VecDotFn` bit for bit on every output.
 /// One token of the gated delta rule over one value head's state rows
 /// (`s`, `q`, `k`, `v`, decay `e^g`, `β`, read-out scale, `out`; `out` empty:
-/// the update alone): see `x86::avx512::legacy::delta_rows`.
+/// the update alone): see `x86::avx512::delta::delta_rows`.
 pub type DeltaRowsFn = fn(&mut [f32], &[f32], &[f32], &[f32], f32, f32, f32, &mut [f32]);
 
 /// One position of a replay ([`DeltaReplayFn`], [`DeltaStepsFn`]): the key,

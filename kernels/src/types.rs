@@ -204,7 +204,7 @@ impl GgmlType {
         self.type_size() as f64 * 8.0 / self.block_size() as f64
     }
 
-    /// The activation type this weight type's dot product consumes (DESIGN §2.6):
+    /// The activation type this weight type's dot product consumes (docs/DESIGN.md §2.6):
     /// Q8_K for K-quants and IQ4_XS, Q8_0 for Q4_0/Q5_0/Q8_0/IQ4_NL, Q8_1 for
     /// Q4_1/Q5_1, and the weight's own type for F32/F16/BF16.
     pub fn vec_dot_type(self) -> GgmlType {

@@ -10,7 +10,7 @@
 //                                                          batch as OUTDIR/NAME.f32 (+ OUTDIR/index.txt:
 //                                                          name ne0 ne1 ne2 ne3), for layer-by-layer diffs
 //
-// Context: f32 K/V cache, flash attention off (DESIGN §2.6), CPU only.
+// Context: f32 K/V cache, flash attention off (docs/DESIGN.md §2.6), CPU only.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

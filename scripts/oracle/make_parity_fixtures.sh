@@ -4,7 +4,7 @@
 #
 #   for each (preset, recipe): `clover synth --arch qwen35moe` with a fixed
 #   seed, then llama.cpp (scripts/oracle/llama_logits.c: f32 K/V cache, flash
-#   attention off, DESIGN §2.6) on it:
+#   attention off, docs/DESIGN.md §2.6) on it:
 #     - the logits of every position of one fixed 256-token batch: full rows
 #       for `tiny` (vocab 448); for larger vocabularies per position the top 32
 #       logits with their ids, the log-sum-exp and 8 fixed probe ids;
@@ -14,7 +14,7 @@
 #   Then the same for each PRESET:RECIPE:S0,S1,S2,S3 of $SECTIONED, a file
 #   synthesised with `--rope-sections S0,S1,S2,S3` (default: small f32 with
 #   4,2,2,0, under which ggml leaves rope pair 7 of 8 unrotated, and with
-#   0,4,4,0, which leaves pairs 0, 3 and 6 unrotated; DESIGN §2.4):
+#   0,4,4,0, which leaves pairs 0, 3 and 6 unrotated; docs/DESIGN.md §2.4):
 #   PRESET-RECIPE-sections-S0-S1-S2-S3.json (+ .logits.bin).
 #
 #   scripts/oracle/make_parity_fixtures.sh                 # tiny + small + sectioned

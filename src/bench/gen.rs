@@ -4,7 +4,7 @@
 //! - **tgN greedy**: plain greedy decoding of N tokens after a text prompt
 //!   (`engine::generate_tokens` with speculation off: one forward per token).
 //! - **tgN draft-self**: the same N tokens through the self-speculative loop
-//!   (diffusion draft → batched verify → commit, DESIGN §4.2), exact greedy
+//!   (diffusion draft → batched verify → commit, docs/DESIGN.md §4.2), exact greedy
 //!   acceptance, so the tokens are identical to the plain run's.
 //!
 //! One `Speculator` serves the untimed warm-up and every repetition, so the

@@ -400,7 +400,7 @@ pub fn report_pages(file: &crate::gguf::GgufFile, path: &std::path::Path) {
     }
 }
 
-/// `--spec-type`: how tokens are decoded (DESIGN §4).
+/// `--spec-type`: how tokens are decoded (docs/DESIGN.md §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum SpecType {
     /// Plain autoregressive decoding.
@@ -410,7 +410,7 @@ pub enum SpecType {
     DraftSelf,
 }
 
-/// How self-speculation drafts and accepts (DESIGN §4.1–4.2): the flags
+/// How self-speculation drafts and accepts (docs/DESIGN.md §4.1–4.2): the flags
 /// `run`, `chat` and `bench` share, checked before any model is loaded.
 #[derive(Args, Debug, Clone)]
 pub struct SpecArgs {

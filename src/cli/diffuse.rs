@@ -1,4 +1,4 @@
-//! `clover diffuse`: block-diffusion generation (DESIGN §4.3), the
+//! `clover diffuse`: block-diffusion generation (docs/DESIGN.md §4.3), the
 //! llama-diffusion-cli equivalent.
 //!
 //! Per block: `[t_n, M×(B−1)]` is denoised over S diffusion passes; each
@@ -8,7 +8,7 @@
 //! threshold (`--diffusion-threshold`: probability ≥ X, or entropy ≤ X).
 //! The finished block is committed by one AR pass over it, whose last output
 //! gives the next anchor. Prediction for block index j comes from diffusion
-//! row j−1 (logits are shifted, DESIGN §3).
+//! row j−1 (logits are shifted, docs/DESIGN.md §3).
 
 use std::io::Write;
 use std::path::PathBuf;

@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use kernels::plan::BatchOrder;
 
 pub mod bench;
 pub mod chat;
@@ -21,11 +22,20 @@ pub mod synth;
 #[command(
     name = "clover",
     version,
-    about = "Run Clover and qwen35moe GGUF models on CPUs"
+    about = "Run Clover and qwen35moe GGUF models on CPUs",
+    override_usage = "clover <COMMAND>"
 )]
 pub struct Cli {
+    /// How batches are summed: clover's fast orders, or llama.cpp's (ggml)
+    /// for bit-level parity runs [default: clover; CLOVER_BATCH_ORDER sets it too]
+    #[arg(long, global = true, value_name = "clover|ggml", value_parser = parse_order)]
+    pub batch_order: Option<BatchOrder>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+fn parse_order(s: &str) -> Result<BatchOrder, String> {
+    BatchOrder::parse(s).ok_or_else(|| format!("'{s}' is not an order (clover or ggml)"))
 }
 
 #[derive(Subcommand, Debug)]
@@ -94,6 +104,19 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
+    // The environment variable is the flag's alias.
+    let order = match (cli.batch_order, std::env::var("CLOVER_BATCH_ORDER")) {
+        (Some(o), _) => o,
+        (None, Ok(v)) => match BatchOrder::parse(&v) {
+            Some(o) => o,
+            None => {
+                eprintln!("error: CLOVER_BATCH_ORDER={v} is not an order (clover or ggml)");
+                return ExitCode::from(2);
+            }
+        },
+        (None, Err(_)) => BatchOrder::Clover,
+    };
+    order.choose();
     let result = match cli.command {
         Command::Inspect(args) => inspect::run(args),
         Command::Synth(args) => synth::run(args),

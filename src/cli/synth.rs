@@ -1,4 +1,4 @@
-//! `clover synth`: random-weight model files (DESIGN §8). The logic lives in
+//! `clover synth`: random-weight model files (docs/DESIGN.md §8). The logic lives in
 //! `crate::synth`; this file only parses flags and prints.
 
 use std::path::PathBuf;

@@ -23,7 +23,7 @@
 //! boundary the step reads `Controls::spec`; when on, the round is one
 //! `Speculator::iterate` with the diffusion drafter. The adaptive controller
 //! chooses the draft length from measured acceptance and pass costs, and
-//! decodes plainly when no length pays (DESIGN §4: speculation never makes
+//! decodes plainly when no length pays (docs/DESIGN.md §4: speculation never makes
 //! decoding slower); `SpecStats::why` carries its reason to the panel. A
 //! drafting round is reported as `Drafted`, `Verified`, then the round's tokens
 //! as `Accepted` … and one `Corrected` (a draft was rejected) or `Plain` (the
@@ -42,15 +42,13 @@ use std::ops::ControlFlow;
 use crate::chat::ChatMessage as TemplateMessage;
 use crate::model::profile::{self, Op};
 use crate::model::ForwardError;
-use crate::model::{LayerKind as ModelLayerKind, Stats};
+use crate::model::Stats;
 use crate::sample::{Sampler, SamplerParams};
 use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats};
 
 use super::spec_step::SpecStep;
 use crate::tui::engine::{fit_context, reply_reserve, Fit};
-use crate::tui::{
-    ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, TokenKind,
-};
+use crate::tui::{ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, TokenKind};
 
 use super::generate::{generate, GenEvent, GenOptions, PlainStep, Step, StepStats};
 use super::session::Session;
@@ -164,14 +162,7 @@ impl ChatSession {
             quant_mix: m.quant_mix(),
             threads: session.threads(),
             n_ctx: session.n_ctx(),
-            layer_kinds: cfg
-                .layer_kinds
-                .iter()
-                .map(|k| match k {
-                    ModelLayerKind::DeltaNet => LayerKind::DeltaNet,
-                    ModelLayerKind::Attention => LayerKind::Attention,
-                })
-                .collect(),
+            layer_kinds: cfg.layer_kinds.clone(),
             n_experts: cfg.n_expert,
             n_experts_used: cfg.n_expert_used,
             spec_available: false,

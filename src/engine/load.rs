@@ -1,5 +1,5 @@
 //! Loading a model: map the GGUF file, bind the weights (zero copy), and build the
-//! tokenizer and chat template from the metadata (DESIGN §1.1).
+//! tokenizer and chat template from the metadata (docs/DESIGN.md §1.1).
 //!
 //! The mapped file is leaked to `&'static`: the bound [`Model`] borrows its bytes,
 //! and a loaded model lives until the process exits (one per `clover run` /

@@ -110,7 +110,7 @@ fn gib(b: u128) -> String {
     }
 }
 
-/// KV cache types `-ctk` / `-ctv` accept (DESIGN §2.5).
+/// KV cache types `-ctk` / `-ctv` accept (docs/DESIGN.md §2.5).
 pub const CACHE_TYPES: [(&str, GgmlType); 4] = [
     ("f32", GgmlType::F32),
     ("f16", GgmlType::F16),

@@ -4,7 +4,7 @@
 //! Prompt reuse, like llama.cpp's prompt cache: [`Session::prefill`] keeps the
 //! longest prefix of the new prompt the state already holds and evaluates only the
 //! rest. The KV cache can be cut anywhere, but the Gated DeltaNet state cannot be
-//! rolled back (DESIGN §5), so a prefix is reusable only when it is
+//! rolled back (docs/DESIGN.md §5), so a prefix is reusable only when it is
 //! * everything the state holds (the new prompt extends it), or
 //! * the position of the [`Session::checkpoint`] (a copy of the recurrent state,
 //!   taken after the last prompt — a chat turn whose reply was re-rendered

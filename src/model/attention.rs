@@ -1,4 +1,4 @@
-//! Gated full attention (DESIGN §2.2).
+//! Gated full attention (docs/DESIGN.md §2.2).
 //!
 //! Shapes (35B-A3B): u `[T][2048]`; `qg = attn_q·u` `[T][16·2·256]` where head
 //! h owns `qg[h·512 .. h·512+256]` (query) and `qg[h·512+256 .. h·512+512]`
@@ -26,18 +26,18 @@
 //! cache before the block plus every block row, whose K/V stay in f32
 //! scratch) and `project_out`, without the cache append.
 
-use kernels::{scalar, GgmlType, KernelTable, Mode};
+use kernels::{scalar, GgmlType, Mode};
 use rayon::prelude::*;
 
 use super::config::ModelConfig;
-use super::dump;
+use super::cx::Cx;
 use super::kv::KvCache;
 use super::linear::MatScratch;
+use super::observe::{self, Op};
 use super::ops::{
     dot_f32, fma_dispatch, mad_f16, mad_f16_rows, mad_f32, rmsnorm_inplace, round_to_f16, sigmoid,
     softmax_padded_inplace, RopeCache, GGML_LANES,
 };
-use super::profile::{self, Op};
 use super::weights::AttentionWeights;
 
 mod flash;
@@ -94,9 +94,7 @@ impl AttentionScratch {
 /// cache (layer `layer`) must hold exactly positions `0..pos0`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &AttentionWeights,
     kv: &mut KvCache,
     layer: usize,
@@ -107,35 +105,33 @@ pub fn forward(
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
+    let Cx { cfg, .. } = cx;
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
 
     // 1. Projections.
-    project_qkv(kt, mode, cfg, w, u, t, sc, lin);
-    dump::here("Qcur_full", &sc.qg[..t * nh * 2 * d]);
-    dump::here("Kcur", &sc.k[..t * nkv * d]);
-    dump::here("Vcur", &sc.v[..t * nkv * d]);
+    project_qkv(cx, w, u, t, sc, lin);
+    observe::here("Qcur_full", t, &sc.qg[..t * nh * 2 * d]);
+    observe::here("Kcur", t, &sc.k[..t * nkv * d]);
+    observe::here("Vcur", t, &sc.v[..t * nkv * d]);
     // 2. Per-head norms and rope; append K/V.
-    let p = profile::enter(Op::Attention);
-    if profile::on() {
+    let p = observe::enter(Op::Attention);
+    if observe::on() {
         // Row ti attends over positions 0..=pos0+ti.
         let hb = |ty: GgmlType| ty.row_bytes(d as u64).unwrap_or(0) as usize;
         let row = nkv * (hb(kv.ty_k) + hb(kv.ty_v));
-        profile::bytes(row * (0..t).map(|ti| pos0 + ti + 1).sum::<usize>());
+        observe::bytes(row * (0..t).map(|ti| pos0 + ti + 1).sum::<usize>());
     }
-    append_attend(kt, mode, cfg, w, kv, layer, pos0, t, sc);
+    append_attend(cx, w, kv, layer, pos0, t, sc);
     drop(p);
     // 4. Output projection.
-    project_out(kt, mode, cfg, w, t, sc, lin, out);
+    project_out(cx, w, t, sc, lin, out);
 }
 
 /// Steps 2–3 of [`forward`] for the `t` projected rows in `sc`: q/k norms
 /// and rope, the cache append, causal attention (query heads in parallel,
 /// token by token).
-#[allow(clippy::too_many_arguments)]
 fn append_attend(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &AttentionWeights,
     kv: &mut KvCache,
     layer: usize,
@@ -143,22 +139,23 @@ fn append_attend(
     t: usize,
     sc: &mut AttentionScratch,
 ) {
+    let Cx { kt, cfg, .. } = cx;
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     qk_norm_rope(cfg, w, pos0, t, sc);
     for ti in 0..t {
         let rows = ti * nkv * d..(ti + 1) * nkv * d;
         kv.write(kt, layer, pos0 + ti, &sc.k[rows.clone()], &sc.v[rows]);
     }
-    if dump::on() {
+    if observe::wants_tensors() {
         let q: Vec<f32> = sc.qg[..t * nh * 2 * d]
             .chunks_exact(2 * d)
             .flat_map(|h| h[..d].to_vec())
             .collect();
-        dump::here("Qcur", &q);
-        dump::here("Kcur#2", &sc.k[..t * nkv * d]);
+        observe::here("Qcur", t, &q);
+        observe::here("Kcur#2", t, &sc.k[..t * nkv * d]);
     }
-    attend(kt, mode, cfg, kv, layer, pos0, t, 0..t, Span::Causal, sc);
-    dump::here("attn_gated", &sc.o[..t * nh * d]);
+    attend(cx, kv, layer, pos0, t, 0..t, Span::Causal, sc);
+    observe::here("attn_gated", t, &sc.o[..t * nh * d]);
 }
 
 /// Row `i` of a batched decoding step ([`super::batch`]): its projections,
@@ -168,9 +165,7 @@ fn append_attend(
 /// `batch.o`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn decode_row(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &AttentionWeights,
     kv: &mut KvCache,
     layer: usize,
@@ -179,6 +174,7 @@ pub(super) fn decode_row(
     i: usize,
     one: &mut AttentionScratch,
 ) {
+    let Cx { kt, cfg, .. } = cx;
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     let (q, kvw, o) = (nh * 2 * d, nkv * d, nh * d);
     one.qg[..q].copy_from_slice(&batch.qg[i * q..(i + 1) * q]);
@@ -186,25 +182,23 @@ pub(super) fn decode_row(
     one.v[..kvw].copy_from_slice(&batch.v[i * kvw..(i + 1) * kvw]);
     qk_norm_rope(cfg, w, pos, 1, one);
     kv.write(kt, layer, pos, &one.k[..kvw], &one.v[..kvw]);
-    attend(kt, mode, cfg, kv, layer, pos, 1, 0..1, Span::Causal, one);
+    attend(cx, kv, layer, pos, 1, 0..1, Span::Causal, one);
     batch.o[i * o..(i + 1) * o].copy_from_slice(&one.o[..o]);
 }
 
 /// `qg = attn_q·u`, `k = attn_k·u`, `v = attn_v·u` for `t` rows (u converted
 /// once per dot type).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn project_qkv(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &AttentionWeights,
     u: &[f32],
     t: usize,
     sc: &mut AttentionScratch,
     lin: &mut MatScratch,
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let _p = profile::enter(Op::AttnProj);
+    let _p = observe::enter(Op::AttnProj);
     lin.new_input();
     lin.project(kt, mode, &w.q, u, &mut sc.qg[..t * nh * 2 * d]);
     lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
@@ -212,19 +206,17 @@ pub(super) fn project_qkv(
 }
 
 /// `out = attn_output · o` for `t` rows of the gated attention output.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn project_out(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &AttentionWeights,
     t: usize,
     sc: &AttentionScratch,
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let nhd = cfg.n_head * cfg.head_dim;
-    let _p = profile::enter(Op::AttnProj);
+    let _p = observe::enter(Op::AttnProj);
     lin.new_input();
     lin.project(kt, mode, &w.o, &sc.o[..t * nhd], &mut out[..t * cfg.n_embd]);
 }
@@ -262,7 +254,7 @@ pub(super) enum Span {
     /// The AR pass: row ti sees the cache positions `0..=pos0+ti` (its own
     /// K/V already appended).
     Causal,
-    /// The diffusion pass (DESIGN §3): every row sees the cache positions
+    /// The diffusion pass (docs/DESIGN.md §3): every row sees the cache positions
     /// `< pos0` and all `t` block rows, whose K/V stay in `sc.k` / `sc.v`
     /// (f32, never stored).
     Block,
@@ -275,9 +267,7 @@ pub(super) enum Span {
 /// `σ(gate)`; writes `sc.o`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn attend(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     kv: &KvCache,
     layer: usize,
     pos0: usize,
@@ -286,6 +276,7 @@ pub(super) fn attend(
     span: Span,
     sc: &mut AttentionScratch,
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let blocked = cfg.head_dim.is_multiple_of(KB);
     let prompt = mode == Mode::Prompt && t >= PROMPT_MIN_ROWS && blocked;
     if span == Span::Causal && (kv.flash || prompt) {
@@ -729,120 +720,5 @@ fn round_to_v_type(ty_v: GgmlType, p: &mut [f32]) {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::model::ops::reduce_add_16;
-    use crate::sample::splitmix64;
-
-    /// The plain reference: position by position, each V row converted to
-    /// f32 and fused into lane `s % span`, then the same reduction.
-    fn rowwise(p: &[f32], rows: &[Vec<f32>], d: usize, batch: bool) -> Vec<f32> {
-        let span = if batch { GGML_LANES } else { V_LANES };
-        let mut acc = vec![0f32; d * V_LANES];
-        for (s, &ps) in p.iter().enumerate() {
-            let lane = s % span;
-            for j in 0..d {
-                acc[lane * d + j] = rows[s][j].mul_add(ps, acc[lane * d + j]);
-            }
-        }
-        let a = |acc: &[f32], k: usize, j: usize| acc[k * d + j];
-        let mut o = vec![0f32; d];
-        for (j, oj) in o.iter_mut().enumerate() {
-            let lane = |l: usize| {
-                if batch {
-                    a(&acc, l, j)
-                } else {
-                    (a(&acc, l, j) + a(&acc, 32 + l, j)) + (a(&acc, 16 + l, j) + a(&acc, 48 + l, j))
-                }
-            };
-            let t: [f32; GGML_LANES] = std::array::from_fn(lane);
-            *oj = reduce_add_16(&t);
-        }
-        o
-    }
-
-    /// Deterministic values in [−1, 1) (splitmix64).
-    fn values(seed: u64, len: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..len)
-            .map(|_| (splitmix64(&mut s) >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
-            .collect()
-    }
-
-    #[test]
-    fn v_weighted_sum_lane_by_lane_over_a_task_of_heads_gives_the_position_by_position_bits() {
-        for d in [8, 17, 64, 256] {
-            for n in [1, 15, 16, 17, 63, 64, 65, 130, 300] {
-                let f16_rows: Vec<Vec<u16>> = (0..n)
-                    .map(|s| {
-                        values(1000 + s as u64, d)
-                            .iter()
-                            .map(|&x| half::f16::from_f32(x * 3.0).to_bits())
-                            .collect()
-                    })
-                    .collect();
-                let rows: Vec<Vec<f32>> = f16_rows
-                    .iter()
-                    .map(|r| {
-                        r.iter()
-                            .map(|&b| half::f16::from_bits(b).to_f32())
-                            .collect()
-                    })
-                    .collect();
-                for heads in [1, 3] {
-                    // Each head's weights, `stride` apart with garbage between.
-                    let stride = n + 5;
-                    let p = values(n as u64, heads * stride);
-                    for batch in [false, true] {
-                        let want: Vec<f32> = (0..heads)
-                            .flat_map(|h| rowwise(&p[h * stride..h * stride + n], &rows, d, batch))
-                            .collect();
-                        let mut acc = vec![f32::NAN; heads * d * V_LANES];
-                        // f32 rows, f16 rows, and f16 rows up to position 40
-                        // then f32 (a diffusion block's rows after the cache).
-                        for source in 0..3 {
-                            let mut o = vec![f32::NAN; heads * d];
-                            v_weighted_sum((&p, stride, n), (&mut o, d), &mut acc, batch, |s| {
-                                match source {
-                                    0 => VRow::F32(&rows[s]),
-                                    1 => VRow::F16(&f16_rows[s]),
-                                    _ if s >= 40 => VRow::F32(&rows[s]),
-                                    _ => VRow::F16(&f16_rows[s]),
-                                }
-                            });
-                            let bits =
-                                |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-                            assert_eq!(
-                                bits(&o),
-                                bits(&want),
-                                "d {d}, {n} positions, {heads} heads, batch {batch}, source {source}"
-                            );
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn attention_tasks_stay_within_one_kv_group_and_give_every_thread_one() {
-        // (group, n_head_kv, threads) → heads per task.
-        for (group, nkv, threads, want) in [
-            (8, 2, 2, 8),
-            (8, 2, 1, 8),
-            (8, 2, 4, 4),
-            (8, 1, 2, 4),
-            (8, 1, 3, 2),
-            (6, 1, 4, 1),
-            (1, 16, 2, 1),
-            (2, 2, 8, 1),
-        ] {
-            let hpt = heads_per_task(group, nkv, threads);
-            assert_eq!(
-                hpt, want,
-                "group {group}, {nkv} KV heads, {threads} threads"
-            );
-            assert!(group.is_multiple_of(hpt));
-        }
-    }
-}
+#[path = "attention_tests.rs"]
+pub(crate) mod tests;

@@ -11,11 +11,12 @@
 //! - an expert stack: one sum and one count per expert, over the rows routed
 //!   to that expert (every batch size).
 //!
-//! Off (the normal case) each product pays one relaxed atomic load.
+//! The products show their inputs through the pass's hook (`observe.rs`);
+//! off (the normal case) each pays one relaxed atomic load.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+
+use super::observe::{self, Observer, Seen};
 
 /// The sums of one tensor: `n_mat` blocks of `n_in` column sums, and one
 /// row count per block (`n_mat` = 1 for a dense matrix, the expert count for
@@ -48,86 +49,97 @@ impl Entry {
 /// Everything collected, by tensor name.
 pub type Entries = BTreeMap<String, Entry>;
 
-static ON: AtomicBool = AtomicBool::new(false);
-static ENTRIES: Mutex<Option<Entries>> = Mutex::new(None);
-
 /// Smallest batch whose dense products are collected (llama-imatrix's rule).
 pub const MIN_DENSE_ROWS: usize = 16;
+
+const KIND: &str = "capture";
+
+/// The capture's watcher of the pass's hook (`observe.rs`).
+struct Capture(Entries);
+
+impl Observer for Capture {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn see(&mut self, name: &str, _il: isize, rows: usize, seen: &Seen) {
+        if !collected(name) {
+            return;
+        }
+        match *seen {
+            Seen::Product { x, n_in } if rows >= MIN_DENSE_ROWS => {
+                let e = self
+                    .0
+                    .entry(name.to_string())
+                    .or_insert_with(|| Entry::sized(n_in, 1));
+                if e.sums.len() != n_in {
+                    return;
+                }
+                for r in x.chunks_exact(n_in) {
+                    e.add(0, r);
+                }
+            }
+            Seen::Routed {
+                n_expert,
+                n_in,
+                rows,
+            } => {
+                let e = self
+                    .0
+                    .entry(name.to_string())
+                    .or_insert_with(|| Entry::sized(n_in, n_expert));
+                if e.counts.len() != n_expert || e.sums.len() != n_in * n_expert {
+                    return;
+                }
+                for &(x, r) in rows {
+                    e.add(x, &r[..n_in]);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
 
 /// Whether a capture runs.
 #[inline]
 pub fn on() -> bool {
-    ON.load(Ordering::Relaxed)
+    observe::on() && observe::with(KIND, |_| ()).is_some()
 }
 
 /// Starts collecting (discarding anything collected before).
 pub fn start() {
-    *lock() = Some(Entries::new());
-    ON.store(true, Ordering::Relaxed);
+    observe::install(Box::new(Capture(Entries::new())));
+}
+
+fn entries(o: &mut dyn Observer, take: bool) -> Entries {
+    match o.as_any_mut().downcast_mut::<Capture>() {
+        Some(c) if take => std::mem::take(&mut c.0),
+        Some(c) => c.0.clone(),
+        None => Entries::new(),
+    }
 }
 
 /// Stops collecting and returns what was collected.
 pub fn finish() -> Entries {
-    ON.store(false, Ordering::Relaxed);
-    lock().take().unwrap_or_default()
+    observe::remove(KIND)
+        .map(|mut o| entries(o.as_mut(), true))
+        .unwrap_or_default()
 }
 
 /// A copy of what has been collected so far (for intermediate saves).
 pub fn snapshot() -> Entries {
-    lock().clone().unwrap_or_default()
-}
-
-fn lock() -> std::sync::MutexGuard<'static, Option<Entries>> {
-    // A panic elsewhere while holding the lock leaves the sums as they were.
-    ENTRIES.lock().unwrap_or_else(|e| e.into_inner())
+    observe::with(KIND, |o| entries(o, false)).unwrap_or_default()
 }
 
 fn collected(name: &str) -> bool {
     name.starts_with("blk.")
 }
 
-/// A dense product of `x` (rows of `n_in`) through tensor `name`.
-pub fn dense(name: &str, x: &[f32], n_in: usize) {
-    let rows = x.len() / n_in.max(1);
-    if !on() || !collected(name) || rows < MIN_DENSE_ROWS {
-        return;
-    }
-    let mut g = lock();
-    let Some(entries) = g.as_mut() else { return };
-    let e = entries
-        .entry(name.to_string())
-        .or_insert_with(|| Entry::sized(n_in, 1));
-    if e.sums.len() != n_in {
-        return;
-    }
-    for r in x.chunks_exact(n_in) {
-        e.add(0, r);
-    }
-}
-
-/// Routed products through expert stack `name` of `n_expert` experts: each
-/// `(expert, row)` is one input row `x` (of `n_in`) sent to that expert.
-pub fn routed<'x>(
-    name: &str,
-    n_expert: usize,
-    n_in: usize,
-    rows: impl Iterator<Item = (usize, &'x [f32])>,
-) {
-    if !on() || !collected(name) {
-        return;
-    }
-    let mut g = lock();
-    let Some(entries) = g.as_mut() else { return };
-    let e = entries
-        .entry(name.to_string())
-        .or_insert_with(|| Entry::sized(n_in, n_expert));
-    if e.counts.len() != n_expert || e.sums.len() != n_in * n_expert {
-        return;
-    }
-    for (x, r) in rows {
-        e.add(x, &r[..n_in]);
-    }
-}
+pub use super::observe::{product as dense, routed};
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,4 @@
-//! The chunked form of the gated delta rule (DESIGN §2.1, chunk 64).
+//! The chunked form of the gated delta rule (docs/DESIGN.md §2.1, chunk 64).
 //!
 //! For one value head, a chunk of C tokens with initial state S₀ (`d_k×d_v`),
 //! cumulative log-decay `G_t = Σ_{s≤t} g_s` (within the chunk) and `q` already

@@ -1,5 +1,5 @@
 //! Hyper-parameters of a `qwen35moe` / `clover_moe` model, read from GGUF
-//! metadata (DESIGN §1.1). Keys are `ARCH.*` with `ARCH = general.architecture`.
+//! metadata (docs/DESIGN.md §1.1). Keys are `ARCH.*` with `ARCH = general.architecture`.
 //!
 //! Head dims are read from `attention.key_length` / `value_length` (never
 //! `embedding_length / head_count`). `block_count` includes exported MTP blocks
@@ -28,10 +28,12 @@ impl Arch {
     }
 }
 
-/// What a layer's token mixer is.
+/// What a layer's token mixer is (docs/DESIGN.md §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LayerKind {
+    /// Gated DeltaNet linear attention.
     DeltaNet,
+    /// Gated full attention.
     Attention,
 }
 
@@ -73,7 +75,7 @@ pub struct ModelConfig {
     pub rope_base: f32,
     /// Rotated dims of each head (NeoX pairs (i, i + n_rot/2)).
     pub n_rot: usize,
-    /// `rope.dimension_sections` (DESIGN §2.4): which pairs turn with the
+    /// `rope.dimension_sections` (docs/DESIGN.md §2.4): which pairs turn with the
     /// text position. `None` when the file has no such key: every pair does.
     pub rope_sections: Option<[u32; 4]>,
     pub n_expert: usize,

@@ -1,4 +1,4 @@
-//! Gated DeltaNet, token by token (DESIGN §2.1).
+//! Gated DeltaNet, token by token (docs/DESIGN.md §2.1).
 //!
 //! Shapes (35B-A3B): u `[T][2048]`; `mixed = attn_qkv·u` `[T][8192]` (q 16×128,
 //! k 16×128, v 32×128); `z = attn_gate·u` `[T][4096]`; `b, a` `[T][32]`.
@@ -18,17 +18,17 @@
 use std::ops::Range;
 
 use kernels::sig::ReplayStep;
-use kernels::{KernelTable, Mode};
+use kernels::KernelTable;
 use rayon::prelude::*;
 
 use super::chunked::{self, ChunkScratch, HeadInputs};
 use super::config::ModelConfig;
-use super::dump;
+use super::cx::Cx;
 use super::linear::MatScratch;
+use super::observe::{self, Op};
 use super::ops::{
     by_tap, dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus, PAR_MIN_ELEMS,
 };
-use super::profile::{self, Op};
 use super::recurrent::{DeltaNetState, GdnStash};
 use super::weights::DeltaNetWeights;
 
@@ -316,18 +316,17 @@ pub fn delta_update(kt: &KernelTable, s: &mut [f32], k: &[f32], v: &[f32], g: f3
 
 /// The GDN mixer over `t` tokens of normed input `u` (`[t][n_embd]`), writing
 /// `out` (`[t][n_embd]`) and advancing `state`. With `stash`, also records
-/// what `advance` needs to replay the recurrence later (DESIGN §5).
+/// what `advance` needs to replay the recurrence later (docs/DESIGN.md §5).
 ///
 /// With `ssm_from` (a verify pass's real state, `state` its scratch), the
 /// parallel delta rule copies each head's slice into `state.ssm` just before
 /// that head's first step: the copy is spread over the threads and leaves
-/// the head's state in cache for its steps, where one 2 MiB copy on the
-/// driving thread cost a verify pass a few ms. The same values either way.
+/// the head's state in cache for its steps, where one large copy on the
+/// driving thread made every verify pass wait for it. The same values
+/// either way.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &DeltaNetWeights,
     state: &mut DeltaNetState,
     ssm_from: Option<&[f32]>,
@@ -338,39 +337,38 @@ pub fn forward(
     out: &mut [f32],
     stash: Option<&mut GdnStash>,
 ) {
-    project(kt, mode, cfg, w, u, t, sc, lin);
+    let Cx { kt, cfg, .. } = cx;
+    project(cx, w, u, t, sc, lin);
     recur(kt, cfg, w, state, ssm_from, t, sc, stash);
-    finish(kt, mode, cfg, w, t, sc, lin, out);
+    finish(cx, w, t, sc, lin, out);
 }
 
 /// Step 1: the input projections of `t` rows into `sc` (`mixed`, `z`, and
 /// the raw `beta` and `alpha` rows in `beta` / `gate`); u converted once per
 /// dot type.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn project(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &DeltaNetWeights,
     u: &[f32],
     t: usize,
     sc: &mut DeltaNetScratch,
     lin: &mut MatScratch,
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let ch = cfg.ssm_conv_channels();
     let inner = cfg.ssm_inner();
     let hv = cfg.ssm_n_v_heads;
-    let _p = profile::enter(Op::GdnProj);
+    let _p = observe::enter(Op::GdnProj);
     lin.new_input();
     lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
     lin.project(kt, mode, &w.beta, u, &mut sc.beta[..t * hv]);
     lin.project(kt, mode, &w.alpha, u, &mut sc.gate[..t * hv]);
-    if dump::on() {
-        dump::here("linear_attn_qkv_mixed", &sc.mixed[..t * ch]);
-        dump::here("z", &sc.z[..t * inner]);
-        dump::here("beta", &sc.beta[..t * hv]);
-        dump::here("alpha", &sc.gate[..t * hv]);
+    if observe::wants_tensors() {
+        observe::here("linear_attn_qkv_mixed", t, &sc.mixed[..t * ch]);
+        observe::here("z", t, &sc.z[..t * inner]);
+        observe::here("beta", t, &sc.beta[..t * hv]);
+        observe::here("alpha", t, &sc.gate[..t * hv]);
     }
 }
 
@@ -391,8 +389,8 @@ pub(super) fn recur(
     let ch = cfg.ssm_conv_channels();
     let (hv, hk, d) = (cfg.ssm_n_v_heads, cfg.ssm_n_k_heads, cfg.ssm_head_dim);
     // 2. Gates.
-    let _p = profile::enter(Op::Recurrence);
-    profile::bytes((state.conv.len() + state.ssm.len()) * size_of::<f32>());
+    let _p = observe::enter(Op::Recurrence);
+    observe::bytes((state.conv.len() + state.ssm.len()) * size_of::<f32>());
     for b in &mut sc.beta[..t * hv] {
         *b = sigmoid(*b);
     }
@@ -400,7 +398,7 @@ pub(super) fn recur(
 
     // 3. Causal conv + silu.
     {
-        let _p = profile::enter(Op::Conv);
+        let _p = observe::enter(Op::Conv);
         conv_silu_t(
             &w.conv,
             &w.conv_t,
@@ -412,7 +410,7 @@ pub(super) fn recur(
         );
     }
 
-    dump::here("conv_output_silu", &sc.conv[..t * ch]);
+    observe::here("conv_output_silu", t, &sc.conv[..t * ch]);
     // 4. L2-normalise q and k heads.
     l2norm_qk(cfg, &mut sc.conv[..t * ch]);
 
@@ -488,8 +486,8 @@ pub(super) fn recur(
             .for_each(|(h, (s, oh))| rows(h, s, from(h), 0..t, oh));
     }
 
-    dump::here("attn_output", &sc.o_heads[..hv * t * d]);
-    dump::here("gate", &sc.gate[..t * hv]);
+    observe::here("attn_output", t, &sc.o_heads[..hv * t * d]);
+    observe::here("gate", t, &sc.gate[..t * hv]);
 }
 
 /// Several tokens of value head `h` through the tier's multi-position
@@ -555,39 +553,35 @@ fn head_steps(
 
 /// Step 6: the gated RMSNorm of the heads' outputs and `sc.z`, then the
 /// output projection of `t` rows into `out`.
-#[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &DeltaNetWeights,
     t: usize,
     sc: &mut DeltaNetScratch,
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
+    let Cx { cfg, .. } = cx;
     {
-        let _p = profile::enter(Op::Norm);
+        let _p = observe::enter(Op::Norm);
         gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
     }
-    dump::here("final_output", &sc.o[..t * cfg.ssm_inner()]);
-    project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
+    observe::here("final_output", t, &sc.o[..t * cfg.ssm_inner()]);
+    project_out(cx, w, t, &sc.o, lin, out);
 }
 
 /// `out = ssm_out · o` for `t` rows of the gated-norm output `o` (`[t][inner]`).
-#[allow(clippy::too_many_arguments)]
 pub(super) fn project_out(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &DeltaNetWeights,
     t: usize,
     o: &[f32],
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
+    let Cx { kt, mode, cfg } = cx;
     lin.new_input();
-    let _p = profile::enter(Op::GdnProj);
+    let _p = observe::enter(Op::GdnProj);
     lin.project(
         kt,
         mode,
@@ -598,7 +592,7 @@ pub(super) fn project_out(
 }
 
 /// `g = softplus(a + dt_bias) · ssm_a` in place over rows `[T][n_v]` of the
-/// `ssm_alpha` projection (DESIGN §2.1 step 2; the decay is `e^g`).
+/// `ssm_alpha` projection (docs/DESIGN.md §2.1 step 2; the decay is `e^g`).
 pub(super) fn decay_gates(w: &DeltaNetWeights, g: &mut [f32]) {
     for gt in g.chunks_exact_mut(w.a.len()) {
         for ((g, &dt), &a) in gt.iter_mut().zip(&w.dt_bias).zip(&w.a) {
@@ -624,7 +618,7 @@ pub(super) fn l2norm_qk(cfg: &ModelConfig, conv: &mut [f32]) {
     }
 }
 
-/// The gated RMSNorm (DESIGN §2.1 step 6) of `t` rows:
+/// The gated RMSNorm (docs/DESIGN.md §2.1 step 6) of `t` rows:
 /// `o[t][h] = rmsnorm(o_heads[h][t]) ⊙ ssm_norm ⊙ silu(z[t][h])`, with
 /// `o_heads` head-major `[n_v][t][d]`, `z` and `o` `[t][inner]`. `z` is
 /// replaced by silu(z): ggml takes silu per row of d_v
@@ -669,3 +663,7 @@ pub(super) fn gated_norm(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "deltanet_tests.rs"]
+pub(crate) mod tests;

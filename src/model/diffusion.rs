@@ -1,4 +1,4 @@
-//! The block-diffusion forward (DESIGN §3, normative): the AR forward over a
+//! The block-diffusion forward (docs/DESIGN.md §3, normative): the AR forward over a
 //! draft block `[t_n, M, …, M]` at positions n … n+D with the committed state
 //! read but never written.
 //!
@@ -17,7 +17,7 @@
 //! ```
 //! Logits are shifted: the row of block index j predicts position n+j+1.
 //!
-//! Only what DESIGN §3 changes is here: the two-sided conv, the history
+//! Only what docs/DESIGN.md §3 changes is here: the two-sided conv, the history
 //! read-out, the block softmax and its mix with the history, and the
 //! attention span. The rest are the AR pass's own stages, called with the
 //! state's scratch: q/k norms and rope, the attend step (`Span::Block`) and
@@ -26,16 +26,16 @@
 //! head of `forward.rs`. The GDN block buffers (`GdnBlockScratch`) are
 //! allocated once per call (a block is ≤ 16 tokens).
 
-use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
 use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
+use super::cx::Cx;
 use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
 use super::kv::KvCache;
 use super::linear::MatScratch;
+use super::observe::{self, Op};
 use super::ops::{by_tap, sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
-use super::profile::{self, Op};
 use super::state::DeltaNetState;
 use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights};
 
@@ -219,9 +219,7 @@ fn right_tap(o: &mut [f32], x: Option<&[f32]>, taps: impl Iterator<Item = f32>) 
 /// (never writing) `state`; writes `out` (`[t][n_embd]`).
 #[allow(clippy::too_many_arguments)]
 pub fn gdn_block(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &DeltaNetWeights,
     dw: &DiffusionWeights,
     state: &DeltaNetState,
@@ -231,12 +229,13 @@ pub fn gdn_block(
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let ch = cfg.ssm_conv_channels();
     let inner = cfg.ssm_inner();
     let hv = cfg.ssm_n_v_heads;
 
     // 1. Projections and g (β is not used by the block pass).
-    let p = profile::enter(Op::GdnProj);
+    let p = observe::enter(Op::GdnProj);
     lin.new_input();
     lin.project(kt, mode, &w.qkv, u, &mut sc.mixed[..t * ch]);
     lin.project(kt, mode, &w.gate, u, &mut sc.z[..t * inner]);
@@ -247,10 +246,10 @@ pub fn gdn_block(
 
     // 6. Gated RMSNorm (the AR pass's), then the output projection.
     {
-        let _p = profile::enter(Op::Norm);
+        let _p = observe::enter(Op::Norm);
         gated_norm(cfg, w, t, &sc.o_heads, &mut sc.z, &mut sc.o);
     }
-    deltanet::project_out(kt, mode, cfg, w, t, &sc.o, lin, out);
+    deltanet::project_out(cx, w, t, &sc.o, lin, out);
 }
 
 /// Steps 1 (the decay g) and 2 of [`gdn_block`] on the `t` projected rows in
@@ -265,10 +264,10 @@ pub(super) fn block_conv(
     sc: &mut GdnBlockScratch,
 ) {
     let ch = cfg.ssm_conv_channels();
-    let p = profile::enter(Op::Recurrence);
+    let p = observe::enter(Op::Recurrence);
     decay_gates(w, &mut sc.g[..t * cfg.ssm_n_v_heads]);
     drop(p);
-    let _p = profile::enter(Op::Conv);
+    let _p = observe::enter(Op::Conv);
     conv_two_sided_t(
         [&w.conv, &w.conv_t],
         cfg.ssm_conv_kernel,
@@ -293,7 +292,7 @@ pub(super) fn block_heads(
     sc: &mut GdnBlockScratch,
 ) {
     let (hv, d) = (cfg.ssm_n_v_heads, cfg.ssm_head_dim);
-    let _p = profile::enter(Op::Recurrence);
+    let _p = observe::enter(Op::Recurrence);
     let ctx = BlockHeads {
         cfg,
         dw,
@@ -512,9 +511,7 @@ unsafe fn dot_lanes_avx(a: &[f32], b: &[f32]) -> f32 {
 /// to first.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_block(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &AttentionWeights,
     kv: &KvCache,
     layer: usize,
@@ -526,31 +523,21 @@ pub fn attention_block(
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
-    attention::project_qkv(kt, mode, cfg, w, u, t, sc, lin);
+    let Cx { cfg, .. } = cx;
+    attention::project_qkv(cx, w, u, t, sc, lin);
     attention::qk_norm_rope(cfg, w, pos0, t, sc);
     if reverse_queries {
-        attention::attend(
-            kt,
-            mode,
-            cfg,
-            kv,
-            layer,
-            pos0,
-            t,
-            (0..t).rev(),
-            Span::Block,
-            sc,
-        );
+        attention::attend(cx, kv, layer, pos0, t, (0..t).rev(), Span::Block, sc);
     } else {
-        attention::attend(kt, mode, cfg, kv, layer, pos0, t, 0..t, Span::Block, sc);
+        attention::attend(cx, kv, layer, pos0, t, 0..t, Span::Block, sc);
     }
-    attention::project_out(kt, mode, cfg, w, t, sc, lin, out);
+    attention::project_out(cx, w, t, sc, lin, out);
 }
 
-/// Blocks of at least this many rows run on the prompt kernels. Measured at
-/// full size (`clover bench --pass-costs 8,16`, `-t 2`, interleaved): a
-/// 16-row block 20 % faster than on the decode kernels, a 9-row block 20 %
-/// slower.
+/// Blocks of at least this many rows run on the prompt kernels: from there
+/// on the prompt kernels' block costs less than the decode kernels' at full
+/// size, below it more (`clover bench --pass-costs 8,16`;
+/// docs/PERFORMANCE.md, "Kernel choices, measured").
 pub const BLOCK_PROMPT_ROWS: usize = 16;
 
 /// Test knobs of a diffusion pass.
@@ -565,35 +552,5 @@ pub struct DiffusionKnobs {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The two-sided conv gives the same bits from transposed taps as from the
-    /// file's layout (rows near the block's end included).
-    #[test]
-    fn the_two_sided_conv_is_the_same_from_either_tap_layout() {
-        let (ch, k, kr, t) = (40, 4, 3, 6);
-        let mut r = crate::model::tiny::Rng::new(41);
-        let mut vec = |n: usize| r.vec(n, 1.0);
-        let (w, wr, window, mixed) = (vec(ch * k), vec(ch * kr), vec((k - 1) * ch), vec(t * ch));
-        let (wt, wrt) = (by_tap(&w, k, ch), by_tap(&wr, kr, ch));
-        let run = |w: Taps, wr: Taps| {
-            let c = ConvTaps {
-                w,
-                k,
-                wr,
-                kr,
-                window: &window,
-                mixed: &mixed,
-                ch,
-            };
-            let mut out = vec![0f32; t * ch];
-            two_sided_rows(&c, 0, &mut out);
-            out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
-        };
-        assert_eq!(
-            run(Taps::ByChannel(&w), Taps::ByChannel(&wr)),
-            run(Taps::ByTap(&wt), Taps::ByTap(&wrt))
-        );
-    }
-}
+#[path = "diffusion_tests.rs"]
+mod tests;

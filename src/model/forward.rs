@@ -1,4 +1,4 @@
-//! The autoregressive forward pass (DESIGN §2).
+//! The autoregressive forward pass (docs/DESIGN.md §2).
 //!
 //! ```text
 //! x  = token_embd[tokens]                                   [T][n_embd]
@@ -37,7 +37,7 @@ pub struct Model<'a> {
     pub config: ModelConfig,
     pub weights: Weights<'a>,
     /// How batches are summed: clover's orders, or llama.cpp's for parity
-    /// runs (`CLOVER_BATCH_ORDER=ggml` sets the default).
+    /// runs (`--batch-order ggml` chooses it for the process).
     pub order: BatchOrder,
     /// The kernel tier every product of this model runs on (chosen once per
     /// process, `kernels::isa::init`), handed down to every op.
@@ -63,7 +63,7 @@ impl<'a> Model<'a> {
         Ok(Model {
             config,
             weights,
-            order: BatchOrder::from_env(),
+            order: BatchOrder::chosen(),
             kt: kernels::isa::active(),
             draft_pool: 0,
         })
@@ -93,7 +93,7 @@ impl<'a> Model<'a> {
         self.forward_impl(state, tokens, pos0, logits_for, false)
     }
 
-    /// A verify pass (DESIGN §5): `forward` over `tokens` (at most one batch)
+    /// A verify pass (docs/DESIGN.md §5): `forward` over `tokens` (at most one batch)
     /// that leaves every GDN state untouched and stashes what
     /// `commit_verify` needs. The KV cache holds all `tokens` until the commit.
     pub fn forward_verify<'s>(
@@ -392,3 +392,7 @@ pub(super) fn set_head_rows(
         ),
     }
 }
+
+#[cfg(test)]
+#[path = "forward_tests.rs"]
+mod tests;

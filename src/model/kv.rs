@@ -1,4 +1,4 @@
-//! KV cache of the full-attention layers (DESIGN §2.5).
+//! KV cache of the full-attention layers (docs/DESIGN.md §2.5).
 //!
 //! Per attention layer: K and V, each `n_ctx` rows of `n_head_kv · head_dim`
 //! elements stored in the cache type (F32, F16, BF16 or Q8_0; `-ctk/-ctv`).

@@ -1,4 +1,4 @@
-//! Matrix products over quantized weights (DESIGN §2.6).
+//! Matrix products over quantized weights (docs/DESIGN.md §2.6).
 //!
 //! `W` is `n_out` rows of `n_in` elements of type `ty` (ggml `{n_in, n_out}`).
 //! Activations `x` (`rows x n_in` f32) are converted once into
@@ -11,6 +11,8 @@
 
 use kernels::matmul::{self as km, QActs, QMatrix};
 use kernels::{scalar, GgmlType, KernelTable, Mode};
+
+use super::observe;
 
 /// A zero-copy weight matrix: `n_out` rows of `row_bytes` bytes.
 #[derive(Clone, Copy, Debug)]
@@ -312,7 +314,7 @@ pub fn matmul(
     grow_tile(tile, x.rows);
     if !w.expert {
         // A routed expert's bytes are counted once per pass by the MoE.
-        super::profile::bytes(w.bytes());
+        observe::bytes(w.bytes());
     }
     km::matmul(kt, &w.q(), &x.q(), out, tile, mode);
 }
@@ -327,9 +329,9 @@ pub fn project(
     out: &mut [f32],
     tile: &mut Vec<f32>,
 ) {
-    if super::capture::on() {
+    if observe::on() {
         let rows = out.len() / w.n_out.max(1);
-        super::capture::dense(w.name, &x[..(rows * w.n_in).min(x.len())], w.n_in);
+        observe::product(w.name, &x[..(rows * w.n_in).min(x.len())], w.n_in);
     }
     let acts = cache.get(kt, w.ty.vec_dot_type(), x, w.n_in);
     matmul(kt, w, acts, out, tile, mode);

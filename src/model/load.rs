@@ -52,15 +52,11 @@ impl<'a> Model<'a> {
 /// type whose file rows the kernels read with the repacked product's bits.
 /// On AVX-512 that is Q5_K, Q6_K and Q8_0 (docs/PERFORMANCE.md, "Batched
 /// passes"). Q6_K: a mat-vec streams its file rows faster from
-/// memory than the repacked ones (`packed_stream`, one thread: 22–25
-/// against 19–21 GB/s, and 22–24 in the repacked order), while batches of
-/// several rows want the repacked product (on the full apex-miniplus file
-/// the perfect drafter's 16-token passes ran 1.46× and 1.39× plain decoding
-/// with Q6_K repacked, 1.14× and 1.18× without). There the file's Q6_K
-/// projections and head stay, about 0.8 GiB more of the file in memory
-/// (1.2 GiB with the token embedding, which stays anyway); at `-t 1` they
-/// took 7 % less time per token (two alternating pairs), at `-t 2`, where
-/// two threads already saturate memory, the same.
+/// memory than the repacked ones (`packed_stream`), while batches of
+/// several rows want the repacked product, so both are kept: the file's
+/// Q6_K projections and head stay in memory beside their copies, which
+/// costs memory and saves time per token where one thread does not
+/// saturate memory (figures in docs/PERFORMANCE.md).
 pub fn keeps_file_rows(ty: kernels::GgmlType, dims: &[u64]) -> bool {
     dims.len() == 2
         && kernels::isa::active()
@@ -99,7 +95,7 @@ pub struct Packed {
 pub fn packed_plan(file: &GgufFile) -> Vec<Packed> {
     let mode = std::env::var("CLOVER_REPACK").ok();
     let kt = kernels::isa::active();
-    if mode.as_deref() == Some("0") || BatchOrder::from_env() == BatchOrder::Ggml {
+    if mode.as_deref() == Some("0") || BatchOrder::chosen() == BatchOrder::Ggml {
         return Vec::new();
     }
     let tied = file.tensor("output.weight").is_none();

@@ -1,5 +1,5 @@
 //! The qwen35moe / clover_moe model: configuration, weights, state and the
-//! autoregressive forward pass (DESIGN §1.2, §2).
+//! autoregressive forward pass (docs/DESIGN.md §1.2, §2).
 //!
 //! ```text
 //! let config = ModelConfig::from_metadata(|key| file.get(key))?;
@@ -7,7 +7,7 @@
 //! let mut st = model.new_state(StateOptions::new(n_ctx))?;
 //! let logits = model.forward(&mut st, &prompt, 0, LogitsFor::Last)?;      // prefill
 //! let logits = model.forward(&mut st, &[tok], st.n_past(), LogitsFor::Last)?; // decode
-//! // self-speculation (DESIGN §5): GDN states untouched until the commit
+//! // self-speculation (docs/DESIGN.md §5): GDN states untouched until the commit
 //! let ys = model.forward_verify(&mut st, &[anchor, d1, d2], n, LogitsFor::All)?;
 //! model.commit_verify(&mut st, accepted + 1)?;
 //! ```
@@ -19,14 +19,15 @@ pub mod batch;
 pub mod capture;
 pub mod chunked;
 pub mod config;
+pub mod cx;
 pub mod deltanet;
 pub mod diffusion;
-pub mod dump;
 pub mod forward;
 pub mod kv;
 pub mod linear;
 pub mod load;
 pub mod moe;
+pub mod observe;
 pub mod ops;
 pub mod pass;
 pub mod profile;
@@ -36,9 +37,6 @@ pub mod tiny;
 pub mod verify;
 pub mod warm;
 pub mod weights;
-
-#[cfg(test)]
-mod tests;
 
 use kernels::GgmlType;
 use thiserror::Error;

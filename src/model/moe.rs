@@ -1,4 +1,4 @@
-//! Mixture of experts with a gated shared expert (DESIGN §2.3).
+//! Mixture of experts with a gated shared expert (docs/DESIGN.md §2.3).
 //!
 //! Shapes (35B-A3B): u `[T][2048]`; router `[T][256]`; per expert gate/up
 //! `512 x 2048`, down `2048 x 512`; shared expert likewise.
@@ -15,12 +15,11 @@
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
-use super::capture;
 use super::config::ModelConfig;
-use super::dump;
+use super::cx::Cx;
 use super::linear::{matmul, Activations, MatScratch, Matrix};
+use super::observe::{self, Op};
 use super::ops::{sigmoid, softmax_inplace, swiglu_row};
-use super::profile::{self, Op};
 use super::weights::{Experts, FfnWeights, GateUp};
 
 /// Smallest normalising sum, 2^-14 = 6.1035e-5 (ggml clamps to the smallest
@@ -104,7 +103,7 @@ pub struct MoeScratch {
     expert_of: Vec<usize>,
     /// Test hook: force one evaluation path.
     pub path: ExpertPath,
-    /// Draft passes only (DESIGN §3, "expert pool"): when ≥ `k`, rows after
+    /// Draft passes only (docs/DESIGN.md §3, "expert pool"): when ≥ `k`, rows after
     /// the first choose their experts among the first row's `pool` most
     /// probable ones, so a block streams `pool` experts per layer rather
     /// than up to `k` per row. 0: every row routes freely.
@@ -171,11 +170,8 @@ impl MoeScratch {
 }
 
 /// The MoE block over `t` tokens of normed input `u`, writing `out`.
-#[allow(clippy::too_many_arguments)]
 pub fn forward(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &FfnWeights,
     u: &[f32],
     t: usize,
@@ -183,14 +179,15 @@ pub fn forward(
     lin: &mut MatScratch,
     out: &mut [f32],
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let (e, ne, k) = (cfg.n_embd, cfg.n_expert, cfg.n_expert_used);
     let u = &u[..t * e];
 
     // 1. Route.
-    let router = profile::enter(Op::Router);
+    let router = observe::enter(Op::Router);
     lin.new_input();
     lin.project(kt, mode, &w.router, u, &mut sc.router[..t * ne]);
-    dump::here("ffn_moe_logits", &sc.router[..t * ne]);
+    observe::here("ffn_moe_logits", t, &sc.router[..t * ne]);
     let pooled = sc.pool >= k && sc.pool < ne && t > sc.pool_row + 1;
     for ti in 0..t {
         let p = &mut sc.router[ti * ne..(ti + 1) * ne];
@@ -210,13 +207,13 @@ pub fn forward(
         }
     }
 
-    if dump::on() {
-        dump::here("ffn_moe_probs", &sc.router[..t * ne]);
-        dump::here("ffn_moe_weights_norm", &sc.weights[..t * k]);
+    if observe::wants_tensors() {
+        observe::here("ffn_moe_probs", t, &sc.router[..t * ne]);
+        observe::here("ffn_moe_weights_norm", t, &sc.weights[..t * k]);
         let sel: Vec<f32> = sc.sel[..t * k].iter().map(|&x| x as f32).collect();
-        dump::here("ffn_moe_topk", &sel);
+        observe::here("ffn_moe_topk", t, &sel);
     }
-    if capture::on() {
+    if observe::on() {
         // ggml's order: slot by slot, token by token.
         let (sel, u) = (&sc.sel, u);
         let rows = || {
@@ -225,16 +222,16 @@ pub fn forward(
             })
         };
         match w.gate_up {
-            GateUp::Fused(gu) => capture::routed(gu.name, ne, e, rows()),
+            GateUp::Fused(gu) => observe::routed(gu.name, ne, e, rows()),
             GateUp::Split { gate, up } => {
-                capture::routed(gate.name, ne, e, rows());
-                capture::routed(up.name, ne, e, rows());
+                observe::routed(gate.name, ne, e, rows());
+                observe::routed(up.name, ne, e, rows());
             }
         }
     }
     drop(router);
     // 2. Group (token, slot) pairs by expert.
-    let experts = profile::enter(Op::Experts);
+    let experts = observe::enter(Op::Experts);
     sc.offsets.fill(0);
     for &x in &sc.sel[..t * k] {
         sc.offsets[x + 1] += 1;
@@ -258,11 +255,9 @@ pub fn forward(
         .filter(|&x| sc.offsets[x + 1] > sc.offsets[x])
         .count();
     // Repacked experts take any number of rows in one weight stream at the
-    // same bits, so an expert shared by two rows already pays grouped: on
-    // the full apex-miniplus file (`--pass-costs 4,16 -t 2`, two A/B
-    // pairs) verify(4) went 177 / 160 → 171 / 148 ms and verify(16) 613 /
-    // 526 → 581 / 481 ms. Otherwise grouping pays from two rows per expert
-    // on average.
+    // same bits, so an expert shared by two rows already pays grouped (its
+    // weights stream once, not twice; `--pass-costs 4,16` shows it).
+    // Otherwise grouping pays from two rows per expert on average.
     let packed = w.down.q().packed().is_some() && kt.packed_gemm(w.down.ty, mode).is_some();
     let flat = match sc.path {
         ExpertPath::Auto if packed => t * k == distinct,
@@ -270,22 +265,22 @@ pub fn forward(
         ExpertPath::Grouped => false,
         ExpertPath::Flat => true,
     };
-    if profile::on() {
+    if observe::on() {
         let gu = match w.gate_up {
             GateUp::Fused(gu) => gu.expert(0).bytes(),
             GateUp::Split { gate, up } => gate.expert(0).bytes() + up.expert(0).bytes(),
         };
-        profile::bytes(distinct * (gu + w.down.expert(0).bytes()));
+        observe::bytes(distinct * (gu + w.down.expert(0).bytes()));
     }
     if flat {
-        experts_flat(kt, mode, cfg, w, u, t, sc, lin);
+        experts_flat(cx, w, u, t, sc, lin);
     } else {
-        experts_grouped(kt, mode, cfg, w, u, sc, lin);
+        experts_grouped(cx, w, u, sc, lin);
     }
     drop(experts);
 
     // 4. Shared expert and its gate.
-    let shared = profile::enter(Op::SharedExpert);
+    let shared = observe::enter(Op::SharedExpert);
     let ffs = cfg.n_ff_shexp;
     lin.project(kt, mode, &w.shexp_gate, u, &mut sc.sh_g[..t * ffs]);
     lin.project(kt, mode, &w.shexp_up, u, &mut sc.sh_u[..t * ffs]);
@@ -297,7 +292,7 @@ pub fn forward(
             &mut sc.h[r * ffs..(r + 1) * ffs],
         );
     }
-    capture::dense(w.shexp_down.name, &sc.h[..t * ffs], ffs);
+    observe::product(w.shexp_down.name, &sc.h[..t * ffs], ffs);
     sc.h_act
         .quantize(kt, w.shexp_down.ty.vec_dot_type(), &sc.h[..t * ffs], ffs);
     matmul(
@@ -309,19 +304,19 @@ pub fn forward(
         mode,
     );
 
-    if dump::on() {
+    if observe::wants_tensors() {
         for (r, &(ti, slot)) in sc.routed[..t * k].iter().enumerate() {
             sc.slots[(ti * k + slot) * e..(ti * k + slot + 1) * e]
                 .copy_from_slice(&sc.dn[r * e..(r + 1) * e]);
         }
-        dump::here("ffn_moe_down", &sc.slots[..t * k * e]);
-        dump::here("ffn_shexp", &sc.sh_out[..t * e]);
-        dump::here("shared_expert_gate", &sc.sh_gate[..t]);
+        observe::here("ffn_moe_down", t, &sc.slots[..t * k * e]);
+        observe::here("ffn_shexp", t, &sc.sh_out[..t * e]);
+        observe::here("shared_expert_gate", t, &sc.sh_gate[..t]);
     }
     drop(shared);
     // 5. Weighted sum in slot order, plus the gated shared expert (the
     //    expert outputs are `dn`'s rows, in routed order).
-    let _p = profile::enter(Op::Experts);
+    let _p = observe::enter(Op::Experts);
     let (weights, row_of, dn, sh_gate, sh_out) =
         (&sc.weights, &sc.row_of, &sc.dn, &sc.sh_gate, &sc.sh_out);
     let sum = |ti: usize, o: &mut [f32]| {
@@ -370,15 +365,8 @@ struct ExpertBufs {
 /// Each selected expert on the tokens routed to it: its rows are streamed
 /// once for all of them. Experts run in parallel, one whole expert (gate,
 /// up, down) per task, writing its rows of `sc.dn` (routed order).
-fn experts_grouped(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
-    w: &FfnWeights,
-    u: &[f32],
-    sc: &mut MoeScratch,
-    lin: &mut MatScratch,
-) {
+fn experts_grouped(cx: Cx, w: &FfnWeights, u: &[f32], sc: &mut MoeScratch, lin: &mut MatScratch) {
+    let Cx { kt, mode, cfg } = cx;
     let (e, ne, ff) = (cfg.n_embd, cfg.n_expert, cfg.n_ff_exp);
     let (g_ty, u_ty) = match w.gate_up {
         GateUp::Fused(gu) => (gu.ty.vec_dot_type(), gu.ty.vec_dot_type()),
@@ -440,7 +428,7 @@ fn experts_grouped(
                 }
             }
             let down = w.down.expert(x);
-            capture::routed(down.name, ne, ff, b.h.chunks_exact(ff).map(|r| (x, r)));
+            observe::routed(down.name, ne, ff, b.h.chunks_exact(ff).map(|r| (x, r)));
             b.h_act.quantize(kt, down.ty.vec_dot_type(), &b.h, ff);
             product(&down, &b.h_act, dn, &mut b.tile);
         });
@@ -448,17 +436,15 @@ fn experts_grouped(
 
 /// Every (token, slot) pair at once, in routed order: one parallel product
 /// per projection, each pair reading its own expert's rows.
-#[allow(clippy::too_many_arguments)]
 fn experts_flat(
-    kt: &KernelTable,
-    mode: Mode,
-    cfg: &ModelConfig,
+    cx: Cx,
     w: &FfnWeights,
     u: &[f32],
     t: usize,
     sc: &mut MoeScratch,
     lin: &mut MatScratch,
 ) {
+    let Cx { kt, mode, cfg } = cx;
     let (e, k, ff) = (cfg.n_embd, cfg.n_expert_used, cfg.n_ff_exp);
     let n = t * k;
     sc.idx.clear();
@@ -515,7 +501,7 @@ fn experts_flat(
             }
         }
     }
-    capture::routed(
+    observe::routed(
         w.down.name,
         w.down.n_expert,
         ff,
@@ -554,3 +540,7 @@ fn rows_product(
 fn swiglu(g: &[f32], up: &[f32], h: &mut [f32]) {
     swiglu_row(g, up, h);
 }
+
+#[cfg(test)]
+#[path = "moe_tests.rs"]
+pub(crate) mod tests;

@@ -17,7 +17,7 @@
 //!   pair), rotating `(x_i, x_{i+n_rot/2})` with ggml's fused
 //!   multiply-adds; dims ≥ n_rot are untouched. `q_i` is the position p for
 //!   the pairs `rope.dimension_sections` gives to the text position, else 0
-//!   (DESIGN §2.4, [`rope_pairs_rotated`]): such a pair gets cos 1, sin 0,
+//!   (docs/DESIGN.md §2.4, [`rope_pairs_rotated`]): such a pair gets cos 1, sin 0,
 //!   exactly what ggml computes for it.
 
 use kernels::KernelTable;
@@ -386,7 +386,7 @@ fn softmax_split_body(x: &mut [f32], bulk: usize) {
 }
 
 /// Which rope pairs turn with the text position, for `n_pairs` = n_rot/2
-/// pairs (DESIGN §2.4; ggml's interleaved multi-section rope, "imrope").
+/// pairs (docs/DESIGN.md §2.4; ggml's interleaved multi-section rope, "imrope").
 ///
 /// A text token's position has the four components (p, p, p, 0). Pair i
 /// falls in sector `i mod (s0+s1+s2+s3)`; sector c takes component `c mod 3`
@@ -708,7 +708,7 @@ mod tests {
         assert_eq!(z, x);
     }
 
-    /// DESIGN §2.4's rule, transcribed clause by clause.
+    /// docs/DESIGN.md §2.4's rule, transcribed clause by clause.
     fn design_rule(i: usize, s: [u32; 4]) -> bool {
         let (s0, s1, s2) = (s[0] as usize, s[1] as usize, s[2] as usize);
         let sector = i % s.iter().map(|&x| x as usize).sum::<usize>();

@@ -22,13 +22,13 @@ use kernels::{KernelTable, Mode};
 
 use super::attention;
 use super::config::ModelConfig;
+use super::cx::Cx;
 use super::deltanet;
 use super::diffusion::{attention_block, gdn_block, GdnBlockScratch};
-use super::dump;
 use super::kv::KvCache;
 use super::moe;
+use super::observe::{self, Observer, Op, Seen};
 use super::ops::{add_into, all_finite, norm_rows, rmsnorm};
-use super::profile::{self, Op};
 use super::recurrent::{DeltaNetState, VerifyStash};
 use super::state::{LayerSlot, Scratch, State, Stats};
 use super::weights::{MixerWeights, Weights};
@@ -93,6 +93,24 @@ impl Group<'_, '_> {
     fn t(&self) -> usize {
         self.tokens.len()
     }
+
+    /// The pass's hook for this group: its sequence's statistics, then
+    /// every process-wide watcher.
+    fn see(&mut self, name: &str, il: isize, seen: Seen) {
+        let rows = self.t();
+        if let Some(stats) = self.stats.as_mut() {
+            stats.see(name, il, rows, &seen);
+        }
+        observe::see(name, il, rows, seen);
+    }
+
+    /// A clock for a part of the layer, when the statistics time them.
+    fn clock(&self) -> Option<Instant> {
+        self.stats
+            .as_ref()
+            .is_some_and(|s| s.timing)
+            .then(Instant::now)
+    }
 }
 
 impl Net<'_, '_> {
@@ -113,7 +131,7 @@ impl Net<'_, '_> {
             }
         }
         for il in 0..self.cfg.n_layer {
-            dump::set_layer(il);
+            observe::set_layer(il);
             for g in groups.iter_mut() {
                 self.mixer(g, il);
             }
@@ -131,14 +149,10 @@ impl Net<'_, '_> {
         let (cfg, kt, mode, t) = (self.cfg, self.kt, g.mode, g.t());
         let e = cfg.n_embd;
         let lw = &self.weights.layers[il];
-        let t0 = g
-            .stats
-            .as_ref()
-            .is_some_and(|s| s.timing)
-            .then(Instant::now);
+        let t0 = g.clock();
         let s = &mut *g.s;
         {
-            let _p = profile::enter(Op::Norm);
+            let _p = observe::enter(Op::Norm);
             norm_rows(
                 &s.x[..t * e],
                 &lw.attn_norm,
@@ -146,8 +160,9 @@ impl Net<'_, '_> {
                 &mut s.xn[..t * e],
             );
         }
-        dump::put("attn_norm", il as isize, &s.xn[..t * e]);
+        observe::tensor("attn_norm", il as isize, t, &s.xn[..t * e]);
         let u = &s.xn[..t * e];
+        let cx = Cx { kt, mode, cfg };
         match (&lw.mixer, &mut g.mixing) {
             (
                 MixerWeights::DeltaNet(w),
@@ -175,8 +190,7 @@ impl Net<'_, '_> {
                     None => (real, None, None),
                 };
                 deltanet::forward(
-                    kt, mode, cfg, w, target, ssm_from, u, t, &mut s.gdn, &mut s.lin, &mut s.y,
-                    stash,
+                    cx, w, target, ssm_from, u, t, &mut s.gdn, &mut s.lin, &mut s.y, stash,
                 )
             }
             (
@@ -185,9 +199,7 @@ impl Net<'_, '_> {
                     kv, slots, pos0, ..
                 },
             ) => attention::forward(
-                kt,
-                mode,
-                cfg,
+                cx,
                 w,
                 kv,
                 attn_slot(slots[il]),
@@ -211,7 +223,7 @@ impl Net<'_, '_> {
                     unreachable!("a block pass checks the diffusion tensors first")
                 };
                 let state = &recurrent[gdn_slot(slots[il])];
-                gdn_block(kt, mode, cfg, w, dw, state, u, t, gdn, &mut s.lin, &mut s.y)
+                gdn_block(cx, w, dw, state, u, t, gdn, &mut s.lin, &mut s.y)
             }
             (
                 MixerWeights::Attention(w),
@@ -223,9 +235,7 @@ impl Net<'_, '_> {
                     ..
                 },
             ) => attention_block(
-                kt,
-                mode,
-                cfg,
+                cx,
                 w,
                 kv,
                 attn_slot(slots[il]),
@@ -238,7 +248,7 @@ impl Net<'_, '_> {
                 &mut s.y,
             ),
             (MixerWeights::DeltaNet(w), Mixing::Slots { states }) => {
-                deltanet::project(kt, mode, cfg, w, u, t, &mut s.gdn, &mut s.lin);
+                deltanet::project(cx, w, u, t, &mut s.gdn, &mut s.lin);
                 for (i, st) in states.iter_mut().enumerate() {
                     let r = gdn_slot(st.slots[il]);
                     let one = &mut st.scratch.gdn;
@@ -246,24 +256,28 @@ impl Net<'_, '_> {
                     deltanet::recur(kt, cfg, w, &mut st.recurrent[r], None, 1, one, None);
                     s.gdn.put_heads(cfg, one, i, t);
                 }
-                deltanet::finish(kt, mode, cfg, w, t, &mut s.gdn, &mut s.lin, &mut s.y);
+                deltanet::finish(cx, w, t, &mut s.gdn, &mut s.lin, &mut s.y);
             }
             (MixerWeights::Attention(w), Mixing::Slots { states }) => {
-                attention::project_qkv(kt, mode, cfg, w, u, t, &mut s.attn, &mut s.lin);
+                attention::project_qkv(cx, w, u, t, &mut s.attn, &mut s.lin);
                 for (i, st) in states.iter_mut().enumerate() {
                     let a = attn_slot(st.slots[il]);
                     let pos = st.n_past();
                     let (kv, one) = (&mut st.kv, &mut st.scratch.attn);
-                    attention::decode_row(kt, mode, cfg, w, kv, a, pos, &mut s.attn, i, one);
+                    attention::decode_row(cx, w, kv, a, pos, &mut s.attn, i, one);
                 }
-                attention::project_out(kt, mode, cfg, w, t, &s.attn, &mut s.lin, &mut s.y);
+                attention::project_out(cx, w, t, &s.attn, &mut s.lin, &mut s.y);
             }
         }
-        dump::put("mixer_out", il as isize, &s.y[..t * e]);
+        observe::tensor("mixer_out", il as isize, t, &s.y[..t * e]);
         add_into(&mut s.x[..t * e], &s.y[..t * e]);
-        dump::put("attn_residual", il as isize, &s.x[..t * e]);
-        if let (Some(t0), Some(stats)) = (t0, g.stats.as_mut()) {
-            stats.mixer_ns[il] += t0.elapsed().as_nanos() as u64;
+        observe::tensor("attn_residual", il as isize, t, &s.x[..t * e]);
+        if let Some(t0) = t0 {
+            g.see(
+                "mixer",
+                il as isize,
+                Seen::Time(t0.elapsed().as_nanos() as u64),
+            );
         }
     }
 
@@ -272,21 +286,19 @@ impl Net<'_, '_> {
         let (cfg, t) = (self.cfg, g.t());
         let e = cfg.n_embd;
         let fw = &self.weights.layers[il].ffn;
-        let t0 = g
-            .stats
-            .as_ref()
-            .is_some_and(|s| s.timing)
-            .then(Instant::now);
+        let t0 = g.clock();
         let s = &mut *g.s;
         {
-            let _p = profile::enter(Op::Norm);
+            let _p = observe::enter(Op::Norm);
             norm_rows(&s.x[..t * e], &fw.norm, cfg.rms_eps, &mut s.xn[..t * e]);
         }
-        dump::put("attn_post_norm", il as isize, &s.xn[..t * e]);
+        observe::tensor("attn_post_norm", il as isize, t, &s.xn[..t * e]);
         moe::forward(
-            self.kt,
-            g.mode,
-            cfg,
+            Cx {
+                kt: self.kt,
+                mode: g.mode,
+                cfg,
+            },
             fw,
             &s.xn[..t * e],
             t,
@@ -294,24 +306,27 @@ impl Net<'_, '_> {
             &mut s.lin,
             &mut s.y,
         );
-        dump::put("ffn_out", il as isize, &s.y[..t * e]);
+        observe::tensor("ffn_out", il as isize, t, &s.y[..t * e]);
         add_into(&mut s.x[..t * e], &s.y[..t * e]);
-        dump::put("l_out", il as isize, &s.x[..t * e]);
-        let k = cfg.n_expert_used;
-        match (&mut g.stats, &mut g.mixing) {
-            (Some(stats), _) => stats.record(il, &s.moe.sel[..t * k]),
-            (None, Mixing::Slots { states }) => {
-                for (i, st) in states.iter_mut().enumerate() {
-                    st.stats.record(il, &s.moe.sel[i * k..(i + 1) * k]);
-                }
-            }
-            (None, _) => {}
-        }
-        if let (Some(t0), Some(stats)) = (t0, g.stats.as_mut()) {
-            stats.moe_ns[il] += t0.elapsed().as_nanos() as u64;
-        }
+        observe::tensor("l_out", il as isize, t, &s.x[..t * e]);
         if g.first_bad.is_none() && !all_finite(&s.x[..t * e]) {
             g.first_bad = Some(Some(il));
+        }
+        // The experts each row picked: a `Slots` group's rows are each their
+        // own sequence's.
+        let (k, il_) = (cfg.n_expert_used, il as isize);
+        let sel = &g.s.moe.sel[..t * k];
+        if let Mixing::Slots { states } = &mut g.mixing {
+            for (st, row) in states.iter_mut().zip(sel.chunks_exact(k)) {
+                st.stats.see("ffn_moe_topk", il_, 1, &Seen::Experts(row));
+            }
+        }
+        if let Some(stats) = g.stats.as_mut() {
+            stats.see("ffn_moe_topk", il_, t, &Seen::Experts(sel));
+        }
+        observe::see("ffn_moe_topk", il_, t, Seen::Experts(sel));
+        if let Some(t0) = t0 {
+            g.see("moe", il_, Seen::Time(t0.elapsed().as_nanos() as u64));
         }
     }
 
@@ -339,14 +354,10 @@ impl Net<'_, '_> {
                 rows.extend((0..t).map(|i| (i, i)));
             }
         }
-        let t0 = g
-            .stats
-            .as_ref()
-            .is_some_and(|s| s.timing)
-            .then(Instant::now);
+        let t0 = g.clock();
         self.head(g.head_mode, g.s);
-        if let (Some(t0), Some(stats)) = (t0, g.stats.as_mut()) {
-            stats.head_ns += t0.elapsed().as_nanos() as u64;
+        if let Some(t0) = t0 {
+            g.see("head", -1, Seen::Time(t0.elapsed().as_nanos() as u64));
         }
         if let Mixing::Slots { states } = &mut g.mixing {
             let v = self.weights.n_vocab;
@@ -362,7 +373,7 @@ impl Net<'_, '_> {
         if r == 0 {
             return;
         }
-        let _p = profile::enter(Op::Head);
+        let _p = observe::enter(Op::Head);
         let (e, v) = (self.cfg.n_embd, self.weights.n_vocab);
         grow(&mut s.head_in, r * e);
         grow(&mut s.head_out, r * v);
@@ -384,8 +395,8 @@ impl Net<'_, '_> {
             &s.head_in[..r * e],
             &mut s.head_out[..r * v],
         );
-        dump::put("result_norm", -1, &s.head_in[..r * e]);
-        dump::put("result_output", -1, &s.head_out[..r * v]);
+        observe::tensor("result_norm", -1, r, &s.head_in[..r * e]);
+        observe::tensor("result_output", -1, r, &s.head_out[..r * v]);
         for (i, &(out_row, _)) in s.head_rows.iter().enumerate() {
             s.logits[out_row * v..(out_row + 1) * v]
                 .copy_from_slice(&s.head_out[i * v..(i + 1) * v]);

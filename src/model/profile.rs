@@ -1,20 +1,21 @@
 //! Where a forward pass spends its time, op kind by op kind (`clover bench
 //! --profile`, the TUI's timing panel).
 //!
-//! While a profile runs ([`start`] … [`finish`]), the forward pass marks the
-//! op kind it is in with [`enter`]: a stopwatch that charges the time since
-//! the last switch to the kind that was running and, when the returned guard
-//! drops, switches back. The weight products add the bytes they stream
-//! ([`bytes`]) to the current kind. Only the thread that drives the forward
-//! pass switches; the kernels' worker threads run inside one kind, so a
-//! kind's time is wall time on the driving thread, and the kinds add up to
-//! the pass.
-//!
-//! Off (the normal case) each mark costs one relaxed atomic load.
+//! While a profile runs ([`start`] … [`finish`]), a watcher of the pass's
+//! hook (`observe.rs`) follows the op kinds the pass enters
+//! (`observe::enter`): a stopwatch that charges the time since the last
+//! switch to the kind that was running and, when the kind is left, switches
+//! back. The weight products' streamed bytes (`observe::bytes`) go to the
+//! current kind. Only the thread that drives the forward pass switches; the
+//! kernels' worker threads run inside one kind, so a kind's time is wall time
+//! on the driving thread, and the kinds add up to the pass.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
 use std::time::Instant;
+
+use super::observe::{self, Observer, Seen};
+
+/// The marks a pass makes (the hook's): an op kind entered, bytes streamed.
+pub use super::observe::{bytes, enter};
 
 /// The op kinds of a forward pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,91 +101,82 @@ impl Op {
 
 const N: usize = Op::ALL.len();
 
-static ON: AtomicBool = AtomicBool::new(false);
-static CUR: AtomicUsize = AtomicUsize::new(0);
-/// Nanoseconds since [`epoch`] of the last switch.
-static LAST: AtomicU64 = AtomicU64::new(0);
-static NS: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
-static BYTES: [AtomicU64; N] = [const { AtomicU64::new(0) }; N];
-
-fn epoch() -> Instant {
-    static E: OnceLock<Instant> = OnceLock::new();
-    *E.get_or_init(Instant::now)
+/// The profile's watcher ([`super::observe`]): a stack of the op kinds
+/// entered, each switch charging the time since the last one to the kind
+/// on top. Only the thread that started the profile (the one that drives
+/// the passes) is followed.
+struct Profiler {
+    thread: std::thread::ThreadId,
+    stack: Vec<Op>,
+    last: Instant,
+    p: Profile,
 }
 
-fn now_ns() -> u64 {
-    epoch().elapsed().as_nanos() as u64
-}
-
-/// The kind at index `i` (the enum is declared in [`Op::ALL`]'s order).
-fn op_at(i: usize) -> Op {
-    Op::ALL[i]
-}
-
-/// Whether a profile runs.
-#[inline]
-pub fn on() -> bool {
-    ON.load(Ordering::Relaxed)
-}
-
-/// Charges the time since the last switch to the running kind and makes
-/// `op` the running one; returns the kind that was running.
-fn switch(op: Op) -> Op {
-    let now = now_ns();
-    let prev = CUR.swap(op.index(), Ordering::Relaxed);
-    let last = LAST.swap(now, Ordering::Relaxed);
-    NS[prev].fetch_add(now.saturating_sub(last), Ordering::Relaxed);
-    op_at(prev)
-}
-
-/// Starts a profile, discarding anything collected before.
-pub fn start() {
-    for (t, b) in NS.iter().zip(&BYTES) {
-        t.store(0, Ordering::Relaxed);
-        b.store(0, Ordering::Relaxed);
+impl Profiler {
+    fn charge(&mut self) {
+        let now = Instant::now();
+        let top = *self.stack.last().unwrap_or(&Op::Other);
+        self.p.ns[top.index()] += (now - self.last).as_nanos() as u64;
+        self.last = now;
     }
-    CUR.store(Op::Other.index(), Ordering::Relaxed);
-    LAST.store(now_ns(), Ordering::Relaxed);
-    ON.store(true, Ordering::Relaxed);
+}
+
+impl Observer for Profiler {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn see(&mut self, _name: &str, _il: isize, _rows: usize, seen: &Seen) {
+        if std::thread::current().id() != self.thread {
+            return;
+        }
+        match *seen {
+            Seen::Enter(op) => {
+                self.charge();
+                self.stack.push(op);
+            }
+            Seen::Leave => {
+                self.charge();
+                if self.stack.len() > 1 {
+                    self.stack.pop();
+                }
+            }
+            Seen::Bytes(n) => {
+                let top = *self.stack.last().unwrap_or(&Op::Other);
+                self.p.bytes[top.index()] += n as u64;
+            }
+            _ => {}
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+const KIND: &str = "profile";
+
+/// Starts a profile on this thread, discarding anything collected before.
+pub fn start() {
+    observe::install(Box::new(Profiler {
+        thread: std::thread::current().id(),
+        stack: vec![Op::Other],
+        last: Instant::now(),
+        p: Profile::default(),
+    }));
 }
 
 /// Stops the profile and returns what it collected.
 pub fn finish() -> Profile {
-    switch(Op::Other);
-    ON.store(false, Ordering::Relaxed);
-    let mut p = Profile::default();
-    for op in Op::ALL {
-        p.ns[op.index()] = NS[op.index()].load(Ordering::Relaxed);
-        p.bytes[op.index()] = BYTES[op.index()].load(Ordering::Relaxed);
-    }
-    p
-}
-
-/// Switches back to the kind that ran before [`enter`] when dropped.
-#[must_use = "the op kind ends when the guard drops"]
-pub struct Guard(Option<Op>);
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(prev) = self.0 {
-            if on() {
-                switch(prev);
-            }
+    let Some(mut o) = observe::remove(KIND) else {
+        return Profile::default();
+    };
+    match o.as_any_mut().downcast_mut::<Profiler>() {
+        Some(pr) => {
+            pr.charge();
+            std::mem::take(&mut pr.p)
         }
-    }
-}
-
-/// Marks `op` as running until the guard drops (nothing when off).
-#[inline]
-pub fn enter(op: Op) -> Guard {
-    Guard(on().then(|| switch(op)))
-}
-
-/// Adds `n` streamed bytes to the running kind.
-#[inline]
-pub fn bytes(n: usize) {
-    if on() {
-        BYTES[CUR.load(Ordering::Relaxed)].fetch_add(n as u64, Ordering::Relaxed);
+        None => Profile::default(),
     }
 }
 

@@ -1,5 +1,5 @@
-//! The recurrent state of the Gated DeltaNet layers (DESIGN §2.5), kept apart
-//! from the KV cache, and what a verify pass stashes of it (DESIGN §5).
+//! The recurrent state of the Gated DeltaNet layers (docs/DESIGN.md §2.5), kept apart
+//! from the KV cache, and what a verify pass stashes of it (docs/DESIGN.md §5).
 //!
 //! GDN layer state (f32):
 //! - `conv`: the last `conv_kernel − 1` pre-conv `mixed` vectors, oldest first,

@@ -1,4 +1,4 @@
-//! Per-sequence state (DESIGN §2.5): the KV cache of the attention layers and,
+//! Per-sequence state (docs/DESIGN.md §2.5): the KV cache of the attention layers and,
 //! apart from it, the recurrent state of the Gated DeltaNet layers
 //! (`recurrent.rs`), plus the scratch and counters of a run.
 //!
@@ -15,6 +15,7 @@ use super::deltanet::DeltaNetScratch;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::moe::MoeScratch;
+use super::observe::{Observer, Seen};
 use super::recurrent::VerifyStash;
 use super::StateError;
 
@@ -72,7 +73,7 @@ impl Stats {
 
     /// Counts the experts `sel` chose for layer `il` (`[T][k]`, the last
     /// token's last).
-    pub(super) fn record(&mut self, il: usize, sel: &[usize]) {
+    fn record(&mut self, il: usize, sel: &[usize]) {
         let (ne, k) = (self.n_expert, self.k);
         for &x in sel {
             self.expert_counts[il * ne + x] += 1;
@@ -81,6 +82,32 @@ impl Stats {
         for (d, &s) in self.last_experts[il * k..(il + 1) * k].iter_mut().zip(last) {
             *d = s as u32;
         }
+    }
+}
+
+/// The statistics watch their sequence's passes: the experts each layer
+/// picked (`ffn_moe_topk`) and, with `timing`, the time of each layer's
+/// `mixer` and `moe` and of the `head`.
+impl Observer for Stats {
+    fn kind(&self) -> &'static str {
+        "stats"
+    }
+
+    fn see(&mut self, name: &str, il: isize, _rows: usize, seen: &Seen) {
+        let layer = usize::try_from(il).ok();
+        match (name, *seen, layer) {
+            ("ffn_moe_topk", Seen::Experts(sel), Some(il)) if !sel.is_empty() => {
+                self.record(il, sel)
+            }
+            ("mixer", Seen::Time(ns), Some(il)) => self.mixer_ns[il] += ns,
+            ("moe", Seen::Time(ns), Some(il)) => self.moe_ns[il] += ns,
+            ("head", Seen::Time(ns), _) => self.head_ns += ns,
+            _ => {}
+        }
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 }
 

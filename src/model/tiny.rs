@@ -123,7 +123,7 @@ pub fn tiny_config(n_layer: usize, interval: usize) -> ModelConfig {
     }
 }
 
-/// The 35B-A3B layer dimensions (DESIGN §1.1) with `n_expert` experts
+/// The 35B-A3B layer dimensions (docs/DESIGN.md §1.1) with `n_expert` experts
 /// (8 are used per token): for benches of real per-token work at small size.
 pub fn a3b_layer_config(n_layer: usize, n_expert: usize) -> ModelConfig {
     let mut c = tiny_config(n_layer, 4.min(n_layer.max(1)));
@@ -226,7 +226,7 @@ impl TinyModel {
                 }
             }
         }
-        // The diffusion tensors (DESIGN §1.2) from a stream of their own, so
+        // The diffusion tensors (docs/DESIGN.md §1.2) from a stream of their own, so
         // the AR weights above do not depend on whether they exist.
         if cfg.arch == Arch::CloverMoe {
             let mut r = Rng::new(seed ^ 0xD1FF_D1FF);
@@ -256,7 +256,7 @@ impl TinyModel {
         }
     }
 
-    /// The GGUF metadata that describes `cfg` (DESIGN §1.1 keys).
+    /// The GGUF metadata that describes `cfg` (docs/DESIGN.md §1.1 keys).
     pub fn metadata(&self) -> Vec<(String, Value)> {
         let c = &self.cfg;
         let a = c.arch.name();

@@ -1,5 +1,5 @@
 //! Verify passes that never write the GDN states, and committing a prefix of
-//! them (DESIGN §5).
+//! them (docs/DESIGN.md §5).
 //!
 //! `Model::forward_verify` runs `[t_n, d_1 … d_D]` like `forward`, except that
 //! each GDN layer runs on a scratch copy of its state (one buffer reused layer
@@ -162,3 +162,7 @@ pub fn advance_all(
         push_window(&mut st.conv, &stash.mixed[..n_keep * ch], ch);
     }
 }
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;

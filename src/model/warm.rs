@@ -5,9 +5,9 @@
 //! recurrence's bookkeeping. Once an idle rayon worker has searched for work
 //! a few dozen times it sleeps on a futex, and waking it for the next region
 //! costs a system call and, on a virtual machine whose idle vCPU was halted,
-//! tens of microseconds more before the region's half can start. On the 2-vCPU
-//! Xeon VM, a 2-thread region of 100 µs per thread that followed 20 µs or more
-//! of serial work took 47–97 µs longer than one that followed none.
+//! tens of microseconds more before the region's half can start: a short
+//! parallel region that follows serial work pays a wake-up that one which
+//! follows none does not.
 //!
 //! [`keep_warm`] sends every other thread of the current pool a job that
 //! runs the pool's pending work as it appears ([`rayon::yield_now`]) and
@@ -30,8 +30,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long [`keep_warm`] waits for the other threads to start spinning: a
-/// sleeping worker's wake-up took 47–97 µs on the 2-vCPU VM. Past it (the
+/// How long [`keep_warm`] waits for the other threads to start spinning:
+/// several times a sleeping worker's wake-up. Past it (the
 /// other cores busy with other work), the pass runs without them, as it would
 /// have anyway; a longer wait would only burn the driving thread's time.
 pub const START_WAIT: Duration = Duration::from_micros(250);

@@ -1,4 +1,4 @@
-//! Per-layer weights bound zero-copy over tensor bytes (DESIGN §1.2).
+//! Per-layer weights bound zero-copy over tensor bytes (docs/DESIGN.md §1.2).
 //!
 //! A matrix `{in, out}` (ggml `ne` order) is `out` rows of `in` elements, each
 //! row `ty.row_bytes(in)` bytes: `y[o] = Σ_i W[o][i]·x[i]`. An expert tensor
@@ -134,7 +134,7 @@ pub struct DeltaNetWeights<'a> {
     /// `ssm_norm {head_dim}` (no +1 baked in, used as is).
     pub norm: Vec<f32>,
     pub out: Matrix<'a>,
-    /// The block-diffusion extras (DESIGN §3), `clover_moe` files only.
+    /// The block-diffusion extras (docs/DESIGN.md §3), `clover_moe` files only.
     pub diffusion: Option<DiffusionWeights>,
 }
 
@@ -489,3 +489,7 @@ fn bind_diffusion(
         history_b: b.vector(&names[3], &[hv])?,
     }))
 }
+
+#[cfg(test)]
+#[path = "weights_tests.rs"]
+mod tests;

@@ -1,4 +1,4 @@
-//! Choosing the draft length D from measurements (DESIGN §4.2).
+//! Choosing the draft length D from measurements (docs/DESIGN.md §4.2).
 //!
 //! With a_j the measured probability that draft j is accepted given that
 //! drafts 1 … j−1 were (Laplace-smoothed counts), a D-draft iteration emits

@@ -1,4 +1,4 @@
-//! The rollback stash of a verify pass (DESIGN §5), by the numbers.
+//! The rollback stash of a verify pass (docs/DESIGN.md §5), by the numbers.
 //!
 //! Per GDN layer and verify position the stash holds the pre-conv `mixed`
 //! vector (channels f32), the post-conv k and v (channels − n_k·d f32), and
@@ -48,7 +48,7 @@ mod tests {
             b as f64 / (1 << 20) as f64
         );
         assert!(b < 32 << 20, "{b}");
-        // DESIGN §5's estimate: ≈ 27 MiB of per-position stash, + one 2 MiB state.
+        // docs/DESIGN.md §5's estimate: ≈ 27 MiB of per-position stash, + one 2 MiB state.
         let per_pos = b - stash_bytes(&cfg, 0);
         assert!((26 << 20..28 << 20).contains(&per_pos), "{per_pos}");
     }

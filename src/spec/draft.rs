@@ -1,6 +1,6 @@
-//! Drafters: who proposes d_1 … d_D after the anchor t_n (DESIGN §4.2 (a)).
+//! Drafters: who proposes d_1 … d_D after the anchor t_n (docs/DESIGN.md §4.2 (a)).
 //!
-//! - `DiffusionDrafter`: one diffusion pass (DESIGN §3) over `[t_n, M×D]`;
+//! - `DiffusionDrafter`: one diffusion pass (docs/DESIGN.md §3) over `[t_n, M×D]`;
 //!   draft j is the argmax of row j−1 (greedy) or a draw from it (sampling),
 //!   cut at the first position whose draft probability is below `p_min`.
 //! - `SequenceDrafter`: proposes a known continuation (e.g. the target's own

@@ -1,4 +1,4 @@
-//! Self-speculative decoding (DESIGN §4.2, §4.1, §5): small pure pieces.
+//! Self-speculative decoding (docs/DESIGN.md §4.2, §4.1, §5): small pure pieces.
 //!
 //! - `verify`: the acceptance rules (pure functions);
 //! - `draft`: the `Drafter` trait and the diffusion / sequence / random drafters;
@@ -7,7 +7,7 @@
 //! - `replay`: replayed acceptance profiles for benchmarks (simulated acceptance);
 //! - `speculator`: one draft → verify → accept → commit round (`Speculator`);
 //!   the loop around it is `engine::generate` / `engine::generate_tokens`;
-//! - `cost`: the rollback stash size (DESIGN §5).
+//! - `cost`: the rollback stash size (docs/DESIGN.md §5).
 
 pub mod adaptive;
 pub mod cost;

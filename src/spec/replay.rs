@@ -1,4 +1,4 @@
-//! Replayed acceptance (DESIGN §4, benchmarking only): measure speculation at
+//! Replayed acceptance (docs/DESIGN.md §4, benchmarking only): measure speculation at
 //! a size no trained model exists for. The draft, verify and commit passes run
 //! for real on the given file; only *which* drafts are accepted follows a
 //! recorded [`Profile`] of per-position conditional acceptance. The

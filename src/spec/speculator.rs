@@ -1,5 +1,5 @@
-//! One self-speculative round (DESIGN §4.2): draft → one batched verify pass
-//! over `[t_n, d_1 … d_D]` → accept → commit (replay, DESIGN §5) → the
+//! One self-speculative round (docs/DESIGN.md §4.2): draft → one batched verify pass
+//! over `[t_n, d_1 … d_D]` → accept → commit (replay, docs/DESIGN.md §5) → the
 //! accepted drafts + 1 tokens. [`Speculator::iterate`] owns the round only:
 //! acceptance is in `verify`, drafting in `draft`, the choice of D in
 //! `adaptive`; the loop around rounds is the engine's one generation loop
@@ -253,7 +253,7 @@ impl Speculator {
         stats.record_iteration(d, accepted, relaxed);
         adaptive.record_verify(d + 1, verify_ns, d, accepted);
 
-        // Keep the anchor and the accepted drafts (DESIGN §5 replay).
+        // Keep the anchor and the accepted drafts (docs/DESIGN.md §5 replay).
         let t0 = Instant::now();
         model.commit_verify(state, accepted + 1)?;
         stats.rollback_ns += t0.elapsed().as_nanos() as u64;

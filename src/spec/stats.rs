@@ -1,4 +1,4 @@
-//! Counters and timings of a speculative run (DESIGN §4.2, §7 panel).
+//! Counters and timings of a speculative run (docs/DESIGN.md §4.2, §7 panel).
 
 use std::fmt::Write as _;
 

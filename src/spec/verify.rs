@@ -1,4 +1,4 @@
-//! Acceptance rules of self-speculative decoding (DESIGN §4.1), as pure
+//! Acceptance rules of self-speculative decoding (docs/DESIGN.md §4.1), as pure
 //! functions over one target distribution (and, for sampling, one draft
 //! distribution). Distributions are dense: index = token id.
 //!

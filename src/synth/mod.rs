@@ -1,5 +1,5 @@
 //! `clover synth`: valid random-weight model files of any size, in either
-//! architecture, with the exact metadata and tensors of DESIGN §1.
+//! architecture, with the exact metadata and tensors of docs/DESIGN.md §1.
 //!
 //! - `presets`: the shapes (`tiny`, `small`, `a3b-4l`, `full`);
 //! - `tensors`: the tensor list of §1.2 for a shape;
@@ -181,7 +181,7 @@ fn value_bytes(v: &Value) -> u64 {
 impl Plan {
     /// Writes `sections` as `rope.dimension_sections` in place of the
     /// preset's (which rotate every pair): for parity tests of files whose
-    /// sections leave pairs unrotated (DESIGN §2.4). Weights are unchanged.
+    /// sections leave pairs unrotated (docs/DESIGN.md §2.4). Weights are unchanged.
     pub fn set_rope_sections(&mut self, sections: [i32; 4]) {
         self.dims.rope_sections = sections;
         let key = format!("{}.rope.dimension_sections", self.options.arch.name());

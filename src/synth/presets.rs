@@ -1,6 +1,6 @@
 //! Model shapes: the two architectures and the four size presets.
 //!
-//! `full` is the Clover-35B-A3B / Qwen3.5-35B-A3B geometry of DESIGN §1; the
+//! `full` is the Clover-35B-A3B / Qwen3.5-35B-A3B geometry of docs/DESIGN.md §1; the
 //! smaller presets keep its ratios where the size allows (GQA 8:1 or 4:1, two
 //! GDN value heads per key head, rope on a quarter of the head, the rope
 //! sections scaled with it, one full-attention layer in four).
@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn every_preset_writes_sections_that_rotate_every_rope_pair() {
-        // What llama.cpp computes then equals plain NeoX rope (DESIGN §2.4),
+        // What llama.cpp computes then equals plain NeoX rope (docs/DESIGN.md §2.4),
         // which the stored parity fixtures were made with.
         for preset in Preset::ALL {
             for arch in [Arch::CloverMoe, Arch::Qwen35Moe] {

@@ -1,4 +1,4 @@
-//! The tensor list of DESIGN §1.2 for a given architecture and shape.
+//! The tensor list of docs/DESIGN.md §1.2 for a given architecture and shape.
 
 use super::presets::{Arch, Dims};
 

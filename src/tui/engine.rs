@@ -16,7 +16,7 @@
 //!      `Verified { accepted: a, drafted: d }`, then `a` events `Text { kind: Accepted }`
 //!      (the accepted drafts, in order), then exactly one more `Text`: `Corrected`
 //!      when a draft was rejected (`a < d`), `Plain` for the bonus token when all were
-//!      accepted. Every round therefore emits `a + 1` tokens (DESIGN §4).
+//!      accepted. Every round therefore emits `a + 1` tokens (docs/DESIGN.md §4).
 //!
 //!    `LayerTimes`, `Routing` and `OpTimes` may follow any forward pass; they describe
 //!    the last token (for a batched pass, any one representative token; `OpTimes`
@@ -76,14 +76,7 @@ impl ChatMessage {
     }
 }
 
-/// The two mixer kinds of the hybrid model (DESIGN §2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LayerKind {
-    /// Gated DeltaNet linear attention.
-    DeltaNet,
-    /// Gated full attention.
-    Attention,
-}
+pub use crate::model::LayerKind;
 
 /// What the UI shows about the model; read once at start.
 #[derive(Clone, Debug, PartialEq)]

@@ -1,4 +1,4 @@
-//! `clover chat`: the terminal UI (DESIGN §7) and its line-mode fallback.
+//! `clover chat`: the terminal UI (docs/DESIGN.md §7) and its line-mode fallback.
 //!
 //! * [`engine`]: the [`ChatEngine`] interface the model implements, and its events.
 //! * [`demo`]: a deterministic fake engine (`clover chat --demo`, tests).

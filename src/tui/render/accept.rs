@@ -46,7 +46,7 @@ pub fn summary(app: &App) -> Vec<Item> {
     };
     v.push((mode.to_string(), g));
     if let Some(e) = e {
-        // What the controller did, and why (DESIGN §4: never slower), then
+        // What the controller did, and why (docs/DESIGN.md §4: never slower), then
         // what it bought: first, so the narrowest panel keeps them.
         if let Some(why) = &e.why {
             v.push((why.describe(), Style::new().fg(Color::Yellow)));

@@ -42,16 +42,16 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
 /// The dot in the order of ggml's CPU_REPACK kernels for `ty`, where
 /// llama.cpp's x86 build repacks that type (Q4_K → `q4_K_8x8`, whose
 /// gemv/gemm keep one exact i32 per super-block and column).
-pub fn repacked_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
+pub fn ggml_repack_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     match ty {
         GgmlType::Q4_K => Some(vec_dot_q4_k_repacked),
         _ => None,
     }
 }
 
-/// As [`repacked_dot_fn`] for the rows a repacked product takes four at a
+/// As [`ggml_repack_dot_fn`] for the rows a repacked product takes four at a
 /// time (its gemm kernel).
-pub fn repacked_gemm_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
+pub fn ggml_repack_gemm_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     match ty {
         GgmlType::Q4_K => Some(vec_dot_q4_k_repacked_gemm),
         _ => None,

@@ -17,5 +17,5 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
     legacy::quantize_fn(act_ty).or_else(|| kquants::quantize_fn(act_ty))
 }
 
-pub use kquants::{repacked_dot_fn, repacked_gemm_dot_fn, tiled_dot_fn};
+pub use kquants::{ggml_repack_dot_fn, ggml_repack_gemm_dot_fn, tiled_dot_fn};
 pub use legacy::{gemm_f16_fn, gemm_f32_fn};

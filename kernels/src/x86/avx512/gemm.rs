@@ -369,7 +369,7 @@ gemm_entry!(
     256,
     q4_k_repacked_cols,
     rows2 |x: &[&[BlockQ4K]; 2], y: &[BlockQ8K]| {
-        // SAFETY: `repacked_gemm_fn` hands the entry out only after detecting
+        // SAFETY: `ggml_repack_rows_fn` hands the entry out only after detecting
         // AVX512-VNNI and `Isa::Avx512.available()`.
         Some(unsafe { q4_k_repacked_rows2(x[0], x[1], y) })
     }
@@ -385,7 +385,7 @@ fn q4_k_repacked_cols<const C: usize>(x: &[BlockQ4K], y: [&[BlockQ8K]; C]) -> [f
 /// This tier's mat-vec kernel for weights of type `ty` in the order of
 /// ggml's repacked kernels (`KernelTable::weight_dot` where it repacks),
 /// if it has one.
-pub fn repacked_gemm_fn(ty: GgmlType) -> Option<GemmFn> {
+pub fn ggml_repack_rows_fn(ty: GgmlType) -> Option<GemmFn> {
     if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
         return None;
     }

@@ -1,10 +1,11 @@
 //! AVX512 kernels: the same function names as the scalar reference, split by
 //! family (legacy 32-element blocks and floats; K-quants and IQ4_XS; Q2_K and
-//! Q3_K; the Q8 activation quantisers).
+//! Q3_K; the Q8 activation quantisers; the delta rule).
 
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
+pub mod delta;
 pub mod gemm;
 pub mod gemm_f32;
 mod gemm_kq;

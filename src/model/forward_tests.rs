@@ -1,11 +1,12 @@
 //! The whole forward pass: against the composed f64 references, batch ==
 //! token by token, KV truncation, logits selection, errors and counters.
 
-use super::*;
+use crate::model::config::LayerKind;
 use crate::model::state::StateOptions;
+use crate::model::tiny::*;
 use crate::model::{ForwardError, LogitsFor};
 
-/// DESIGN §2 composed from the per-block references of the sibling modules.
+/// docs/DESIGN.md §2 composed from the per-block references of the sibling modules.
 fn reference_logits(tm: &TinyModel, tokens: &[u32]) -> Vec<f64> {
     let c = &tm.cfg;
     let e = c.n_embd;
@@ -34,10 +35,10 @@ fn reference_logits(tm: &TinyModel, tokens: &[u32]) -> Vec<f64> {
             .collect();
         let y: Vec<f64> = match c.layer_kinds[il] {
             LayerKind::DeltaNet => {
-                let mut r = super::deltanet::Reference::new(tm, il);
+                let mut r = crate::model::deltanet::tests::Reference::new(tm, il);
                 xn.chunks(e).flat_map(|u| r.step(u)).collect()
             }
-            LayerKind::Attention => super::attention::reference(tm, il, &xn),
+            LayerKind::Attention => crate::model::attention::tests::reference(tm, il, &xn),
         };
         for (a, b) in x.iter_mut().zip(&y) {
             *a += b;
@@ -46,7 +47,7 @@ fn reference_logits(tm: &TinyModel, tokens: &[u32]) -> Vec<f64> {
             .chunks(e)
             .flat_map(|r| norm(r, &v("post_attention_norm.weight")))
             .collect();
-        let y = super::moe::reference(tm, il, &xn);
+        let y = crate::model::moe::tests::reference(tm, il, &xn);
         for (a, b) in x.iter_mut().zip(&y) {
             *a += b;
         }

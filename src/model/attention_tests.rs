@@ -1,11 +1,13 @@
-//! Gated attention against a direct f64 transcription of DESIGN §2.2, plus
+//! Gated attention against a direct f64 transcription of docs/DESIGN.md §2.2, plus
 //! crafted checks of the causal mask, the GQA mapping and the q/gate split.
 
-use super::*;
 use crate::model::attention::{self, AttentionScratch};
+use crate::model::forward::Model;
 use crate::model::kv::KvCache;
 use crate::model::linear::MatScratch;
+use crate::model::tiny::*;
 use crate::model::weights::{AttentionWeights, MixerWeights};
+use kernels::GgmlType;
 
 fn attn_weights<'a>(m: &'a Model<'a>, il: usize) -> &'a AttentionWeights<'a> {
     match &m.weights.layers[il].mixer {
@@ -46,6 +48,7 @@ fn run_with(
     let cfg = &model.config;
     let w = attn_weights(&model, il);
     let kt = kernels::isa::active();
+    let cx = Cx { kt, mode, cfg };
     let e = cfg.n_embd;
     let t = u.len() / e;
     let n_ctx = t.max(16);
@@ -58,9 +61,7 @@ fn run_with(
     while p < t {
         let n = step.min(t - p);
         attention::forward(
-            kt,
-            mode,
-            cfg,
+            cx,
             w,
             &mut kv,
             0,
@@ -77,7 +78,7 @@ fn run_with(
     out
 }
 
-pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
+pub(crate) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
     let c = &tm.cfg;
     let v = |s: &str| tm.values(&format!("blk.{il}.{s}"));
     let (wq, wk, wv, wo) = (
@@ -385,4 +386,120 @@ fn an_f16_v_cache_sees_softmax_weights_rounded_to_f16() {
         }
     }
     assert!(checked > 8);
+}
+
+// The module's own unit tests.
+use super::*;
+use crate::model::ops::reduce_add_16;
+use crate::sample::splitmix64;
+
+/// The plain reference: position by position, each V row converted to
+/// f32 and fused into lane `s % span`, then the same reduction.
+fn rowwise(p: &[f32], rows: &[Vec<f32>], d: usize, batch: bool) -> Vec<f32> {
+    let span = if batch { GGML_LANES } else { V_LANES };
+    let mut acc = vec![0f32; d * V_LANES];
+    for (s, &ps) in p.iter().enumerate() {
+        let lane = s % span;
+        for j in 0..d {
+            acc[lane * d + j] = rows[s][j].mul_add(ps, acc[lane * d + j]);
+        }
+    }
+    let a = |acc: &[f32], k: usize, j: usize| acc[k * d + j];
+    let mut o = vec![0f32; d];
+    for (j, oj) in o.iter_mut().enumerate() {
+        let lane = |l: usize| {
+            if batch {
+                a(&acc, l, j)
+            } else {
+                (a(&acc, l, j) + a(&acc, 32 + l, j)) + (a(&acc, 16 + l, j) + a(&acc, 48 + l, j))
+            }
+        };
+        let t: [f32; GGML_LANES] = std::array::from_fn(lane);
+        *oj = reduce_add_16(&t);
+    }
+    o
+}
+
+/// Deterministic values in [−1, 1) (splitmix64).
+fn values(seed: u64, len: usize) -> Vec<f32> {
+    let mut s = seed;
+    (0..len)
+        .map(|_| (splitmix64(&mut s) >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+        .collect()
+}
+
+#[test]
+fn v_weighted_sum_lane_by_lane_over_a_task_of_heads_gives_the_position_by_position_bits() {
+    for d in [8, 17, 64, 256] {
+        for n in [1, 15, 16, 17, 63, 64, 65, 130, 300] {
+            let f16_rows: Vec<Vec<u16>> = (0..n)
+                .map(|s| {
+                    values(1000 + s as u64, d)
+                        .iter()
+                        .map(|&x| half::f16::from_f32(x * 3.0).to_bits())
+                        .collect()
+                })
+                .collect();
+            let rows: Vec<Vec<f32>> = f16_rows
+                .iter()
+                .map(|r| {
+                    r.iter()
+                        .map(|&b| half::f16::from_bits(b).to_f32())
+                        .collect()
+                })
+                .collect();
+            for heads in [1, 3] {
+                // Each head's weights, `stride` apart with garbage between.
+                let stride = n + 5;
+                let p = values(n as u64, heads * stride);
+                for batch in [false, true] {
+                    let want: Vec<f32> = (0..heads)
+                        .flat_map(|h| rowwise(&p[h * stride..h * stride + n], &rows, d, batch))
+                        .collect();
+                    let mut acc = vec![f32::NAN; heads * d * V_LANES];
+                    // f32 rows, f16 rows, and f16 rows up to position 40
+                    // then f32 (a diffusion block's rows after the cache).
+                    for source in 0..3 {
+                        let mut o = vec![f32::NAN; heads * d];
+                        v_weighted_sum((&p, stride, n), (&mut o, d), &mut acc, batch, |s| {
+                            match source {
+                                0 => VRow::F32(&rows[s]),
+                                1 => VRow::F16(&f16_rows[s]),
+                                _ if s >= 40 => VRow::F32(&rows[s]),
+                                _ => VRow::F16(&f16_rows[s]),
+                            }
+                        });
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(
+                            bits(&o),
+                            bits(&want),
+                            "d {d}, {n} positions, {heads} heads, batch {batch}, source {source}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_tasks_stay_within_one_kv_group_and_give_every_thread_one() {
+    // (group, n_head_kv, threads) → heads per task.
+    for (group, nkv, threads, want) in [
+        (8, 2, 2, 8),
+        (8, 2, 1, 8),
+        (8, 2, 4, 4),
+        (8, 1, 2, 4),
+        (8, 1, 3, 2),
+        (6, 1, 4, 1),
+        (1, 16, 2, 1),
+        (2, 2, 8, 1),
+    ] {
+        let hpt = heads_per_task(group, nkv, threads);
+        assert_eq!(
+            hpt, want,
+            "group {group}, {nkv} KV heads, {threads} threads"
+        );
+        assert!(group.is_multiple_of(hpt));
+    }
 }

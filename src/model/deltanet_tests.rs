@@ -1,41 +1,44 @@
-//! The GDN mixer against a direct transcription of DESIGN §2.1 in f64 plain
+//! The GDN mixer against a direct transcription of docs/DESIGN.md §2.1 in f64 plain
 //! loops (no shared code with the engine).
 
-use super::*;
+use crate::model::config::ModelConfig;
+use crate::model::cx::Cx;
 use crate::model::deltanet::{self, conv_silu, DeltaNetScratch};
+use crate::model::forward::Model;
 use crate::model::linear::MatScratch;
 use crate::model::state::DeltaNetState;
+use crate::model::tiny::*;
 use crate::model::weights::MixerWeights;
 
 /// §2.1, one token, natural state layout `S[h][i][j]`.
-pub(super) struct Reference {
-    pub(super) cfg: ModelConfig,
-    pub(super) w_qkv: Vec<f32>,
-    pub(super) w_gate: Vec<f32>,
-    pub(super) w_beta: Vec<f32>,
-    pub(super) w_alpha: Vec<f32>,
-    pub(super) conv: Vec<f32>,
-    pub(super) dt: Vec<f32>,
-    pub(super) a: Vec<f32>,
-    pub(super) norm: Vec<f32>,
-    pub(super) w_out: Vec<f32>,
-    pub(super) hist: Vec<Vec<f64>>,
-    pub(super) s: Vec<Vec<Vec<f64>>>,
+pub(crate) struct Reference {
+    pub(crate) cfg: ModelConfig,
+    pub(crate) w_qkv: Vec<f32>,
+    pub(crate) w_gate: Vec<f32>,
+    pub(crate) w_beta: Vec<f32>,
+    pub(crate) w_alpha: Vec<f32>,
+    pub(crate) conv: Vec<f32>,
+    pub(crate) dt: Vec<f32>,
+    pub(crate) a: Vec<f32>,
+    pub(crate) norm: Vec<f32>,
+    pub(crate) w_out: Vec<f32>,
+    pub(crate) hist: Vec<Vec<f64>>,
+    pub(crate) s: Vec<Vec<Vec<f64>>>,
 }
 
-pub(super) fn matvec(w: &[f32], x: &[f64], n_out: usize) -> Vec<f64> {
+pub(crate) fn matvec(w: &[f32], x: &[f64], n_out: usize) -> Vec<f64> {
     let n_in = x.len();
     (0..n_out)
         .map(|o| (0..n_in).map(|i| w[o * n_in + i] as f64 * x[i]).sum())
         .collect()
 }
 
-pub(super) fn sig(x: f64) -> f64 {
+pub(crate) fn sig(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
 impl Reference {
-    pub(super) fn new(m: &TinyModel, il: usize) -> Reference {
+    pub(crate) fn new(m: &TinyModel, il: usize) -> Reference {
         let v = |s: &str| m.values(&format!("blk.{il}.{s}"));
         let cfg = m.cfg.clone();
         let d = cfg.ssm_head_dim;
@@ -55,7 +58,7 @@ impl Reference {
         }
     }
 
-    pub(super) fn step(&mut self, u: &[f32]) -> Vec<f64> {
+    pub(crate) fn step(&mut self, u: &[f32]) -> Vec<f64> {
         let c = &self.cfg;
         let (hk, hv, d) = (c.ssm_n_k_heads, c.ssm_n_v_heads, c.ssm_head_dim);
         let ch = c.ssm_conv_channels();
@@ -167,9 +170,11 @@ fn one_token_steps_match_the_design_transcription() {
     for step in 0..6 {
         let u = r.vec(cfg.n_embd, 1.0);
         deltanet::forward(
-            kt,
-            kernels::Mode::Decode,
-            cfg,
+            Cx {
+                kt,
+                mode: kernels::Mode::Decode,
+                cfg,
+            },
             w,
             &mut state,
             None,
@@ -218,9 +223,11 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     let mut singles = vec![0.0f32; 5 * e];
     for t in 0..5 {
         deltanet::forward(
-            kt,
-            kernels::Mode::Decode,
-            cfg,
+            Cx {
+                kt,
+                mode: kernels::Mode::Decode,
+                cfg,
+            },
             w,
             &mut s1,
             None,
@@ -236,9 +243,11 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     let mut s2 = DeltaNetState::new(cfg);
     let mut batched = vec![0.0f32; 5 * e];
     deltanet::forward(
-        kt,
-        kernels::Mode::Decode,
-        cfg,
+        Cx {
+            kt,
+            mode: kernels::Mode::Decode,
+            cfg,
+        },
         w,
         &mut s2,
         None,
@@ -250,9 +259,11 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
         None,
     );
     deltanet::forward(
-        kt,
-        kernels::Mode::Decode,
-        cfg,
+        Cx {
+            kt,
+            mode: kernels::Mode::Decode,
+            cfg,
+        },
         w,
         &mut s2,
         None,
@@ -345,9 +356,11 @@ fn chunked_form_equals_token_by_token_across_chunk_boundaries() {
         let mut out = vec![0.0f32; n * e];
         // Two calls: the second starts from a non-zero state.
         deltanet::forward(
-            kt,
-            kernels::Mode::Decode,
-            cfg,
+            Cx {
+                kt,
+                mode: kernels::Mode::Decode,
+                cfg,
+            },
             w,
             &mut st,
             None,
@@ -359,9 +372,11 @@ fn chunked_form_equals_token_by_token_across_chunk_boundaries() {
             None,
         );
         deltanet::forward(
-            kt,
-            kernels::Mode::Decode,
-            cfg,
+            Cx {
+                kt,
+                mode: kernels::Mode::Decode,
+                cfg,
+            },
             w,
             &mut st,
             None,

@@ -1,8 +1,11 @@
 //! Binding: errors name the tensor, tied output, MTP block skipped.
 
-use super::*;
+use crate::model::config::ModelConfig;
+use crate::model::forward::Model;
 use crate::model::state::StateOptions;
+use crate::model::tiny::*;
 use crate::model::{LogitsFor, WeightError};
+use kernels::GgmlType;
 
 fn bind(tm: &TinyModel) -> Result<Model<'_>, WeightError> {
     Model::bind(tm.cfg.clone(), &|n| tm.lookup(n))

@@ -1,9 +1,10 @@
 //! Routing on crafted router logits, and the MoE block against a direct f64
-//! transcription of DESIGN §2.3.
+//! transcription of docs/DESIGN.md §2.3.
 
-use super::*;
+use crate::model::cx::Cx;
 use crate::model::linear::MatScratch;
 use crate::model::moe::{self, route, route_among, top_k, ExpertPath, MoeScratch};
+use crate::model::tiny::*;
 
 #[test]
 fn top_k_is_descending_with_ties_to_the_lower_index() {
@@ -98,7 +99,7 @@ fn a_draft_expert_pool_routes_later_tokens_among_the_first_tokens_experts() {
     assert_eq!(all, free);
 }
 
-pub(super) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
+pub(crate) fn reference(tm: &TinyModel, il: usize, u: &[f32]) -> Vec<f64> {
     reference_pooled(tm, il, u, 0)
 }
 
@@ -203,9 +204,11 @@ fn run_pooled(tm: &TinyModel, u: &[f32], path: ExpertPath, pool: usize) -> (Vec<
     let mut lin = MatScratch::new(t, 64);
     let mut out = vec![0.0f32; u.len()];
     moe::forward(
-        kt,
-        kernels::Mode::Decode,
-        cfg,
+        Cx {
+            kt,
+            mode: kernels::Mode::Decode,
+            cfg,
+        },
         &model.weights.layers[0].ffn,
         u,
         t,

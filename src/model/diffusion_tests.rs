@@ -1,13 +1,16 @@
-//! The diffusion forward (DESIGN §3) against a direct f64 transcription of
+//! The diffusion forward (docs/DESIGN.md §3) against a direct f64 transcription of
 //! §3 (plain loops, no engine code; the prefix runs through the §2 references
 //! of the sibling modules), plus the §3 properties: the pass leaves the state
 //! bit-identical, zero right taps give the AR conv, λ = 1 gives Sᵀq, and the
 //! attention output does not depend on the order its queries are evaluated.
 
-use super::deltanet::{matvec, sig, Reference};
-use super::*;
+use crate::model::config::LayerKind;
+use crate::model::cx::Cx;
+use crate::model::deltanet::tests::{matvec, sig, Reference};
 use crate::model::diffusion::{conv_two_sided, DiffusionKnobs};
+use crate::model::forward::Model;
 use crate::model::state::StateOptions;
+use crate::model::tiny::*;
 use crate::model::{ForwardError, LogitsFor};
 
 fn norm64(x: &[f64], w: &[f32], eps: f64) -> Vec<f64> {
@@ -260,7 +263,7 @@ fn reference_block_logits(tm: &TinyModel, prefix: &[u32], block: &[u32]) -> Vec<
             .flat_map(|r| norm64(r, &v("post_attention_norm.weight"), eps))
             .map(|a| a as f32)
             .collect();
-        let y = super::moe::reference(tm, il, &xn);
+        let y = crate::model::moe::tests::reference(tm, il, &xn);
         for (a, b) in x.iter_mut().flatten().zip(&y) {
             *a += b;
         }
@@ -480,9 +483,11 @@ fn lambda_one_gives_exactly_the_history_read_out() {
     let mut out = vec![0.0; t * c.n_embd];
     let kt = kernels::isa::active();
     gdn_block(
-        kt,
-        kernels::Mode::Decode,
-        c,
+        Cx {
+            kt,
+            mode: kernels::Mode::Decode,
+            cfg: c,
+        },
         w,
         dw,
         &state,
@@ -609,5 +614,37 @@ fn a_partial_set_of_diffusion_tensors_is_a_load_error() {
     assert_eq!(
         e,
         crate::model::WeightError::Missing("blk.0.ssm_bd_history.bias".into())
+    );
+}
+
+// The module's own unit tests.
+use super::*;
+
+/// The two-sided conv gives the same bits from transposed taps as from the
+/// file's layout (rows near the block's end included).
+#[test]
+fn the_two_sided_conv_is_the_same_from_either_tap_layout() {
+    let (ch, k, kr, t) = (40, 4, 3, 6);
+    let mut r = crate::model::tiny::Rng::new(41);
+    let mut vec = |n: usize| r.vec(n, 1.0);
+    let (w, wr, window, mixed) = (vec(ch * k), vec(ch * kr), vec((k - 1) * ch), vec(t * ch));
+    let (wt, wrt) = (by_tap(&w, k, ch), by_tap(&wr, kr, ch));
+    let run = |w: Taps, wr: Taps| {
+        let c = ConvTaps {
+            w,
+            k,
+            wr,
+            kr,
+            window: &window,
+            mixed: &mixed,
+            ch,
+        };
+        let mut out = vec![0f32; t * ch];
+        two_sided_rows(&c, 0, &mut out);
+        out.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        run(Taps::ByChannel(&w), Taps::ByChannel(&wr)),
+        run(Taps::ByTap(&wt), Taps::ByTap(&wrt))
     );
 }

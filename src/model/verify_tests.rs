@@ -1,8 +1,8 @@
 //! Verify passes leave GDN states alone; committing a prefix equals having
 //! run only that prefix.
 
-use super::*;
 use crate::model::state::StateOptions;
+use crate::model::tiny::*;
 use crate::model::{ForwardError, LogitsFor};
 
 const PREFIX: [u32; 3] = [3, 17, 42];
