@@ -136,36 +136,15 @@ impl Model<'_> {
                 t > 0 && t <= c.state.max_batch,
                 "a prompt chunk is one batch"
             );
-            let pos0 = c.state.n_past();
-            let State {
-                kv,
-                recurrent,
-                stats,
-                slots,
-                scratch,
-                ..
-            } = c.state;
-            scratch.moe.pool = 0;
+            let s = &mut c.state.scratch;
+            s.moe.pool = 0;
             let lf = match c.logits {
                 true => LogitsFor::Last,
                 false => LogitsFor::Indices(&[]),
             };
-            set_head_rows(&mut scratch.head_rows, lf, t, 0, t);
-            groups.push(Group {
-                mode: self.order.mode(true),
-                head_mode: mode,
-                tokens: c.tokens,
-                s: scratch,
-                stats: Some(stats),
-                mixing: Mixing::Sequence {
-                    kv,
-                    recurrent,
-                    slots,
-                    verify: None,
-                    pos0,
-                },
-                first_bad: None,
-            });
+            set_head_rows(&mut s.head_rows, lf, t, 0, t);
+            let modes = [self.order.mode(true), mode];
+            groups.push(Group::sequence(c.state, c.tokens, modes, false));
         }
         let chunked = !groups.is_empty();
         if n > 0 {

@@ -16,7 +16,7 @@ use kernels::KernelTable;
 use super::config::ModelConfig;
 use super::diffusion::{DiffusionKnobs, GdnBlockScratch, BLOCK_PROMPT_ROWS};
 use super::ops::all_finite;
-use super::pass::{Group, Mixing, Net};
+use super::pass::{Group, Net};
 use super::recurrent::VerifyStash;
 use super::state::{State, StateOptions};
 use super::weights::{MixerWeights, WeightError, WeightRef, Weights};
@@ -217,30 +217,8 @@ impl<'a> Model<'a> {
         while c0 < n {
             let t = state.max_batch.min(n - c0);
             set_head_rows(&mut state.scratch.head_rows, logits_for, n, c0, t);
-            let State {
-                kv,
-                recurrent,
-                stats,
-                slots,
-                scratch,
-                verify: stash,
-                ..
-            } = &mut *state;
-            let mut group = Group {
-                mode,
-                head_mode: self.order.mode(false),
-                tokens: &tokens[c0..c0 + t],
-                s: scratch,
-                stats: Some(stats),
-                mixing: Mixing::Sequence {
-                    kv,
-                    recurrent,
-                    slots,
-                    verify: stash.as_mut().filter(|_| verify),
-                    pos0: pos0 + c0,
-                },
-                first_bad: None,
-            };
+            let modes = [mode, self.order.mode(false)];
+            let mut group = Group::sequence(state, &tokens[c0..c0 + t], modes, verify);
             self.net().run(std::slice::from_mut(&mut group));
             first_bad = first_bad.or(group.first_bad);
             c0 += t;
@@ -334,33 +312,11 @@ impl<'a> Model<'a> {
         let mode = self.order.mode(t >= BLOCK_PROMPT_ROWS);
         let mut gdn = GdnBlockScratch::new(&self.config, t);
         gdn.force_lambda = knobs.force_lambda;
-        let State {
-            kv,
-            recurrent,
-            stats,
-            slots,
-            scratch,
-            ..
-        } = &mut *state;
-        scratch.moe.pool = knobs.expert_pool;
-        scratch.moe.pool_row = 0;
-        set_head_rows(&mut scratch.head_rows, logits_for, t, 0, t);
-        let mut group = Group {
-            mode,
-            head_mode: mode,
-            tokens,
-            s: scratch,
-            stats: Some(stats),
-            mixing: Mixing::Block {
-                kv,
-                recurrent,
-                slots,
-                pos0,
-                gdn: &mut gdn,
-                reverse_queries: knobs.reverse_queries,
-            },
-            first_bad: None,
-        };
+        let s = &mut state.scratch;
+        s.moe.pool = knobs.expert_pool;
+        s.moe.pool_row = 0;
+        set_head_rows(&mut s.head_rows, logits_for, t, 0, t);
+        let mut group = Group::block(state, tokens, mode, &mut gdn, knobs.reverse_queries);
         self.net().run(std::slice::from_mut(&mut group));
         state.scratch.moe.pool = 0;
         Ok(&state.scratch.logits[..rows * self.n_vocab()])

@@ -89,6 +89,78 @@ pub(crate) struct Group<'p, 'q> {
     pub first_bad: Option<Option<usize>>,
 }
 
+impl<'p, 'q> Group<'p, 'q> {
+    /// `tokens` of `state`, at its next position (with `verify`, a verify
+    /// pass: the GDN layers stash instead of advancing).
+    pub(crate) fn sequence(
+        state: &'p mut State,
+        tokens: &'p [u32],
+        [mode, head_mode]: [Mode; 2],
+        verify: bool,
+    ) -> Group<'p, 'q> {
+        let pos0 = state.n_past();
+        let State {
+            kv,
+            recurrent,
+            stats,
+            slots,
+            scratch,
+            verify: stash,
+            ..
+        } = state;
+        Group {
+            mode,
+            head_mode,
+            tokens,
+            s: scratch,
+            stats: Some(stats),
+            mixing: Mixing::Sequence {
+                kv,
+                recurrent,
+                slots,
+                verify: stash.as_mut().filter(|_| verify),
+                pos0,
+            },
+            first_bad: None,
+        }
+    }
+
+    /// The draft block `tokens` after `state`'s positions, in `mode`.
+    pub(crate) fn block(
+        state: &'p mut State,
+        tokens: &'p [u32],
+        mode: Mode,
+        gdn: &'p mut GdnBlockScratch,
+        reverse_queries: bool,
+    ) -> Group<'p, 'q> {
+        let pos0 = state.n_past();
+        let State {
+            kv,
+            recurrent,
+            stats,
+            slots,
+            scratch,
+            ..
+        } = state;
+        Group {
+            mode,
+            head_mode: mode,
+            tokens,
+            s: scratch,
+            stats: Some(stats),
+            mixing: Mixing::Block {
+                kv,
+                recurrent,
+                slots,
+                pos0,
+                gdn,
+                reverse_queries,
+            },
+            first_bad: None,
+        }
+    }
+}
+
 impl Group<'_, '_> {
     fn t(&self) -> usize {
         self.tokens.len()
