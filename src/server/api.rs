@@ -1,61 +1,10 @@
-//! The OpenAI request fields clover reads, checked, and the error object.
+//! The OpenAI request fields clover reads, checked.
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::sample::SamplerParams;
 
-/// An error response: OpenAI's `{"error": {...}}` with an HTTP status.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: u16,
-    pub message: String,
-    pub param: Option<String>,
-}
-
-impl ApiError {
-    pub fn bad(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: 400,
-            message: message.into(),
-            param: None,
-        }
-    }
-
-    pub fn field(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: 400,
-            message: message.into(),
-            param: Some(param.to_string()),
-        }
-    }
-
-    pub fn status(status: u16, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            param: None,
-        }
-    }
-
-    /// OpenAI's error type for the status.
-    pub fn kind(&self) -> &'static str {
-        match self.status {
-            400 | 404 | 408 | 413 => "invalid_request_error",
-            401 => "authentication_error",
-            503 => "unavailable_error",
-            _ => "server_error",
-        }
-    }
-
-    pub fn body(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind(),
-            "param": self.param,
-            "code": self.status,
-        }})
-    }
-}
+pub use super::error::ApiError;
 
 /// What every generation request sets besides its prompt.
 #[derive(Clone, Debug)]
@@ -572,6 +521,7 @@ pub fn prompts(o: &Map<String, Value>) -> Result<Vec<PromptIn>, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()

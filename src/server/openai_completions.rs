@@ -1,0 +1,94 @@
+//! OpenAI's `POST /v1/completions`: raw prompts (text, token ids, or a list
+//! of up to 64 of either, one choice each), `echo` (the prompt scored with
+//! `logprobs`); the reply is a `text_completion` with the legacy
+//! log-probability arrays, or its stream ([`super::stream`]).
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::Value;
+
+use super::app::{now_secs, AppState};
+use super::done::{Timings, Usage};
+use super::generate::{generate, Collected, Whole};
+use super::logprobs::{completion_logprobs, echoed_logprobs};
+use super::request::Kind;
+
+pub(crate) async fn handle(
+    axum::extract::State(app): AppState,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    generate(app, Kind::Completion, headers, body).await
+}
+
+/// A `text_completion`.
+#[derive(Serialize)]
+struct TextCompletion {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    choices: Vec<Choice>,
+    usage: Usage,
+    timings: Timings,
+}
+
+#[derive(Serialize)]
+struct Choice {
+    index: usize,
+    text: String,
+    logprobs: Value,
+    finish_reason: &'static str,
+}
+
+fn choice(w: &Whole<'_>, index: usize, c: Collected) -> Choice {
+    let p = w.p;
+    let tok = &w.model.tokenizer;
+    let echoed = p.echo.then(|| p.texts[index].as_str());
+    let mut offset = 0;
+    let mut logprobs = Value::Null;
+    if p.logprobs.is_some() {
+        let mut v = match echoed {
+            Some(_) => echoed_logprobs(tok, &p.prompts[index], c.scored.as_deref(), &mut offset),
+            None => completion_logprobs(tok, &[], &mut offset),
+        };
+        let rest = completion_logprobs(tok, &c.logprobs, &mut offset);
+        for k in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+            if let (Some(a), Some(b)) = (v[k].as_array_mut(), rest[k].as_array()) {
+                a.extend(b.iter().cloned());
+            }
+        }
+        logprobs = v;
+    }
+    Choice {
+        index,
+        text: format!("{}{}", echoed.unwrap_or(""), c.content),
+        logprobs,
+        finish_reason: c.finish,
+    }
+}
+
+/// The whole response: every choice, usage summed over them, the first's
+/// `timings`.
+pub(crate) fn response(id: String, model: String, mut w: Whole<'_>) -> Response {
+    let usage = w.total().usage();
+    let timings = w.choices[0].done.timings();
+    let collected = std::mem::take(&mut w.choices);
+    let choices = collected
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| choice(&w, i, c))
+        .collect();
+    axum::Json(TextCompletion {
+        id,
+        object: "text_completion",
+        created: now_secs(),
+        model,
+        choices,
+        usage,
+        timings,
+    })
+    .into_response()
+}
