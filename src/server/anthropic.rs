@@ -14,23 +14,34 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
 use super::api::{self, ApiError};
 use super::app::{
-    authorize, check_text_size, off_runtime, read_body, ready, App, AppState, STREAM_BUFFER,
+    authorize, check_text_size, off_runtime, read_body, ready, App, AppState, Ready, STREAM_BUFFER,
 };
 use super::error::{shutting_down, Dialect};
+use super::fields::parse;
 use super::generate::{generate, Assembler, Part, Whole};
-use super::request::{message_text_bytes, Kind, Prepared};
+use super::openai_chat::ChatRequest;
+use super::request::{message_text_bytes, ChatFields, Kind, Prepared};
 use super::slots::Msg;
 
 pub(crate) use super::anthropic_request::to_chat;
 
 /// `POST /v1/messages`.
 pub(crate) async fn messages(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
-    generate(app, Kind::Anthropic, headers, body).await
+    generate(app, Kind::Anthropic, prepare, headers, body).await
+}
+
+/// The Messages request, rewritten into the chat request it means, then
+/// checked and rendered as one.
+fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
+    let chat = to_chat(&parse::<Map<String, Value>>(body)?)?;
+    let chat: ChatRequest =
+        serde_json::from_value(Value::Object(chat)).map_err(|e| ApiError::bad(e.to_string()))?;
+    chat.prepare(app, r, Kind::Anthropic)
 }
 
 /// A `message`.
@@ -273,9 +284,11 @@ pub(crate) async fn count_tokens(State(app): AppState, headers: HeaderMap, body:
         off_runtime(move || {
             let app = &*worker;
             let r = ready(app)?;
-            let o = to_chat(&api::object(&bytes)?)?;
-            let messages = api::messages(&o)?;
-            let tools = api::tools(&o)?;
+            let o = to_chat(&parse::<Map<String, Value>>(&bytes)?)?;
+            let c: ChatFields = serde_json::from_value(Value::Object(o))
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+            let messages = api::messages(c.messages.as_ref())?;
+            let tools = api::tools(c.tools.as_ref())?;
             check_text_size(app, r, message_text_bytes(&messages))?;
             let (_, ids) = r
                 .model

@@ -15,11 +15,11 @@ use tokio::sync::mpsc;
 
 use crate::sample::TokenLogprob;
 
-use super::api::{self, ApiError};
+use super::api::ApiError;
 use super::app::{authorize, off_runtime, read_body, ready, trim_after, App, Ready, STREAM_BUFFER};
 use super::done::Done;
 use super::error::shutting_down;
-use super::request::{prepare, Kind, Prepared};
+use super::request::{Kind, Prepared};
 use super::slots::{Job, Msg, Refused};
 use super::text::{self, Piece, ToolCallParser};
 use super::{anthropic, llama, openai_chat, openai_completions, stream};
@@ -137,9 +137,14 @@ impl Assembler {
 
 /// Parses, checks, renders and submits a generating request of `kind`, and
 /// answers it whole or streamed, in the kind's dialect.
+/// A dialect's parser: its typed request from the body, converted into
+/// the internal one (run off the runtime).
+pub(crate) type Prepare = fn(&App, &Ready, &[u8]) -> Result<Prepared, ApiError>;
+
 pub(crate) async fn generate(
     app: Arc<App>,
     kind: Kind,
+    prepare: Prepare,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
@@ -151,14 +156,9 @@ pub(crate) async fn generate(
         let p = off_runtime(move || {
             let app = &*worker;
             let r = ready(app)?;
-            let o = api::object(&bytes)?;
-            let o = match kind {
-                Kind::Anthropic => anthropic::to_chat(&o)?,
-                _ => o,
-            };
-            let p = prepare(app, r, kind, &o);
+            let p = prepare(app, r, &bytes);
             let len = bytes.len();
-            drop((o, bytes));
+            drop(bytes);
             trim_after(len);
             p
         })

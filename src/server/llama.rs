@@ -13,17 +13,47 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::api::ApiError;
-use super::app::{answer, authorize, off_runtime, read_body, ready, App, AppState};
+use super::api::{self, ApiError};
+use super::app::{answer, authorize, off_runtime, read_body, ready, App, AppState, Ready};
 use super::done::{Done, Timings};
-use super::fields::{parse, Field};
+use super::fields::{parse, Field, Int};
 use super::generate::{generate, Whole};
 use super::logprobs::native_probs;
-use super::request::{Kind, Prepared};
+use super::request::{check, finish, raw_prompts, Kind, Parts, Prepared};
+use super::sampling::Sampling;
 
 /// `POST /completion`.
 pub(crate) async fn completion(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
-    generate(app, Kind::Native, headers, body).await
+    generate(app, Kind::Native, prepare, headers, body).await
+}
+
+/// `/completion`'s request: the shared fields (`n_predict` among them),
+/// `prompt`, and `n_probs` (alternatives per token, 0: none).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CompletionRequest {
+    #[serde(flatten)]
+    sampling: Sampling,
+    prompt: Option<Value>,
+    n_probs: Field<Int>,
+}
+
+fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
+    let q: CompletionRequest = parse(body)?;
+    let n = q.n_probs;
+    let (checked, logprobs) = check(r, &q.sampling, || api::n_probs(n))?;
+    let (prompts, texts) = raw_prompts(app, r, q.prompt.as_ref())?;
+    let parts = Parts {
+        kind: Kind::Native,
+        prompts,
+        texts,
+        echo: false,
+        starts_thinking: false,
+        tools: false,
+        logprobs,
+        tool_call: None,
+    };
+    finish(app, checked, parts)
 }
 
 /// `/completion`'s result: the text, how it stopped, the counts and

@@ -17,8 +17,8 @@
 //! - [`models`]: `GET /v1/models`, `GET /v1/models/{id}`.
 //!
 //! Shared: [`app`] (state, router, auth, bodies), [`request`] (the one
-//! internal request the dialects become) with [`api`] and [`fields`] (the
-//! fields, checked), [`generate`] (the bridge to the scheduler), [`stream`]
+//! internal request the dialects become) with [`sampling`], [`api`] and
+//! [`fields`] (the fields, typed and checked), [`generate`] (the bridge to the scheduler), [`stream`]
 //! (server-sent events), [`logprobs`], [`error`] (the one error type, in
 //! each dialect's shape), [`conn`] (connections), [`slots`] with [`batcher`], [`done`],
 //! [`metrics`], [`text`].
@@ -40,6 +40,7 @@ pub mod models;
 pub mod openai_chat;
 pub mod openai_completions;
 pub mod request;
+pub mod sampling;
 pub mod slots;
 pub mod stream;
 pub mod text;

@@ -6,21 +6,63 @@
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::app::{now_secs, AppState};
+use super::api::{self, ApiError};
+use super::app::{now_secs, App, AppState, Ready};
 use super::done::{Timings, Usage};
+use super::fields::{parse, Field, Int};
 use super::generate::{generate, Collected, Whole};
 use super::logprobs::chat_logprobs;
 use super::request::Kind;
+use super::request::{chat_prompt, check, finish, ChatFields, Parts, Prepared};
+use super::sampling::Sampling;
 
 pub(crate) async fn handle(
     axum::extract::State(app): AppState,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    generate(app, Kind::Chat, headers, body).await
+    generate(app, Kind::Chat, prepare, headers, body).await
+}
+
+/// A chat request: the shared fields, the messages and tools, and chat's
+/// log-probabilities (`logprobs`: a boolean, `top_logprobs`: 0–20).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub(crate) struct ChatRequest {
+    #[serde(flatten)]
+    sampling: Sampling,
+    #[serde(flatten)]
+    chat: ChatFields,
+    logprobs: Field<bool>,
+    top_logprobs: Field<Int>,
+}
+
+impl ChatRequest {
+    /// The internal request (`kind`: chat, or the Anthropic request that
+    /// became this one).
+    pub(crate) fn prepare(self, app: &App, r: &Ready, kind: Kind) -> Result<Prepared, ApiError> {
+        let (logprobs, top) = (self.logprobs, self.top_logprobs);
+        let (checked, logprobs) = check(r, &self.sampling, || api::chat_logprobs(logprobs, top))?;
+        let p = chat_prompt(app, r, &self.chat)?;
+        let parts = Parts {
+            kind,
+            prompts: vec![p.ids],
+            texts: vec![p.text],
+            echo: false,
+            starts_thinking: p.starts_thinking,
+            tools: p.tools,
+            logprobs,
+            tool_call: p.tool_call,
+        };
+        finish(app, checked, parts)
+    }
+}
+
+fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
+    parse::<ChatRequest>(body)?.prepare(app, r, Kind::Chat)
 }
 
 /// A `chat.completion`.

@@ -6,21 +6,56 @@
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::app::{now_secs, AppState};
+use super::api::{self, ApiError};
+use super::app::{now_secs, App, AppState, Ready};
 use super::done::{Timings, Usage};
+use super::fields::{parse, Field, Int};
 use super::generate::{generate, Collected, Whole};
 use super::logprobs::{completion_logprobs, echoed_logprobs};
 use super::request::Kind;
+use super::request::{check, finish, raw_prompts, Parts, Prepared};
+use super::sampling::Sampling;
 
 pub(crate) async fn handle(
     axum::extract::State(app): AppState,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    generate(app, Kind::Completion, headers, body).await
+    generate(app, Kind::Completion, prepare, headers, body).await
+}
+
+/// A completions request: the shared fields, `prompt`, `echo` and the
+/// legacy `logprobs` (an integer, 0–20 alternatives).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CompletionRequest {
+    #[serde(flatten)]
+    sampling: Sampling,
+    prompt: Option<Value>,
+    echo: Field<bool>,
+    logprobs: Field<Int>,
+}
+
+fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
+    let q: CompletionRequest = parse(body)?;
+    let lp = q.logprobs;
+    let (checked, logprobs) = check(r, &q.sampling, || api::completion_logprobs(lp))?;
+    let (prompts, texts) = raw_prompts(app, r, q.prompt.as_ref())?;
+    let echo = q.echo.get("echo", "a boolean")?.unwrap_or(false);
+    let parts = Parts {
+        kind: Kind::Completion,
+        prompts,
+        texts,
+        echo,
+        starts_thinking: false,
+        tools: false,
+        logprobs,
+        tool_call: None,
+    };
+    finish(app, checked, parts)
 }
 
 /// A `text_completion`.

@@ -1,14 +1,16 @@
 //! The one internal request every generating dialect becomes: the prompt
 //! (rendered and tokenized), the sampling and stopping fields, what to
-//! report. Each dialect's module turns its own request into a [`Prepared`];
+//! report. Each dialect's module has its own `#[derive(Deserialize)]`
+//! request type and turns it into a [`Prepared`] with the pieces here;
 //! [`super::generate`] hands it to the slots.
 
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::api::{self, ApiError};
 use super::app::{check_text_size, App, Ready};
+use super::sampling::Sampling;
 
 /// The kinds of endpoint that generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,16 +77,21 @@ pub(crate) struct ChatPrompt {
     pub tool_call: Option<Arc<Vec<(String, crate::constrain::tools::Shape)>>>,
 }
 
+/// A chat request's `messages`, `tools` and `tool_choice`, as given.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(default)]
+pub(crate) struct ChatFields {
+    pub messages: Option<Value>,
+    pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+}
+
 /// Renders a chat request's `messages` and `tools` (after `tool_choice`).
-pub(crate) fn chat_prompt(
-    app: &App,
-    r: &Ready,
-    o: &Map<String, Value>,
-) -> Result<ChatPrompt, ApiError> {
-    let messages = api::messages(o)?;
-    let mut tools = api::tools(o)?;
+pub(crate) fn chat_prompt(app: &App, r: &Ready, c: &ChatFields) -> Result<ChatPrompt, ApiError> {
+    let messages = api::messages(c.messages.as_ref())?;
+    let mut tools = api::tools(c.tools.as_ref())?;
     let mut tool_call = None;
-    match api::tool_choice(o, tools.as_ref())? {
+    match api::tool_choice(c.tool_choice.as_ref(), tools.as_ref())? {
         api::ToolChoice::Auto => {}
         // Not offered, so not called.
         api::ToolChoice::None => tools = None,
@@ -121,11 +128,11 @@ pub(crate) fn chat_prompt(
 pub(crate) fn raw_prompts(
     app: &App,
     r: &Ready,
-    o: &Map<String, Value>,
+    prompt: Option<&Value>,
 ) -> Result<(Vec<Vec<u32>>, Vec<String>), ApiError> {
     let (mut prompts, mut texts) = (Vec::new(), Vec::new());
     let n_vocab = r.model.model.n_vocab();
-    for p in api::prompts(o)? {
+    for p in api::prompts(prompt)? {
         match p {
             api::PromptIn::Text(t) => {
                 check_text_size(app, r, t.len())?;
@@ -152,35 +159,51 @@ pub(crate) fn raw_prompts(
     Ok((prompts, texts))
 }
 
-/// Checks and converts a request of `kind` (its body `o`, in OpenAI's
-/// words: an Anthropic request is converted first) into the internal one.
-pub(crate) fn prepare(
-    app: &App,
+/// What a dialect's request means, before its prompts are checked.
+pub(crate) struct Parts {
+    pub kind: Kind,
+    pub prompts: Vec<Vec<u32>>,
+    pub texts: Vec<String>,
+    pub echo: bool,
+    pub starts_thinking: bool,
+    pub tools: bool,
+    pub logprobs: Option<usize>,
+    pub tool_call: Option<Arc<Vec<(String, crate::constrain::tools::Shape)>>>,
+}
+
+/// The shared fields checked, in the order every dialect checks them:
+/// sampling and limits, then (after the dialect's log-probabilities) the
+/// output format and the bias.
+pub(crate) struct Checked {
+    pub common: api::Common,
+    pub json: bool,
+    pub logit_bias: Vec<(u32, f32)>,
+}
+
+/// Checks the sampling fields; `logprobs` (the dialect's own check) runs
+/// between them and the format, as it always has.
+pub(crate) fn check<T>(
     r: &Ready,
-    kind: Kind,
-    o: &Map<String, Value>,
-) -> Result<Prepared, ApiError> {
-    let common = api::common(o)?;
-    let logprobs = match kind {
-        Kind::Chat | Kind::Anthropic => api::chat_logprobs(o)?,
-        Kind::Completion => api::completion_logprobs(o)?,
-        Kind::Native => api::n_probs(o)?,
-    };
-    let json = api::json_mode(o)?;
-    let logit_bias = api::logit_bias(o, r.model.model.n_vocab())?;
-    let mut tool_call = None;
-    let (prompts, texts, tools, starts_thinking) = match kind {
-        Kind::Chat | Kind::Anthropic => {
-            let p = chat_prompt(app, r, o)?;
-            tool_call = p.tool_call;
-            (vec![p.ids], vec![p.text], p.tools, p.starts_thinking)
-        }
-        Kind::Completion | Kind::Native => {
-            let (prompts, texts) = raw_prompts(app, r, o)?;
-            (prompts, texts, false, false)
-        }
-    };
-    for prompt in &prompts {
+    s: &Sampling,
+    logprobs: impl FnOnce() -> Result<T, ApiError>,
+) -> Result<(Checked, T), ApiError> {
+    let common = s.common()?;
+    let lp = logprobs()?;
+    let json = s.json_mode()?;
+    let logit_bias = s.logit_bias(r.model.model.n_vocab())?;
+    Ok((
+        Checked {
+            common,
+            json,
+            logit_bias,
+        },
+        lp,
+    ))
+}
+
+/// The internal request: the prompts checked against a slot's context.
+pub(crate) fn finish(app: &App, c: Checked, p: Parts) -> Result<Prepared, ApiError> {
+    for prompt in &p.prompts {
         if prompt.is_empty() {
             return Err(ApiError::bad("the prompt is empty"));
         }
@@ -192,27 +215,23 @@ pub(crate) fn prepare(
             )));
         }
     }
-    if prompts.len() > 1 && common.stream {
+    if p.prompts.len() > 1 && c.common.stream {
         return Err(ApiError::field(
             "prompt",
             "several prompts are answered with stream: false only",
         ));
     }
-    let echo = match kind {
-        Kind::Completion => api::boolean(o, "echo")?.unwrap_or(false),
-        Kind::Native | Kind::Chat | Kind::Anthropic => false,
-    };
     Ok(Prepared {
-        kind,
-        common,
-        prompts,
-        echo,
-        texts,
-        starts_thinking,
-        tools,
-        logprobs,
-        json,
-        tool_call,
-        logit_bias,
+        kind: p.kind,
+        common: c.common,
+        prompts: p.prompts,
+        echo: p.echo,
+        texts: p.texts,
+        starts_thinking: p.starts_thinking,
+        tools: p.tools,
+        logprobs: p.logprobs,
+        json: c.json,
+        tool_call: p.tool_call,
+        logit_bias: c.logit_bias,
     })
 }
