@@ -18,7 +18,7 @@ use super::app::{answer, authorize, off_runtime, read_body, ready, App, AppState
 use super::done::{Done, Timings};
 use super::fields::{parse, Field, Int};
 use super::generate::{generate, Whole};
-use super::logprobs::native_probs;
+use super::logprobs::{native_probs, TokenEntry};
 use super::request::{check, finish, raw_prompts, Kind, Parts, Prepared};
 use super::sampling::Sampling;
 
@@ -76,7 +76,7 @@ pub(crate) struct NativeResult {
     generation_settings: GenerationSettings,
     timings: Timings,
     #[serde(skip_serializing_if = "Option::is_none")]
-    completion_probabilities: Option<Value>,
+    completion_probabilities: Option<Vec<TokenEntry>>,
 }
 
 #[derive(Serialize)]

@@ -2,7 +2,8 @@
 //! `logprobs.content`, the completions' legacy arrays (with an echoed
 //! prompt's scores), llama-server's `completion_probabilities`.
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::sample::TokenLogprob;
 use crate::tokenizer::Tokenizer;
@@ -17,75 +18,127 @@ pub(crate) fn finite_lp(logprob: f32) -> f64 {
     }
 }
 
-/// A token as OpenAI's `logprobs` give it: its text, its log-probability
-/// and its bytes.
-pub(crate) fn token_json(tok: &Tokenizer, id: u32, logprob: f32) -> Value {
-    let bytes = tok.piece(id).unwrap_or(&[]);
-    json!({"token": String::from_utf8_lossy(bytes), "logprob": finite_lp(logprob), "bytes": bytes})
+/// A token as OpenAI's `logprobs` give it: its text, its log-probability,
+/// its bytes, and (for the emitted token) its most likely alternatives;
+/// llama-server's entries carry the id too.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct TokenEntry {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<u32>,
+    token: String,
+    logprob: f64,
+    bytes: Vec<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_logprobs: Option<Vec<TokenEntry>>,
 }
 
-/// A chat choice's `logprobs`: `{"content": [...]}`, each token with its
-/// `top_logprobs`.
-pub(crate) fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Value {
-    let content: Vec<Value> = lps
-        .iter()
-        .map(|r| {
-            let mut v = token_json(tok, r.id, r.logprob);
-            let top = r.top.iter().map(|&(i, l)| token_json(tok, i, l));
-            v["top_logprobs"] = Value::Array(top.collect());
-            v
-        })
-        .collect();
-    json!({"content": content, "refusal": null})
+impl TokenEntry {
+    fn new(tok: &Tokenizer, id: u32, logprob: f32, with_id: bool) -> TokenEntry {
+        let bytes = tok.piece(id).unwrap_or(&[]);
+        TokenEntry {
+            id: with_id.then_some(id),
+            token: String::from_utf8_lossy(bytes).into_owned(),
+            logprob: finite_lp(logprob),
+            bytes: bytes.to_vec(),
+            top_logprobs: None,
+        }
+    }
+
+    /// The emitted token's entry with its alternatives'.
+    fn with_top(tok: &Tokenizer, r: &TokenLogprob, with_id: bool) -> TokenEntry {
+        let top = r
+            .top
+            .iter()
+            .map(|&(i, l)| TokenEntry::new(tok, i, l, with_id));
+        TokenEntry {
+            top_logprobs: Some(top.collect()),
+            ..TokenEntry::new(tok, r.id, r.logprob, with_id)
+        }
+    }
+}
+
+/// A chat choice's `logprobs`: `{"content": [...], "refusal": null}`.
+#[derive(Clone, Debug, Serialize)]
+pub(crate) struct ChatLogprobs {
+    content: Vec<TokenEntry>,
+    refusal: Option<String>,
+}
+
+/// A chat choice's `logprobs`, each token with its `top_logprobs`.
+pub(crate) fn chat_logprobs(tok: &Tokenizer, lps: &[TokenLogprob]) -> ChatLogprobs {
+    ChatLogprobs {
+        content: lps
+            .iter()
+            .map(|r| TokenEntry::with_top(tok, r, false))
+            .collect(),
+        refusal: None,
+    }
 }
 
 /// A completion choice's `logprobs` (the legacy shape): `tokens`,
 /// `token_logprobs`, `top_logprobs` (text → log-probability) and
-/// `text_offset`, counted in characters from the choice's start; `offset`
-/// is where these tokens start, and moves past them. A token without a
-/// record (an echoed prompt's first) gets nulls.
-pub(crate) fn legacy_logprobs<'a>(
+/// `text_offset`, counted in characters from the choice's start. A token
+/// without a record (an echoed prompt's first) gets nulls.
+#[derive(Clone, Debug, Default, Serialize)]
+pub(crate) struct LegacyLogprobs {
+    tokens: Vec<String>,
+    token_logprobs: Vec<Option<f64>>,
+    top_logprobs: Vec<Option<Map<String, Value>>>,
+    text_offset: Vec<usize>,
+}
+
+impl LegacyLogprobs {
+    /// `other`'s tokens after these.
+    pub fn extend(&mut self, other: LegacyLogprobs) {
+        self.tokens.extend(other.tokens);
+        self.token_logprobs.extend(other.token_logprobs);
+        self.top_logprobs.extend(other.top_logprobs);
+        self.text_offset.extend(other.text_offset);
+    }
+}
+
+/// [`LegacyLogprobs`] of `entries`; `offset` is where these tokens start,
+/// and moves past them.
+fn legacy_logprobs<'a>(
     tok: &Tokenizer,
     entries: impl Iterator<Item = (u32, Option<&'a TokenLogprob>)>,
     offset: &mut usize,
-) -> Value {
+) -> LegacyLogprobs {
     let text = |id: u32| String::from_utf8_lossy(tok.piece(id).unwrap_or(&[])).into_owned();
-    let (mut tokens, mut lp, mut top, mut at) = (vec![], vec![], vec![], vec![]);
+    let mut out = LegacyLogprobs::default();
     for (id, r) in entries {
         let t = text(id);
-        at.push(*offset);
+        out.text_offset.push(*offset);
         *offset += t.chars().count();
-        tokens.push(t);
-        lp.push(r.map_or(Value::Null, |r| json!(finite_lp(r.logprob))));
-        top.push(r.map_or(Value::Null, |r| {
-            let alts: Map<String, Value> = r
-                .top
+        out.tokens.push(t);
+        out.token_logprobs.push(r.map(|r| finite_lp(r.logprob)));
+        out.top_logprobs.push(r.map(|r| {
+            r.top
                 .iter()
-                .map(|&(i, l)| (text(i), json!(finite_lp(l))))
-                .collect();
-            Value::Object(alts)
+                .map(|&(i, l)| (text(i), Value::from(finite_lp(l))))
+                .collect()
         }));
     }
-    json!({"tokens": tokens, "token_logprobs": lp, "top_logprobs": top, "text_offset": at})
+    out
 }
 
-/// [`legacy_logprobs`] of generated tokens.
+/// [`LegacyLogprobs`] of generated tokens.
 pub(crate) fn completion_logprobs(
     tok: &Tokenizer,
     lps: &[TokenLogprob],
     offset: &mut usize,
-) -> Value {
+) -> LegacyLogprobs {
     legacy_logprobs(tok, lps.iter().map(|r| (r.id, Some(r))), offset)
 }
 
-/// [`legacy_logprobs`] of an echoed prompt: its first token has none, each
+/// [`LegacyLogprobs`] of an echoed prompt: its first token has none, each
 /// other one the record `scored` holds for it.
 pub(crate) fn echoed_logprobs(
     tok: &Tokenizer,
     prompt: &[u32],
     scored: Option<&[TokenLogprob]>,
     offset: &mut usize,
-) -> Value {
+) -> LegacyLogprobs {
     let records = std::iter::once(None).chain(scored.unwrap_or(&[]).iter().map(Some));
     let entries = prompt
         .iter()
@@ -96,20 +149,8 @@ pub(crate) fn echoed_logprobs(
 
 /// llama-server's `completion_probabilities`: each token with its id,
 /// text, log-probability, bytes and alternatives.
-pub(crate) fn native_probs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Value {
-    let entry = |id: u32, lp: f32| {
-        let mut v = token_json(tok, id, lp);
-        v["id"] = json!(id);
-        v
-    };
-    let list: Vec<Value> = lps
-        .iter()
-        .map(|r| {
-            let mut v = entry(r.id, r.logprob);
-            let top = r.top.iter().map(|&(i, l)| entry(i, l));
-            v["top_logprobs"] = Value::Array(top.collect());
-            v
-        })
-        .collect();
-    Value::Array(list)
+pub(crate) fn native_probs(tok: &Tokenizer, lps: &[TokenLogprob]) -> Vec<TokenEntry> {
+    lps.iter()
+        .map(|r| TokenEntry::with_top(tok, r, true))
+        .collect()
 }

@@ -14,7 +14,7 @@ use super::app::{now_secs, App, AppState, Ready};
 use super::done::{Timings, Usage};
 use super::fields::{parse, Field, Int};
 use super::generate::{generate, Collected, Whole};
-use super::logprobs::chat_logprobs;
+use super::logprobs::{chat_logprobs, ChatLogprobs};
 use super::request::Kind;
 use super::request::{chat_prompt, check, finish, ChatFields, Parts, Prepared};
 use super::sampling::Sampling;
@@ -81,7 +81,7 @@ struct ChatCompletion {
 struct Choice {
     index: usize,
     message: Message,
-    logprobs: Value,
+    logprobs: Option<ChatLogprobs>,
     finish_reason: &'static str,
 }
 
@@ -96,10 +96,9 @@ struct Message {
 }
 
 fn choice(w: &Whole<'_>, index: usize, c: Collected) -> Choice {
-    let logprobs = match w.p.logprobs {
-        Some(_) => chat_logprobs(&w.model.tokenizer, &c.logprobs),
-        None => Value::Null,
-    };
+    let logprobs =
+        w.p.logprobs
+            .map(|_| chat_logprobs(&w.model.tokenizer, &c.logprobs));
     Choice {
         index,
         message: Message {

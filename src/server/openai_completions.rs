@@ -14,7 +14,7 @@ use super::app::{now_secs, App, AppState, Ready};
 use super::done::{Timings, Usage};
 use super::fields::{parse, Field, Int};
 use super::generate::{generate, Collected, Whole};
-use super::logprobs::{completion_logprobs, echoed_logprobs};
+use super::logprobs::{completion_logprobs, echoed_logprobs, LegacyLogprobs};
 use super::request::Kind;
 use super::request::{check, finish, raw_prompts, Parts, Prepared};
 use super::sampling::Sampling;
@@ -74,7 +74,7 @@ struct TextCompletion {
 struct Choice {
     index: usize,
     text: String,
-    logprobs: Value,
+    logprobs: Option<LegacyLogprobs>,
     finish_reason: &'static str,
 }
 
@@ -83,19 +83,14 @@ fn choice(w: &Whole<'_>, index: usize, c: Collected) -> Choice {
     let tok = &w.model.tokenizer;
     let echoed = p.echo.then(|| p.texts[index].as_str());
     let mut offset = 0;
-    let mut logprobs = Value::Null;
+    let mut logprobs = None;
     if p.logprobs.is_some() {
         let mut v = match echoed {
             Some(_) => echoed_logprobs(tok, &p.prompts[index], c.scored.as_deref(), &mut offset),
-            None => completion_logprobs(tok, &[], &mut offset),
+            None => LegacyLogprobs::default(),
         };
-        let rest = completion_logprobs(tok, &c.logprobs, &mut offset);
-        for k in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
-            if let (Some(a), Some(b)) = (v[k].as_array_mut(), rest[k].as_array()) {
-                a.extend(b.iter().cloned());
-            }
-        }
-        logprobs = v;
+        v.extend(completion_logprobs(tok, &c.logprobs, &mut offset));
+        logprobs = Some(v);
     }
     Choice {
         index,

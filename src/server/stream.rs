@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::engine::LoadedModel;
@@ -16,12 +17,117 @@ use crate::sample::TokenLogprob;
 
 use super::api::ApiError;
 use super::app::{now_secs, App, STREAM_BUFFER};
+use super::done::{Timings, Usage};
 use super::error::shutting_down;
 use super::generate::{Assembler, Part};
 use super::llama;
-use super::logprobs::{chat_logprobs, completion_logprobs, echoed_logprobs, native_probs};
+use super::logprobs::{
+    chat_logprobs, completion_logprobs, echoed_logprobs, native_probs, ChatLogprobs,
+    LegacyLogprobs, TokenEntry,
+};
 use super::request::{Kind, Prepared};
 use super::slots::Msg;
+
+/// A typed piece as JSON.
+fn to_value(v: impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// An OpenAI stream chunk: one choice (none in the usage chunk), the
+/// `timings` on the last, the `usage` on the usage chunk.
+#[derive(Serialize)]
+struct Chunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: Vec<ChunkChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timings: Option<Timings>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Usage>,
+}
+
+/// A chunk's choice: chat's delta or a completion's text.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ChunkChoice {
+    Chat {
+        index: usize,
+        delta: Delta,
+        /// Absent, `null`, or the content's log-probabilities.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        logprobs: Option<Option<ChatLogprobs>>,
+        finish_reason: Option<&'static str>,
+    },
+    Text {
+        index: usize,
+        text: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        logprobs: Option<Option<LegacyLogprobs>>,
+        finish_reason: Option<&'static str>,
+    },
+}
+
+/// What a chat chunk adds to the message.
+#[derive(Default, Serialize)]
+struct Delta {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<Value>>,
+}
+
+/// One piece of llama-server's own stream.
+#[derive(Serialize)]
+struct NativePiece {
+    index: usize,
+    content: String,
+    tokens: [u32; 0],
+    stop: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    completion_probabilities: Option<Vec<TokenEntry>>,
+}
+
+fn chat(
+    delta: Delta,
+    logprobs: Option<Option<ChatLogprobs>>,
+    finish: Option<&'static str>,
+) -> ChunkChoice {
+    ChunkChoice::Chat {
+        index: 0,
+        delta,
+        logprobs,
+        finish_reason: finish,
+    }
+}
+
+fn text(
+    text: String,
+    logprobs: Option<Option<LegacyLogprobs>>,
+    finish: Option<&'static str>,
+) -> ChunkChoice {
+    ChunkChoice::Text {
+        index: 0,
+        text,
+        logprobs,
+        finish_reason: finish,
+    }
+}
+
+fn native(content: String, probs: Option<Vec<TokenEntry>>) -> NativePiece {
+    NativePiece {
+        index: 0,
+        content,
+        tokens: [],
+        stop: false,
+        completion_probabilities: probs,
+    }
+}
 
 /// A streaming response: server-sent events, one chunk per piece of text,
 /// a final chunk with the finish reason, the usage chunk when asked, then
@@ -40,61 +146,67 @@ pub(crate) fn stream(
     let model = app.cfg.model_name.clone();
     let kind = p.kind;
     let include_usage = p.common.include_usage;
-    let chunk = move |choice: Value| -> Value {
+    let (chunk_id, chunk_model) = (id.clone(), model.clone());
+    let chunk = move |choice: ChunkChoice| -> Value {
         let object = match kind {
-            // (Anthropic streams through `stream_anthropic`.)
-            Kind::Chat | Kind::Anthropic => "chat.completion.chunk",
+            // (Anthropic streams through `anthropic::stream`.)
+            Kind::Chat | Kind::Anthropic | Kind::Native => "chat.completion.chunk",
             Kind::Completion => "text_completion",
-            // llama-server's own stream sends the bare objects.
-            Kind::Native => return choice,
         };
-        json!({"id": id, "object": object, "created": created, "model": model, "choices": [choice]})
+        to_value(Chunk {
+            id: &chunk_id,
+            object,
+            created,
+            model: &chunk_model,
+            choices: vec![choice],
+            timings: None,
+            usage: None,
+        })
     };
     let want_logprobs = p.logprobs.is_some();
     let echo = p.echo.then(|| (p.texts[0].clone(), p.prompts[0].clone()));
     let tok_model = Arc::clone(&loaded);
-    let part_choice = move |part: Part, offset: &mut usize| -> Value {
+    // Each piece as its chunk (llama-server's own stream: the bare object).
+    let piece_chunk = chunk.clone();
+    let piece = move |part: Part, offset: &mut usize| -> Value {
+        let chunk = &piece_chunk;
         let tok = &loaded.tokenizer;
+        let lp = |on: bool| on.then_some(());
         match (kind, part) {
             (Kind::Chat | Kind::Anthropic, Part::Content(t, l)) => {
-                let lp = match want_logprobs {
-                    true => chat_logprobs(tok, &l),
-                    false => Value::Null,
+                let lps = lp(want_logprobs).map(|_| chat_logprobs(tok, &l));
+                let delta = Delta {
+                    content: Some(t),
+                    ..Delta::default()
                 };
-                json!({"index": 0, "delta": {"content": t}, "logprobs": lp, "finish_reason": null})
+                chunk(chat(delta, Some(lps), None))
             }
             (Kind::Chat | Kind::Anthropic, Part::Reasoning(t)) => {
-                json!({"index": 0, "delta": {"reasoning_content": t}, "finish_reason": null})
+                let delta = Delta {
+                    reasoning_content: Some(t),
+                    ..Delta::default()
+                };
+                chunk(chat(delta, None, None))
             }
             (Kind::Chat | Kind::Anthropic, Part::Call(c)) => {
-                json!({"index": 0, "delta": {"tool_calls": [c]}, "finish_reason": null})
+                let delta = Delta {
+                    tool_calls: Some(vec![c]),
+                    ..Delta::default()
+                };
+                chunk(chat(delta, None, None))
             }
             (Kind::Completion, Part::Content(t, l)) => {
-                let lp = match want_logprobs {
-                    true => completion_logprobs(tok, &l, offset),
-                    false => Value::Null,
-                };
-                json!({"index": 0, "text": t, "logprobs": lp, "finish_reason": null})
+                let lps = lp(want_logprobs).map(|_| completion_logprobs(tok, &l, offset));
+                chunk(text(t, Some(lps), None))
             }
-            (Kind::Completion, Part::Reasoning(t)) => {
-                json!({"index": 0, "text": t, "logprobs": null, "finish_reason": null})
-            }
-            (Kind::Completion, Part::Call(_)) => {
-                json!({"index": 0, "text": "", "finish_reason": null})
-            }
+            (Kind::Completion, Part::Reasoning(t)) => chunk(text(t, Some(None), None)),
+            (Kind::Completion, Part::Call(_)) => chunk(text(String::new(), None, None)),
             (Kind::Native, Part::Content(t, l)) => {
-                let mut v = json!({"index": 0, "content": t, "tokens": [], "stop": false});
-                if want_logprobs {
-                    v["completion_probabilities"] = native_probs(tok, &l);
-                }
-                v
+                let probs = lp(want_logprobs).map(|_| native_probs(tok, &l));
+                to_value(native(t, probs))
             }
-            (Kind::Native, Part::Reasoning(t)) => {
-                json!({"index": 0, "content": t, "tokens": [], "stop": false})
-            }
-            (Kind::Native, Part::Call(_)) => {
-                json!({"index": 0, "content": "", "tokens": [], "stop": false})
-            }
+            (Kind::Native, Part::Reasoning(t)) => to_value(native(t, None)),
+            (Kind::Native, Part::Call(_)) => to_value(native(String::new(), None)),
         }
     };
     tokio::spawn(async move {
@@ -107,8 +219,12 @@ pub(crate) fn stream(
             }
         };
         if kind == Kind::Chat {
-            let first = json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null});
-            if !send(chunk(first)).await {
+            let delta = Delta {
+                role: Some("assistant"),
+                content: Some(String::new()),
+                ..Delta::default()
+            };
+            if !send(chunk(chat(delta, None, None))).await {
                 return;
             }
         }
@@ -116,11 +232,8 @@ pub(crate) fn stream(
         // The echoed prompt comes first: at once, or with its scores.
         let echo_chunk = |scored: Option<&[TokenLogprob]>, offset: &mut usize| {
             let (text, ids) = echo.as_ref()?;
-            let lp = match scored {
-                Some(s) => echoed_logprobs(&tok_model.tokenizer, ids, Some(s), offset),
-                None => Value::Null,
-            };
-            Some(json!({"index": 0, "text": text, "logprobs": lp, "finish_reason": null}))
+            let lp = scored.map(|s| echoed_logprobs(&tok_model.tokenizer, ids, Some(s), offset));
+            Some(self::text(text.clone(), Some(lp), None))
         };
         if !want_logprobs {
             if let Some(c) = echo_chunk(None, &mut offset) {
@@ -144,7 +257,7 @@ pub(crate) fn stream(
                     logprobs,
                 }) => {
                     for part in asm.text(text, thinking, logprobs) {
-                        if !send(chunk(part_choice(part, &mut offset))).await {
+                        if !send(piece(part, &mut offset)).await {
                             return;
                         }
                     }
@@ -163,38 +276,41 @@ pub(crate) fn stream(
             }
         };
         for part in asm.finish() {
-            if !send(chunk(part_choice(part, &mut offset))).await {
+            if !send(piece(part, &mut offset)).await {
                 return;
             }
         }
         let finish = asm.finish_reason(&done);
-        let mut last = match kind {
-            Kind::Chat | Kind::Anthropic => {
-                chunk(json!({"index": 0, "delta": {}, "finish_reason": finish}))
-            }
-            Kind::Completion => {
-                chunk(json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish}))
-            }
+        let last = match kind {
+            Kind::Chat | Kind::Anthropic => chat(Delta::default(), None, Some(finish)),
+            Kind::Completion => text(String::new(), Some(None), Some(finish)),
             // llama-server's own stream ends with its final result, no `[DONE]`.
             Kind::Native => {
-                let _ =
-                    send(serde_json::to_value(llama::result(&p, 0, "", &done)).unwrap_or_default())
-                        .await;
+                let _ = send(to_value(llama::result(&p, 0, "", &done))).await;
                 return;
             }
         };
-        last["timings"] = serde_json::to_value(done.timings()).unwrap_or_default();
-        if !send(last.clone()).await {
+        let object = match kind {
+            Kind::Completion => "text_completion",
+            _ => "chat.completion.chunk",
+        };
+        let mut c = Chunk {
+            id: &id,
+            object,
+            created,
+            model: &model,
+            choices: vec![last],
+            timings: Some(done.timings()),
+            usage: None,
+        };
+        if !send(to_value(&c)).await {
             return;
         }
         if include_usage {
-            let mut u = last;
-            u["choices"] = json!([]);
-            u["usage"] = serde_json::to_value(done.usage()).unwrap_or_default();
-            if let Some(o) = u.as_object_mut() {
-                o.remove("timings");
-            }
-            if !send(u).await {
+            c.choices.clear();
+            c.timings = None;
+            c.usage = Some(done.usage());
+            if !send(to_value(&c)).await {
                 return;
             }
         }
