@@ -14,7 +14,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::api::{self, ApiError};
@@ -44,7 +44,7 @@ fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
     chat.prepare(app, r, Kind::Anthropic)
 }
 
-/// A `message`.
+/// A `message` (whole, or empty in `message_start`).
 #[derive(Serialize)]
 struct Message {
     id: String,
@@ -52,8 +52,8 @@ struct Message {
     kind: &'static str,
     role: &'static str,
     model: String,
-    content: Vec<Value>,
-    stop_reason: &'static str,
+    content: Vec<Block>,
+    stop_reason: Option<&'static str>,
     stop_sequence: Value,
     usage: MessageUsage,
 }
@@ -62,7 +62,88 @@ struct Message {
 struct MessageUsage {
     input_tokens: usize,
     output_tokens: usize,
-    cache_read_input_tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_read_input_tokens: Option<usize>,
+}
+
+/// A content block.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Thinking {
+        thinking: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: Value,
+        name: Value,
+        input: Value,
+    },
+}
+
+/// A content block's delta.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum BlockDelta {
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
+}
+
+/// One event of the Messages stream (its `type` is also the event's name).
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StreamEvent {
+    MessageStart {
+        message: Message,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: Block,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: BlockDelta,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: StopDelta,
+        usage: OutputUsage,
+    },
+    MessageStop,
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Value,
+}
+
+#[derive(Serialize)]
+struct OutputUsage {
+    output_tokens: usize,
+}
+
+impl StreamEvent {
+    fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::MessageStart { .. } => "message_start",
+            StreamEvent::ContentBlockStart { .. } => "content_block_start",
+            StreamEvent::ContentBlockDelta { .. } => "content_block_delta",
+            StreamEvent::ContentBlockStop { .. } => "content_block_stop",
+            StreamEvent::MessageDelta { .. } => "message_delta",
+            StreamEvent::MessageStop => "message_stop",
+        }
+    }
 }
 
 /// The whole reply: its blocks (thinking, text, tool uses), why it stopped,
@@ -71,12 +152,15 @@ pub(crate) fn response(id: String, model: String, mut w: Whole<'_>) -> Response 
     let c = w.choices.remove(0);
     let mut blocks = Vec::new();
     if !c.reasoning.is_empty() {
-        blocks.push(json!({"type": "thinking", "thinking": c.reasoning, "signature": ""}));
+        blocks.push(Block::Thinking {
+            thinking: c.reasoning,
+            signature: Some(String::new()),
+        });
     }
     if !c.content.is_empty() || c.calls.is_empty() {
-        blocks.push(json!({"type": "text", "text": c.content}));
+        blocks.push(Block::Text { text: c.content });
     }
-    blocks.extend(c.calls.iter().map(tool_use));
+    blocks.extend(c.calls.iter().map(tool_use_block));
     let word = c.done.stopping_word.as_deref();
     let (reason, seq) = stop(!c.calls.is_empty(), c.done.length, word);
     axum::Json(Message {
@@ -85,12 +169,12 @@ pub(crate) fn response(id: String, model: String, mut w: Whole<'_>) -> Response 
         role: "assistant",
         model,
         content: blocks,
-        stop_reason: reason,
+        stop_reason: Some(reason),
         stop_sequence: seq,
         usage: MessageUsage {
             input_tokens: c.done.prompt_n,
             output_tokens: c.done.predicted_n,
-            cache_read_input_tokens: c.done.cached_n,
+            cache_read_input_tokens: Some(c.done.cached_n),
         },
     })
     .into_response()
@@ -102,14 +186,23 @@ fn error_body(e: ApiError) -> Value {
 }
 
 /// An OpenAI tool call (`text::tool_call_json`) as a `tool_use` block.
-pub fn tool_use(call: &Value) -> Value {
+fn tool_use_block(call: &Value) -> Block {
     let f = &call["function"];
     let input = f["arguments"]
         .as_str()
         .and_then(|a| serde_json::from_str::<Value>(a).ok())
         .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}));
-    json!({"type": "tool_use", "id": call["id"], "name": f["name"], "input": input})
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    Block::ToolUse {
+        id: call["id"].clone(),
+        name: f["name"].clone(),
+        input,
+    }
+}
+
+/// [`tool_use_block`] as JSON.
+pub fn tool_use(call: &Value) -> Value {
+    serde_json::to_value(tool_use_block(call)).unwrap_or_default()
 }
 
 /// `stop_reason` and `stop_sequence` of a finished reply.
@@ -117,7 +210,7 @@ pub fn stop(tool_calls: bool, length: bool, word: Option<&str>) -> (&'static str
     match (tool_calls, length, word) {
         (true, _, _) => ("tool_use", Value::Null),
         (false, true, _) => ("max_tokens", Value::Null),
-        (false, false, Some(w)) => ("stop_sequence", json!(w)),
+        (false, false, Some(w)) => ("stop_sequence", Value::from(w)),
         (false, false, None) => ("end_turn", Value::Null),
     }
 }
@@ -128,62 +221,63 @@ fn block_events(
     part: Part,
     open: &mut Option<(usize, &'static str)>,
     next: &mut usize,
-) -> Vec<(&'static str, Value)> {
+) -> Vec<StreamEvent> {
     let mut ev = Vec::new();
     let close = |open: &mut Option<(usize, &'static str)>, ev: &mut Vec<_>| {
-        if let Some((i, _)) = open.take() {
-            ev.push((
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": i}),
-            ));
+        if let Some((index, _)) = open.take() {
+            ev.push(StreamEvent::ContentBlockStop { index });
         }
     };
     let (kind, delta) = match part {
         Part::Content(t, _) if t.is_empty() => return ev,
-        Part::Content(t, _) => ("text", json!({"type": "text_delta", "text": t})),
+        Part::Content(text, _) => ("text", BlockDelta::Text { text }),
         Part::Reasoning(t) if t.is_empty() => return ev,
-        Part::Reasoning(t) => ("thinking", json!({"type": "thinking_delta", "thinking": t})),
+        Part::Reasoning(thinking) => ("thinking", BlockDelta::Thinking { thinking }),
         Part::Call(c) => {
             close(open, &mut ev);
-            let mut block = tool_use(&c);
-            let input = block["input"].to_string();
-            block["input"] = json!({});
-            let i = *next;
+            let Block::ToolUse { id, name, input } = tool_use_block(&c) else {
+                unreachable!("a tool call is a tool_use block")
+            };
+            let index = *next;
             *next += 1;
-            ev.push((
-                "content_block_start",
-                json!({"type": "content_block_start", "index": i, "content_block": block}),
-            ));
-            let delta = json!({"type": "input_json_delta", "partial_json": input});
-            ev.push((
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": i, "delta": delta}),
-            ));
-            ev.push((
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": i}),
-            ));
+            let content_block = Block::ToolUse {
+                id,
+                name,
+                input: Value::Object(Map::new()),
+            };
+            ev.push(StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            });
+            let partial_json = input.to_string();
+            ev.push(StreamEvent::ContentBlockDelta {
+                index,
+                delta: BlockDelta::InputJson { partial_json },
+            });
+            ev.push(StreamEvent::ContentBlockStop { index });
             return ev;
         }
     };
     if open.is_none_or(|(_, k)| k != kind) {
         close(open, &mut ev);
-        let block = match kind {
-            "text" => json!({"type": "text", "text": ""}),
-            _ => json!({"type": "thinking", "thinking": ""}),
+        let content_block = match kind {
+            "text" => Block::Text {
+                text: String::new(),
+            },
+            _ => Block::Thinking {
+                thinking: String::new(),
+                signature: None,
+            },
         };
-        ev.push((
-            "content_block_start",
-            json!({"type": "content_block_start", "index": *next, "content_block": block}),
-        ));
+        ev.push(StreamEvent::ContentBlockStart {
+            index: *next,
+            content_block,
+        });
         *open = Some((*next, kind));
         *next += 1;
     }
-    let i = open.map_or(0, |(i, _)| i);
-    ev.push((
-        "content_block_delta",
-        json!({"type": "content_block_delta", "index": i, "delta": delta}),
-    ));
+    let index = open.map_or(0, |(i, _)| i);
+    ev.push(StreamEvent::ContentBlockDelta { index, delta });
     ev
 }
 
@@ -209,12 +303,25 @@ pub(crate) fn stream(
                     .is_ok()
             }
         };
-        let start = json!({"type": "message_start", "message": {
-            "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": input_tokens, "output_tokens": 0},
-        }});
-        if !send("message_start", start).await {
+        let event = |e: StreamEvent| (e.name(), serde_json::to_value(&e).unwrap_or_default());
+        let start = StreamEvent::MessageStart {
+            message: Message {
+                id,
+                kind: "message",
+                role: "assistant",
+                model,
+                content: Vec::new(),
+                stop_reason: None,
+                stop_sequence: Value::Null,
+                usage: MessageUsage {
+                    input_tokens,
+                    output_tokens: 0,
+                    cache_read_input_tokens: None,
+                },
+            },
+        };
+        let (name, v) = event(start);
+        if !send(name, v).await {
             return;
         }
         let (mut open, mut next) = (None, 0);
@@ -238,33 +345,34 @@ pub(crate) fn stream(
                 None => return,
             };
             for part in parts {
-                for (name, v) in block_events(part, &mut open, &mut next) {
+                for e in block_events(part, &mut open, &mut next) {
+                    let (name, v) = event(e);
                     if !send(name, v).await {
                         return;
                     }
                 }
             }
         };
-        let mut tail: Vec<(&'static str, Value)> = Vec::new();
+        let mut tail = Vec::new();
         for part in asm.finish() {
             tail.extend(block_events(part, &mut open, &mut next));
         }
-        if let Some((i, _)) = open {
-            tail.push((
-                "content_block_stop",
-                json!({"type": "content_block_stop", "index": i}),
-            ));
+        if let Some((index, _)) = open {
+            tail.push(StreamEvent::ContentBlockStop { index });
         }
         let word = done.stopping_word.as_deref();
-        let (reason, seq) = stop(asm.n_calls > 0, done.length, word);
-        tail.push((
-            "message_delta",
-            json!({"type": "message_delta",
-            "delta": {"stop_reason": reason, "stop_sequence": seq},
-            "usage": {"output_tokens": done.predicted_n}}),
-        ));
-        tail.push(("message_stop", json!({"type": "message_stop"})));
-        for (name, v) in tail {
+        let (stop_reason, stop_sequence) = stop(asm.n_calls > 0, done.length, word);
+        tail.push(StreamEvent::MessageDelta {
+            delta: StopDelta {
+                stop_reason,
+                stop_sequence,
+            },
+            usage: OutputUsage {
+                output_tokens: done.predicted_n,
+            },
+        });
+        tail.push(StreamEvent::MessageStop);
+        for (name, v) in tail.into_iter().map(event) {
             if !send(name, v).await {
                 return;
             }
@@ -316,6 +424,7 @@ struct TokenCount {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn tool_calls_become_tool_use_blocks_and_stop_reasons_follow_the_end() {
