@@ -28,7 +28,7 @@ use super::openai_chat::ChatRequest;
 use super::request::{message_text_bytes, ChatFields, Kind, Prepared};
 use super::slots::Msg;
 
-pub(crate) use super::anthropic_request::to_chat;
+use super::anthropic_request::MessagesRequest;
 
 /// `POST /v1/messages`.
 pub(crate) async fn messages(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
@@ -38,7 +38,7 @@ pub(crate) async fn messages(State(app): AppState, headers: HeaderMap, body: Bod
 /// The Messages request, rewritten into the chat request it means, then
 /// checked and rendered as one.
 fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
-    let chat = to_chat(&parse::<Map<String, Value>>(body)?)?;
+    let chat = parse::<MessagesRequest>(body)?.into_chat()?;
     let chat: ChatRequest =
         serde_json::from_value(Value::Object(chat)).map_err(|e| ApiError::bad(e.to_string()))?;
     chat.prepare(app, r, Kind::Anthropic)
@@ -392,7 +392,7 @@ pub(crate) async fn count_tokens(State(app): AppState, headers: HeaderMap, body:
         off_runtime(move || {
             let app = &*worker;
             let r = ready(app)?;
-            let o = to_chat(&parse::<Map<String, Value>>(&bytes)?)?;
+            let o = parse::<MessagesRequest>(&bytes)?.into_chat()?;
             let c: ChatFields = serde_json::from_value(Value::Object(o))
                 .map_err(|e| ApiError::bad(e.to_string()))?;
             let messages = api::messages(c.messages.as_ref())?;

@@ -3,6 +3,7 @@
 //! (`input_schema`), `tool_choice`, `stop_sequences` and the sampling
 //! fields become the OpenAI chat request they mean, which then runs as one.
 
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::api::ApiError;
@@ -118,84 +119,112 @@ fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
     Ok(out)
 }
 
-/// The OpenAI chat request an Anthropic Messages request means.
+/// Anthropic's Messages request: the fields clover reads (others are
+/// ignored). The sampling fields pass on to the chat request as they are,
+/// and are checked there.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub(crate) struct MessagesRequest {
+    system: Option<Value>,
+    messages: Option<Value>,
+    tools: Option<Value>,
+    tool_choice: Option<Value>,
+    stop_sequences: Option<Value>,
+    max_tokens: Option<Value>,
+    temperature: Option<Value>,
+    top_p: Option<Value>,
+    top_k: Option<Value>,
+    stream: Option<Value>,
+    model: Option<Value>,
+}
+
+/// The OpenAI chat request an Anthropic Messages request (a JSON object)
+/// means.
+#[cfg(test)]
 pub(crate) fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
-    let Some(Value::Array(msgs)) = o.get("messages") else {
-        return Err(ApiError::field(
-            "messages",
-            "'messages' must be a list of messages",
-        ));
-    };
-    let mut messages = Vec::new();
-    if let Some(s) = o.get("system") {
-        let system = text_of(s, "system")?;
-        if !system.is_empty() {
-            messages.push(json!({"role": "system", "content": system}));
-        }
-    }
-    for (i, m) in msgs.iter().enumerate() {
-        messages.extend(message(i, m)?);
-    }
-    let mut out = Map::new();
-    out.insert("messages".into(), Value::Array(messages));
-    for k in [
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "stream",
-        "model",
-    ] {
-        if let Some(v) = o.get(k) {
-            out.insert(k.into(), v.clone());
-        }
-    }
-    if let Some(s) = o.get("stop_sequences") {
-        out.insert("stop".into(), s.clone());
-    }
-    match o.get("tools") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => {
-            let mut list = Vec::new();
-            for t in tools {
-                let Some(name) = t.get("name").and_then(Value::as_str) else {
-                    return Err(ApiError::field("tools", "every tool needs a 'name'"));
-                };
-                list.push(json!({"type": "function", "function": {
-                    "name": name,
-                    "description": t.get("description").cloned().unwrap_or(Value::Null),
-                    "parameters": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
-                }}));
+    let r: MessagesRequest = serde_json::from_value(Value::Object(o.clone()))
+        .map_err(|e| ApiError::bad(e.to_string()))?;
+    r.into_chat()
+}
+
+impl MessagesRequest {
+    /// The OpenAI chat request this means, as the chat request's body.
+    pub(crate) fn into_chat(self) -> Result<Map<String, Value>, ApiError> {
+        let Some(Value::Array(msgs)) = &self.messages else {
+            return Err(ApiError::field(
+                "messages",
+                "'messages' must be a list of messages",
+            ));
+        };
+        let mut messages = Vec::new();
+        if let Some(s) = &self.system {
+            let system = text_of(s, "system")?;
+            if !system.is_empty() {
+                messages.push(json!({"role": "system", "content": system}));
             }
-            out.insert("tools".into(), Value::Array(list));
         }
-        Some(_) => return Err(ApiError::field("tools", "'tools' must be a list")),
-    }
-    // Anthropic's tool_choice in OpenAI's words.
-    match o.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(c) => {
-            let bad = || {
-                ApiError::field(
-                    "tool_choice",
-                    "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, \
-                     {\"type\": \"tool\", \"name\": …} or {\"type\": \"none\"}",
-                )
-            };
-            let choice = match c.get("type").and_then(Value::as_str) {
-                Some("auto") => json!("auto"),
-                Some("any") => json!("required"),
-                Some("none") => json!("none"),
-                Some("tool") => {
-                    let name = c.get("name").and_then(Value::as_str).ok_or_else(bad)?;
-                    json!({"type": "function", "function": {"name": name}})
+        for (i, m) in msgs.iter().enumerate() {
+            messages.extend(message(i, m)?);
+        }
+        let mut out = Map::new();
+        out.insert("messages".into(), Value::Array(messages));
+        for (k, v) in [
+            ("max_tokens", self.max_tokens),
+            ("temperature", self.temperature),
+            ("top_p", self.top_p),
+            ("top_k", self.top_k),
+            ("stream", self.stream),
+            ("model", self.model),
+            ("stop", self.stop_sequences),
+        ] {
+            if let Some(v) = v {
+                out.insert(k.into(), v);
+            }
+        }
+        match &self.tools {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(tools)) => {
+                let mut list = Vec::new();
+                for t in tools {
+                    let Some(name) = t.get("name").and_then(Value::as_str) else {
+                        return Err(ApiError::field("tools", "every tool needs a 'name'"));
+                    };
+                    list.push(json!({"type": "function", "function": {
+                        "name": name,
+                        "description": t.get("description").cloned().unwrap_or(Value::Null),
+                        "parameters": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
+                    }}));
                 }
-                _ => return Err(bad()),
-            };
-            out.insert("tool_choice".into(), choice);
+                out.insert("tools".into(), Value::Array(list));
+            }
+            Some(_) => return Err(ApiError::field("tools", "'tools' must be a list")),
         }
+        // Anthropic's tool_choice in OpenAI's words.
+        match &self.tool_choice {
+            None | Some(Value::Null) => {}
+            Some(c) => {
+                let bad = || {
+                    ApiError::field(
+                        "tool_choice",
+                        "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, \
+                         {\"type\": \"tool\", \"name\": …} or {\"type\": \"none\"}",
+                    )
+                };
+                let choice = match c.get("type").and_then(Value::as_str) {
+                    Some("auto") => json!("auto"),
+                    Some("any") => json!("required"),
+                    Some("none") => json!("none"),
+                    Some("tool") => {
+                        let name = c.get("name").and_then(Value::as_str).ok_or_else(bad)?;
+                        json!({"type": "function", "function": {"name": name}})
+                    }
+                    _ => return Err(bad()),
+                };
+                out.insert("tool_choice".into(), choice);
+            }
+        }
+        Ok(out)
     }
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -18,10 +18,10 @@
 //!
 //! Shared: [`app`] (state, router, auth, bodies), [`request`] (the one
 //! internal request the dialects become) with [`sampling`], [`api`] and
-//! [`fields`] (the fields, typed and checked), [`generate`] (the bridge to the scheduler), [`stream`]
-//! (server-sent events), [`logprobs`], [`error`] (the one error type, in
-//! each dialect's shape), [`conn`] (connections), [`slots`] with [`batcher`], [`done`],
-//! [`metrics`], [`text`].
+//! [`fields`] (the fields, typed and checked), [`generate`] (the bridge to
+//! the scheduler), [`stream`] (server-sent events), [`logprobs`], [`error`]
+//! (the one error type, in each dialect's shape), [`conn`] (connections),
+//! [`slots`] with [`batcher`], [`done`], [`metrics`], [`text`].
 
 pub mod anthropic;
 pub mod anthropic_request;
