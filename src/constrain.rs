@@ -19,7 +19,17 @@ pub mod tools;
 
 use std::sync::Arc;
 
-use crate::engine::LoadedModel;
+use crate::tokenizer::Tokenizer;
+
+/// What a [`Guard`] reads of a model: its tokenizer (each token's text,
+/// which tokens end generation or are control tokens) and the id of
+/// `</think>`. The engine's loaded model provides it; constraints stay
+/// below the engine.
+pub trait Vocab: Send + Sync + std::fmt::Debug {
+    fn tokenizer(&self) -> &Tokenizer;
+    /// The id of `</think>`, when the vocabulary has `<think>` and `</think>`.
+    fn think_end(&self) -> Option<u32>;
+}
 
 /// Which tokens may come next, for [`crate::sample::Sampler`].
 pub trait Constraint: Send + Sync + std::fmt::Debug {
@@ -360,14 +370,14 @@ impl Recognizer for JsonPrefix {
 /// starts after `</think>`.
 #[derive(Clone, Debug)]
 pub struct Guard<R> {
-    model: Arc<LoadedModel>,
+    model: Arc<dyn Vocab>,
     rec: R,
     thinking: bool,
 }
 
 impl<R: Recognizer> Guard<R> {
-    pub fn new(model: Arc<LoadedModel>, rec: R, starts_thinking: bool) -> Guard<R> {
-        let thinking = starts_thinking && model.think_tokens.is_some();
+    pub fn new(model: Arc<dyn Vocab>, rec: R, starts_thinking: bool) -> Guard<R> {
+        let thinking = starts_thinking && model.think_end().is_some();
         Guard {
             model,
             rec,
@@ -380,7 +390,7 @@ impl<R: Recognizer> Guard<R> {
 pub type JsonGuard = Guard<JsonPrefix>;
 
 impl JsonGuard {
-    pub fn json(model: Arc<LoadedModel>, starts_thinking: bool) -> JsonGuard {
+    pub fn json(model: Arc<dyn Vocab>, starts_thinking: bool) -> JsonGuard {
         Guard::new(model, JsonPrefix::new(true), starts_thinking)
     }
 }
@@ -390,7 +400,7 @@ impl<R: Recognizer> Constraint for Guard<R> {
         if self.thinking {
             return true;
         }
-        let tok = &self.model.tokenizer;
+        let tok = self.model.tokenizer();
         if tok.is_eog(id) {
             return self.rec.complete();
         }
@@ -405,12 +415,12 @@ impl<R: Recognizer> Constraint for Guard<R> {
 
     fn accept(&mut self, id: u32) {
         if self.thinking {
-            if self.model.think_tokens.is_some_and(|(_, end)| end == id) {
+            if self.model.think_end() == Some(id) {
                 self.thinking = false;
             }
             return;
         }
-        if let Ok(bytes) = self.model.tokenizer.piece(id) {
+        if let Ok(bytes) = self.model.tokenizer().piece(id) {
             self.rec.feed(bytes);
         }
     }

@@ -11,6 +11,7 @@
 //! ```
 //! The arithmetic (f32 where llama.cpp uses float, f64 sums) follows
 //! llama-perplexity's, so the statistics agree with its to print precision.
+//! The windows and the softmax denominator are [`crate::score`]'s.
 
 use std::io::{self, Read, Write};
 
@@ -37,7 +38,7 @@ pub fn encode(logits: &[f32], target: u32, out: &mut [u16]) -> f64 {
         min = min.min(x);
     }
     let min = min.max(max - 16.0);
-    let sum_exp: f64 = logits.iter().map(|&x| (x - max).exp() as f64).sum();
+    let sum_exp = crate::score::sum_exp(logits, max);
     let log_sum_exp = sum_exp.ln() as f32;
     let min_log_prob = min - max - log_sum_exp;
     let scale = (max - min) / 65535.0;
@@ -91,7 +92,7 @@ impl KldSums {
                 imax = i;
             }
         }
-        let sum_exp: f64 = logits.iter().map(|&x| (x - max).exp() as f64).sum();
+        let sum_exp = crate::score::sum_exp(logits, max);
         let log_sum_exp = sum_exp.ln() as f32;
         let head: &[u32] = bytemuck::cast_slice(&base[..4]);
         let (scale, min_log_prob) = (f32::from_bits(head[0]), f32::from_bits(head[1]));

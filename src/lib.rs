@@ -12,6 +12,7 @@ pub mod model;
 pub mod output;
 pub mod quantize;
 pub mod sample;
+pub mod score;
 pub mod server;
 pub mod signals;
 pub mod spec;

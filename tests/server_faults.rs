@@ -189,6 +189,76 @@ fn a_body_that_does_not_arrive_within_the_body_timeout_gets_408() {
     );
 }
 
+/// The body of a raw HTTP answer, as JSON.
+fn body_json(answer: &str) -> serde_json::Value {
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    json(body)
+}
+
+#[test]
+fn every_error_status_carries_the_dialects_json_error_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(&tiny_model(dir.path()), &["--max-body", "4096"]);
+    let openai = |v: &serde_json::Value, code: u16| {
+        let e = &v["error"];
+        assert!(e["message"].is_string() && e["type"].is_string(), "{v}");
+        assert_eq!(e["code"], code, "{v}");
+    };
+    let anthropic = |v: &serde_json::Value| {
+        assert_eq!(v["type"], "error", "{v}");
+        assert!(
+            v["error"]["message"].is_string() && v["error"]["type"].is_string(),
+            "{v}"
+        );
+    };
+    let big = format!(r#"{{"x":"{}"}}"#, "a".repeat(8000));
+    // 404: no such route; 405: a route asked with a method it does not take;
+    // 413: a body past --max-body. Each in the dialect of its path.
+    for (method, path, body, want) in [
+        ("POST", "/v1/nothing", "{}", 404),
+        ("GET", "/v1/chat/completions", "", 405),
+        ("POST", "/v1/models", "{}", 405),
+        ("POST", "/v1/completions", big.as_str(), 413),
+        ("POST", "/v1/messages/nothing", "{}", 404),
+        ("GET", "/v1/messages", "", 405),
+        ("POST", "/v1/messages", big.as_str(), 413),
+    ] {
+        let mut c = connect(&s);
+        let req = format!(
+            "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        c.write_all(req.as_bytes()).unwrap();
+        let answer = read_to_close(&mut c, Duration::from_secs(10));
+        assert_eq!(status_of(&answer), want, "{method} {path}: {answer:.300}");
+        assert!(
+            answer
+                .to_ascii_lowercase()
+                .contains("content-type: application/json"),
+            "{answer:.300}"
+        );
+        let v = body_json(&answer);
+        if path.starts_with("/v1/messages") {
+            anthropic(&v);
+        } else {
+            openai(&v, want);
+        }
+    }
+    // 431: more header fields than hyper reads (its answer, with the error
+    // object put in); the whole head is read, so the close is clean.
+    let mut c = connect(&s);
+    let fields: String = (0..150).map(|i| format!("X-F{i}: v\r\n")).collect();
+    let req = format!("GET /health HTTP/1.1\r\nHost: x\r\n{fields}\r\n");
+    c.write_all(req.as_bytes()).unwrap();
+    let answer = read_to_close(&mut c, Duration::from_secs(10));
+    assert_eq!(status_of(&answer), 431, "{answer:.300}");
+    openai(&body_json(&answer), 431);
+    // The server still answers.
+    let (code, _) = curl(&s, &["/health"]);
+    assert_eq!(code, 200);
+}
+
 #[test]
 fn sigterm_exits_within_the_shutdown_timeout_and_queued_requests_get_503() {
     let dir = tempfile::tempdir().unwrap();

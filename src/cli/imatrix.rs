@@ -5,7 +5,8 @@
 //! runs from an empty state in one prompt pass (the first token replaced by
 //! BOS when the vocabulary adds one), while [`crate::model::capture`] sums
 //! the squared activations entering every `blk.*` matrix and expert. The
-//! second half of each chunk is scored as `clover perplexity` scores it, so
+//! windows and the scoring of each chunk's second half are [`crate::score`]'s,
+//! as for `clover perplexity`, so
 //! the run also prints the text's perplexity. The file is rewritten every
 //! `--output-frequency` chunks and at the end, each time through a temporary
 //! file renamed into place: an interrupted run (Ctrl-C removes the temporary
@@ -21,6 +22,7 @@ use clap::Args;
 use crate::imatrix::Imatrix;
 use crate::kernels::GgmlType;
 use crate::model::{capture, LogitsFor};
+use crate::score::{self, NllSums, WindowRunner, Windows};
 
 #[derive(Args, Debug)]
 pub struct ImatrixArgs {
@@ -110,10 +112,8 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
             2 * c
         );
     }
-    let mut n_chunks = tokens.len() / c;
-    if args.chunks >= 0 {
-        n_chunks = n_chunks.min(args.chunks as usize);
-    }
+    let windows = Windows::of(tokens.len(), c, args.chunks);
+    let n_chunks = windows.n;
     if n_chunks == 0 {
         bail!("--chunks 0: nothing to collect");
     }
@@ -124,7 +124,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
         }
     }
     eprintln!("imatrix: {} tokens, {n_chunks} chunks of {c}", tokens.len());
-    let (pool, mut state) = super::perplexity::window_runner(
+    let mut runner = WindowRunner::new(
         &m.model,
         c,
         args.threads,
@@ -133,20 +133,19 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
     )?;
     let model = &m.model;
     let n_vocab = model.n_vocab();
-    let mut sums = super::perplexity::NllSums::default();
+    let mut sums = NllSums::default();
     let mut out = std::io::stdout().lock();
     let t0 = Instant::now();
     capture::start();
     let result = (|| -> anyhow::Result<()> {
         for w in 0..n_chunks {
-            let win = &tokens[w * c..(w + 1) * c];
-            state.reset();
+            let win = windows.get(&tokens, w);
             let want = if args.no_ppl {
                 LogitsFor::Last
             } else {
                 LogitsFor::All
             };
-            let logits = pool.install(|| model.forward(&mut state, win, 0, want))?;
+            let logits = runner.eval(model, win, want)?;
             if w == 0 {
                 let per = t0.elapsed().as_secs_f64();
                 eprintln!(
@@ -155,7 +154,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
                 );
             }
             if !args.no_ppl {
-                super::perplexity::score_window(logits, n_vocab, win, &mut sums);
+                score::score_window(logits, n_vocab, win, &mut sums);
                 write!(out, "[{}]{:.4},", w + 1, sums.ppl())?;
                 out.flush()?;
             }

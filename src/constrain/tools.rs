@@ -27,7 +27,6 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{Guard, JsonPrefix, Recognizer};
-use crate::engine::LoadedModel;
 
 /// Deepest schema nesting followed (deeper is any JSON value).
 const MAX_SCHEMA_DEPTH: usize = 16;
@@ -539,7 +538,7 @@ pub type ToolGuard = Guard<CallPrefix>;
 
 impl ToolGuard {
     pub fn tool_call(
-        model: Arc<LoadedModel>,
+        model: Arc<dyn super::Vocab>,
         tools: &[(String, Shape)],
         starts_thinking: bool,
     ) -> ToolGuard {

@@ -160,6 +160,16 @@ pub fn load_layout(
     notes
 }
 
+impl crate::constrain::Vocab for LoadedModel {
+    fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    fn think_end(&self) -> Option<u32> {
+        self.think_tokens.map(|(_, end)| end)
+    }
+}
+
 impl LoadedModel {
     /// Maps `path` and builds the model. Every failure is an error, never a panic.
     pub fn open(path: &Path) -> Result<LoadedModel, EngineError> {

@@ -452,7 +452,7 @@ impl Session {
 
     /// Scores `prompt`: each token after the first with its log-probability
     /// given the tokens before it and the `top` most likely tokens there
-    /// ([`crate::sample::logprobs`]). The state then holds all but the last
+    /// ([`crate::score::next_token_logprobs`]). The state then holds all but the last
     /// token, checkpointed, so that generating from `prompt` next evaluates
     /// only that token. Nothing held is reused (every position needs its
     /// logits); the batches are short, so their logits stay small.
@@ -479,9 +479,8 @@ impl Session {
             let (model, state) = (&self.model.model, &mut self.state);
             let pool = self.pool_batch.as_ref().unwrap_or(&self.pool);
             let rows = pool.install(|| model.forward(state, chunk, pos, LogitsFor::All))?;
-            for (r, row) in rows.chunks_exact(v).enumerate() {
-                out.push(crate::sample::logprobs(row, prompt[pos + r + 1], top));
-            }
+            let next = &prompt[pos + 1..pos + 1 + chunk.len()];
+            out.extend(crate::score::next_token_logprobs(rows, v, next, top));
             self.tokens.extend_from_slice(chunk);
         }
         self.checkpoint();

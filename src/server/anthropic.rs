@@ -1,224 +1,208 @@
-//! Anthropic's Messages API (`POST /v1/messages`), as llama-server also
-//! serves it: a request is rewritten into the OpenAI chat request it means
-//! and runs as one; the reply is rendered as Anthropic's message object, or
-//! its event stream.
+//! Anthropic's Messages API, as llama-server also serves it:
+//! `POST /v1/messages` and `POST /v1/messages/count_tokens`. A request is
+//! rewritten into the OpenAI chat request it means
+//! ([`super::anthropic_request`]) and runs as one; the reply is rendered as
+//! Anthropic's message object, or its event stream. Errors are Anthropic's
+//! error object ([`super::error::Dialect::Anthropic`]).
 
-use serde_json::{json, Map, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
 
-use super::api::ApiError;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
 
-/// The text of a string or of a list of `{"type": "text"}` blocks.
-fn text_of(v: &Value, what: &str) -> Result<String, ApiError> {
-    match v {
-        Value::Null => Ok(String::new()),
-        Value::String(s) => Ok(s.clone()),
-        Value::Array(blocks) => {
-            let mut out = String::new();
-            for b in blocks {
-                match (b.get("type").and_then(Value::as_str), b.get("text")) {
-                    (Some("text"), Some(Value::String(t))) => out.push_str(t),
-                    _ => {
-                        return Err(ApiError::field(
-                            "messages",
-                            format!("{what}: only text blocks are supported here"),
-                        ))
-                    }
-                }
-            }
-            Ok(out)
+use super::api::{self, ApiError};
+use super::app::{
+    authorize, check_text_size, off_runtime, read_body, ready, App, AppState, Ready, STREAM_BUFFER,
+};
+use super::error::{shutting_down, Dialect};
+use super::fields::parse;
+use super::generate::{generate, Assembler, Part, Whole};
+use super::openai_chat::ChatRequest;
+use super::request::{message_text_bytes, ChatFields, Kind, Prepared};
+use super::slots::Msg;
+
+use super::anthropic_request::MessagesRequest;
+
+/// `POST /v1/messages`.
+pub(crate) async fn messages(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
+    generate(app, Kind::Anthropic, prepare, headers, body).await
+}
+
+/// The Messages request, rewritten into the chat request it means, then
+/// checked and rendered as one.
+fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
+    let chat = parse::<MessagesRequest>(body)?.into_chat()?;
+    let chat: ChatRequest =
+        serde_json::from_value(Value::Object(chat)).map_err(|e| ApiError::bad(e.to_string()))?;
+    chat.prepare(app, r, Kind::Anthropic)
+}
+
+/// A `message` (whole, or empty in `message_start`).
+#[derive(Serialize)]
+struct Message {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    role: &'static str,
+    model: String,
+    content: Vec<Block>,
+    stop_reason: Option<&'static str>,
+    stop_sequence: Value,
+    usage: MessageUsage,
+}
+
+#[derive(Serialize)]
+struct MessageUsage {
+    input_tokens: usize,
+    output_tokens: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_read_input_tokens: Option<usize>,
+}
+
+/// A content block.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Thinking {
+        thinking: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+    },
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: Value,
+        name: Value,
+        input: Value,
+    },
+}
+
+/// A content block's delta.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum BlockDelta {
+    #[serde(rename = "text_delta")]
+    Text { text: String },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: String },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: String },
+}
+
+/// One event of the Messages stream (its `type` is also the event's name).
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StreamEvent {
+    MessageStart {
+        message: Message,
+    },
+    ContentBlockStart {
+        index: usize,
+        content_block: Block,
+    },
+    ContentBlockDelta {
+        index: usize,
+        delta: BlockDelta,
+    },
+    ContentBlockStop {
+        index: usize,
+    },
+    MessageDelta {
+        delta: StopDelta,
+        usage: OutputUsage,
+    },
+    MessageStop,
+}
+
+#[derive(Serialize)]
+struct StopDelta {
+    stop_reason: &'static str,
+    stop_sequence: Value,
+}
+
+#[derive(Serialize)]
+struct OutputUsage {
+    output_tokens: usize,
+}
+
+impl StreamEvent {
+    fn name(&self) -> &'static str {
+        match self {
+            StreamEvent::MessageStart { .. } => "message_start",
+            StreamEvent::ContentBlockStart { .. } => "content_block_start",
+            StreamEvent::ContentBlockDelta { .. } => "content_block_delta",
+            StreamEvent::ContentBlockStop { .. } => "content_block_stop",
+            StreamEvent::MessageDelta { .. } => "message_delta",
+            StreamEvent::MessageStop => "message_stop",
         }
-        _ => Err(ApiError::field(
-            "messages",
-            format!("{what}: content must be a string or a list of blocks"),
-        )),
     }
 }
 
-/// One Anthropic message as OpenAI chat messages: text, the assistant's
-/// `tool_use` blocks as `tool_calls`, the user's `tool_result` blocks as
-/// `tool` messages (before the user's own text).
-fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
-    let what = format!("message {i}");
-    let role = match m.get("role").and_then(Value::as_str) {
-        Some(r @ ("user" | "assistant")) => r,
-        _ => {
-            return Err(ApiError::field(
-                "messages",
-                format!("{what}: 'role' must be \"user\" or \"assistant\""),
-            ))
-        }
-    };
-    let blocks = match m.get("content") {
-        Some(Value::Array(b)) => b.clone(),
-        Some(c @ Value::String(_)) => return Ok(vec![json!({"role": role, "content": c})]),
-        _ => {
-            return Err(ApiError::field(
-                "messages",
-                format!("{what}: content must be a string or a list of blocks"),
-            ))
-        }
-    };
-    let (mut text, mut calls, mut results) = (String::new(), Vec::new(), Vec::new());
-    for b in &blocks {
-        match b.get("type").and_then(Value::as_str) {
-            Some("text") => match b.get("text") {
-                Some(Value::String(t)) => text.push_str(t),
-                _ => {
-                    return Err(ApiError::field(
-                        "messages",
-                        format!("{what}: a text block needs a 'text' string"),
-                    ))
-                }
-            },
-            // Earlier reasoning is not sent back to the template.
-            Some("thinking" | "redacted_thinking") => {}
-            Some("tool_use") if role == "assistant" => {
-                let (Some(id), Some(name)) = (
-                    b.get("id").and_then(Value::as_str),
-                    b.get("name").and_then(Value::as_str),
-                ) else {
-                    return Err(ApiError::field(
-                        "messages",
-                        format!("{what}: a tool_use block needs 'id' and 'name'"),
-                    ));
-                };
-                let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
-                calls.push(json!({"id": id, "type": "function",
-                    "function": {"name": name, "arguments": input.to_string()}}));
-            }
-            Some("tool_result") if role == "user" => {
-                let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
-                    return Err(ApiError::field(
-                        "messages",
-                        format!("{what}: a tool_result block needs 'tool_use_id'"),
-                    ));
-                };
-                let content = text_of(b.get("content").unwrap_or(&Value::Null), &what)?;
-                results.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
-            }
-            _ => {
-                return Err(ApiError::field(
-                    "messages",
-                    format!(
-                        "{what}: unsupported content block {}",
-                        b.get("type").unwrap_or(&Value::Null)
-                    ),
-                ))
-            }
-        }
+/// The whole reply: its blocks (thinking, text, tool uses), why it stopped,
+/// the usage.
+pub(crate) fn response(id: String, model: String, mut w: Whole<'_>) -> Response {
+    let c = w.choices.remove(0);
+    let mut blocks = Vec::new();
+    if !c.reasoning.is_empty() {
+        blocks.push(Block::Thinking {
+            thinking: c.reasoning,
+            signature: Some(String::new()),
+        });
     }
-    let mut out = results;
-    if !text.is_empty() || !calls.is_empty() || out.is_empty() {
-        let mut msg = json!({"role": role, "content": text});
-        if !calls.is_empty() {
-            msg["tool_calls"] = Value::Array(calls);
-        }
-        out.push(msg);
+    if !c.content.is_empty() || c.calls.is_empty() {
+        blocks.push(Block::Text { text: c.content });
     }
-    Ok(out)
-}
-
-/// The OpenAI chat request an Anthropic Messages request means.
-pub fn to_chat(o: &Map<String, Value>) -> Result<Map<String, Value>, ApiError> {
-    let Some(Value::Array(msgs)) = o.get("messages") else {
-        return Err(ApiError::field(
-            "messages",
-            "'messages' must be a list of messages",
-        ));
-    };
-    let mut messages = Vec::new();
-    if let Some(s) = o.get("system") {
-        let system = text_of(s, "system")?;
-        if !system.is_empty() {
-            messages.push(json!({"role": "system", "content": system}));
-        }
-    }
-    for (i, m) in msgs.iter().enumerate() {
-        messages.extend(message(i, m)?);
-    }
-    let mut out = Map::new();
-    out.insert("messages".into(), Value::Array(messages));
-    for k in [
-        "max_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "stream",
-        "model",
-    ] {
-        if let Some(v) = o.get(k) {
-            out.insert(k.into(), v.clone());
-        }
-    }
-    if let Some(s) = o.get("stop_sequences") {
-        out.insert("stop".into(), s.clone());
-    }
-    match o.get("tools") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(tools)) => {
-            let mut list = Vec::new();
-            for t in tools {
-                let Some(name) = t.get("name").and_then(Value::as_str) else {
-                    return Err(ApiError::field("tools", "every tool needs a 'name'"));
-                };
-                list.push(json!({"type": "function", "function": {
-                    "name": name,
-                    "description": t.get("description").cloned().unwrap_or(Value::Null),
-                    "parameters": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
-                }}));
-            }
-            out.insert("tools".into(), Value::Array(list));
-        }
-        Some(_) => return Err(ApiError::field("tools", "'tools' must be a list")),
-    }
-    // Anthropic's tool_choice in OpenAI's words.
-    match o.get("tool_choice") {
-        None | Some(Value::Null) => {}
-        Some(c) => {
-            let bad = || {
-                ApiError::field(
-                    "tool_choice",
-                    "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, \
-                     {\"type\": \"tool\", \"name\": …} or {\"type\": \"none\"}",
-                )
-            };
-            let choice = match c.get("type").and_then(Value::as_str) {
-                Some("auto") => json!("auto"),
-                Some("any") => json!("required"),
-                Some("none") => json!("none"),
-                Some("tool") => {
-                    let name = c.get("name").and_then(Value::as_str).ok_or_else(bad)?;
-                    json!({"type": "function", "function": {"name": name}})
-                }
-                _ => return Err(bad()),
-            };
-            out.insert("tool_choice".into(), choice);
-        }
-    }
-    Ok(out)
+    blocks.extend(c.calls.iter().map(tool_use_block));
+    let word = c.done.stopping_word.as_deref();
+    let (reason, seq) = stop(!c.calls.is_empty(), c.done.length, word);
+    axum::Json(Message {
+        id,
+        kind: "message",
+        role: "assistant",
+        model,
+        content: blocks,
+        stop_reason: Some(reason),
+        stop_sequence: seq,
+        usage: MessageUsage {
+            input_tokens: c.done.prompt_n,
+            output_tokens: c.done.predicted_n,
+            cache_read_input_tokens: Some(c.done.cached_n),
+        },
+    })
+    .into_response()
 }
 
 /// Anthropic's error object.
-pub fn error_body(e: &ApiError) -> Value {
-    let kind = match e.status {
-        400 | 408 | 413 => "invalid_request_error",
-        401 => "authentication_error",
-        404 => "not_found_error",
-        503 => "overloaded_error",
-        _ => "api_error",
-    };
-    json!({"type": "error", "error": {"type": kind, "message": e.message}})
+fn error_body(e: ApiError) -> Value {
+    e.in_dialect(Dialect::Anthropic).body()
 }
 
 /// An OpenAI tool call (`text::tool_call_json`) as a `tool_use` block.
-pub fn tool_use(call: &Value) -> Value {
+fn tool_use_block(call: &Value) -> Block {
     let f = &call["function"];
     let input = f["arguments"]
         .as_str()
         .and_then(|a| serde_json::from_str::<Value>(a).ok())
         .filter(Value::is_object)
-        .unwrap_or_else(|| json!({}));
-    json!({"type": "tool_use", "id": call["id"], "name": f["name"], "input": input})
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    Block::ToolUse {
+        id: call["id"].clone(),
+        name: f["name"].clone(),
+        input,
+    }
+}
+
+/// [`tool_use_block`] as JSON.
+pub fn tool_use(call: &Value) -> Value {
+    serde_json::to_value(tool_use_block(call)).unwrap_or_default()
 }
 
 /// `stop_reason` and `stop_sequence` of a finished reply.
@@ -226,70 +210,221 @@ pub fn stop(tool_calls: bool, length: bool, word: Option<&str>) -> (&'static str
     match (tool_calls, length, word) {
         (true, _, _) => ("tool_use", Value::Null),
         (false, true, _) => ("max_tokens", Value::Null),
-        (false, false, Some(w)) => ("stop_sequence", json!(w)),
+        (false, false, Some(w)) => ("stop_sequence", Value::from(w)),
         (false, false, None) => ("end_turn", Value::Null),
     }
+}
+
+/// The Messages API's content-block events for one piece of a reply:
+/// `open` is the open block (index, type), `next` the next block's index.
+fn block_events(
+    part: Part,
+    open: &mut Option<(usize, &'static str)>,
+    next: &mut usize,
+) -> Vec<StreamEvent> {
+    let mut ev = Vec::new();
+    let close = |open: &mut Option<(usize, &'static str)>, ev: &mut Vec<_>| {
+        if let Some((index, _)) = open.take() {
+            ev.push(StreamEvent::ContentBlockStop { index });
+        }
+    };
+    let (kind, delta) = match part {
+        Part::Content(t, _) if t.is_empty() => return ev,
+        Part::Content(text, _) => ("text", BlockDelta::Text { text }),
+        Part::Reasoning(t) if t.is_empty() => return ev,
+        Part::Reasoning(thinking) => ("thinking", BlockDelta::Thinking { thinking }),
+        Part::Call(c) => {
+            close(open, &mut ev);
+            let Block::ToolUse { id, name, input } = tool_use_block(&c) else {
+                unreachable!("a tool call is a tool_use block")
+            };
+            let index = *next;
+            *next += 1;
+            let content_block = Block::ToolUse {
+                id,
+                name,
+                input: Value::Object(Map::new()),
+            };
+            ev.push(StreamEvent::ContentBlockStart {
+                index,
+                content_block,
+            });
+            let partial_json = input.to_string();
+            ev.push(StreamEvent::ContentBlockDelta {
+                index,
+                delta: BlockDelta::InputJson { partial_json },
+            });
+            ev.push(StreamEvent::ContentBlockStop { index });
+            return ev;
+        }
+    };
+    if open.is_none_or(|(_, k)| k != kind) {
+        close(open, &mut ev);
+        let content_block = match kind {
+            "text" => Block::Text {
+                text: String::new(),
+            },
+            _ => Block::Thinking {
+                thinking: String::new(),
+                signature: None,
+            },
+        };
+        ev.push(StreamEvent::ContentBlockStart {
+            index: *next,
+            content_block,
+        });
+        *open = Some((*next, kind));
+        *next += 1;
+    }
+    let index = open.map_or(0, |(i, _)| i);
+    ev.push(StreamEvent::ContentBlockDelta { index, delta });
+    ev
+}
+
+/// The Messages API's event stream: `message_start`, content blocks
+/// (`content_block_start`, deltas, `content_block_stop`), `message_delta`
+/// with the stop reason and usage, `message_stop`.
+pub(crate) fn stream(
+    app: Arc<App>,
+    p: Prepared,
+    mut rx: mpsc::Receiver<Msg>,
+    mut asm: Assembler,
+    id: String,
+) -> Response {
+    let (tx, out) = mpsc::channel::<Result<Event, Infallible>>(STREAM_BUFFER);
+    let model = app.cfg.model_name.clone();
+    let input_tokens = p.prompts[0].len();
+    tokio::spawn(async move {
+        let send = |name: &'static str, v: Value| {
+            let tx = tx.clone();
+            async move {
+                tx.send(Ok(Event::default().event(name).data(v.to_string())))
+                    .await
+                    .is_ok()
+            }
+        };
+        let event = |e: StreamEvent| (e.name(), serde_json::to_value(&e).unwrap_or_default());
+        let start = StreamEvent::MessageStart {
+            message: Message {
+                id,
+                kind: "message",
+                role: "assistant",
+                model,
+                content: Vec::new(),
+                stop_reason: None,
+                stop_sequence: Value::Null,
+                usage: MessageUsage {
+                    input_tokens,
+                    output_tokens: 0,
+                    cache_read_input_tokens: None,
+                },
+            },
+        };
+        let (name, v) = event(start);
+        if !send(name, v).await {
+            return;
+        }
+        let (mut open, mut next) = (None, 0);
+        let done = loop {
+            let parts = match rx.recv().await {
+                Some(Msg::Text {
+                    text,
+                    thinking,
+                    logprobs,
+                }) => asm.text(text, thinking, logprobs),
+                Some(Msg::Scored(_) | Msg::Started) => continue,
+                Some(Msg::Shutdown) => {
+                    let _ = send("error", error_body(shutting_down())).await;
+                    return;
+                }
+                Some(Msg::Done(d)) => break d,
+                Some(Msg::Error(e)) => {
+                    let _ = send("error", error_body(ApiError::status(500, e))).await;
+                    return;
+                }
+                None => return,
+            };
+            for part in parts {
+                for e in block_events(part, &mut open, &mut next) {
+                    let (name, v) = event(e);
+                    if !send(name, v).await {
+                        return;
+                    }
+                }
+            }
+        };
+        let mut tail = Vec::new();
+        for part in asm.finish() {
+            tail.extend(block_events(part, &mut open, &mut next));
+        }
+        if let Some((index, _)) = open {
+            tail.push(StreamEvent::ContentBlockStop { index });
+        }
+        let word = done.stopping_word.as_deref();
+        let (stop_reason, stop_sequence) = stop(asm.n_calls > 0, done.length, word);
+        tail.push(StreamEvent::MessageDelta {
+            delta: StopDelta {
+                stop_reason,
+                stop_sequence,
+            },
+            usage: OutputUsage {
+                output_tokens: done.predicted_n,
+            },
+        });
+        tail.push(StreamEvent::MessageStop);
+        for (name, v) in tail.into_iter().map(event) {
+            if !send(name, v).await {
+                return;
+            }
+        }
+    });
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(out)).into_response()
+}
+
+/// Anthropic's `POST /v1/messages/count_tokens`: the prompt tokens the
+/// request would take (`{"input_tokens": n}`).
+pub(crate) async fn count_tokens(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
+    let result = async {
+        authorize(&app, &headers)?;
+        ready(&app)?;
+        let bytes = read_body(&app, body).await?;
+        let worker = Arc::clone(&app);
+        off_runtime(move || {
+            let app = &*worker;
+            let r = ready(app)?;
+            let o = parse::<MessagesRequest>(&bytes)?.into_chat()?;
+            let c: ChatFields = serde_json::from_value(Value::Object(o))
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+            let messages = api::messages(c.messages.as_ref())?;
+            let tools = api::tools(c.tools.as_ref())?;
+            check_text_size(app, r, message_text_bytes(&messages))?;
+            let (_, ids) = r
+                .model
+                .chat_prompt_json(&messages, tools.as_ref(), true)
+                .map_err(|e| ApiError::bad(format!("chat template: {e}")))?;
+            Ok(TokenCount {
+                input_tokens: ids.len(),
+            })
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => e.in_dialect(Dialect::Anthropic).into_response(),
+    }
+}
+
+/// `count_tokens`' answer.
+#[derive(Serialize)]
+struct TokenCount {
+    input_tokens: usize,
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_messages_request_becomes_the_chat_request_it_means() {
-        let o = json!({
-            "model": "m", "max_tokens": 64, "system": [{"type": "text", "text": "Be brief."}],
-            "stop_sequences": ["\n\n"], "temperature": 0.2,
-            "tools": [{"name": "get_verse", "description": "Look up", "input_schema": {"type": "object"}}],
-            "messages": [
-                {"role": "user", "content": "Find John 1:5."},
-                {"role": "assistant", "content": [
-                    {"type": "thinking", "thinking": "hm", "signature": ""},
-                    {"type": "text", "text": "Looking."},
-                    {"type": "tool_use", "id": "t1", "name": "get_verse", "input": {"ref": "John 1:5"}}]},
-                {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "And the light"}]},
-                    {"type": "text", "text": "Thanks."}]},
-            ],
-        });
-        let c = Value::Object(to_chat(o.as_object().unwrap()).unwrap());
-        let m = c["messages"].as_array().unwrap();
-        assert_eq!(m.len(), 5, "{c}");
-        assert_eq!(m[0], json!({"role": "system", "content": "Be brief."}));
-        assert_eq!(m[2]["content"], "Looking.");
-        let call = &m[2]["tool_calls"][0];
-        assert_eq!(
-            (call["id"].as_str(), call["function"]["name"].as_str()),
-            (Some("t1"), Some("get_verse"))
-        );
-        let args: Value =
-            serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
-        assert_eq!(args, json!({"ref": "John 1:5"}));
-        assert_eq!(
-            m[3],
-            json!({"role": "tool", "tool_call_id": "t1", "content": "And the light"})
-        );
-        assert_eq!(m[4], json!({"role": "user", "content": "Thanks."}));
-        assert_eq!(c["stop"], json!(["\n\n"]));
-        assert_eq!(
-            c["tools"][0]["function"]["parameters"],
-            json!({"type": "object"})
-        );
-        assert_eq!(
-            (c["max_tokens"].as_u64(), c["temperature"].as_f64()),
-            (Some(64), Some(0.2))
-        );
-
-        for bad in [
-            json!({"messages": [{"role": "system", "content": "x"}]}),
-            json!({"messages": [{"role": "user", "content": [{"type": "image"}]}]}),
-            json!({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "a", "name": "b"}]}]}),
-            json!({"messages": "hi"}),
-        ] {
-            let e = to_chat(bad.as_object().unwrap()).unwrap_err();
-            assert_eq!(e.status, 400, "{bad}");
-        }
-    }
+    use serde_json::json;
 
     #[test]
     fn tool_calls_become_tool_use_blocks_and_stop_reasons_follow_the_end() {

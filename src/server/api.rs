@@ -1,219 +1,13 @@
-//! The OpenAI request fields clover reads, checked, and the error object.
+//! The request fields whose checks go deeper than their type: messages,
+//! tools and `tool_choice`, prompts, log-probabilities and `logit_bias`.
+//! Each takes the field's value from a dialect's typed request ([`None`]:
+//! absent or `null`).
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use crate::sample::SamplerParams;
-
-/// An error response: OpenAI's `{"error": {...}}` with an HTTP status.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: u16,
-    pub message: String,
-    pub param: Option<String>,
-}
-
-impl ApiError {
-    pub fn bad(message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: 400,
-            message: message.into(),
-            param: None,
-        }
-    }
-
-    pub fn field(param: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: 400,
-            message: message.into(),
-            param: Some(param.to_string()),
-        }
-    }
-
-    pub fn status(status: u16, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-            param: None,
-        }
-    }
-
-    /// OpenAI's error type for the status.
-    pub fn kind(&self) -> &'static str {
-        match self.status {
-            400 | 404 | 408 | 413 => "invalid_request_error",
-            401 => "authentication_error",
-            503 => "unavailable_error",
-            _ => "server_error",
-        }
-    }
-
-    pub fn body(&self) -> Value {
-        json!({"error": {
-            "message": self.message,
-            "type": self.kind(),
-            "param": self.param,
-            "code": self.status,
-        }})
-    }
-}
-
-/// What every generation request sets besides its prompt.
-#[derive(Clone, Debug)]
-pub struct Common {
-    pub sampler: SamplerParams,
-    pub n_predict: Option<usize>,
-    pub stop: Vec<String>,
-    pub stream: bool,
-    pub include_usage: bool,
-    /// llama-server's `ignore_eos`.
-    pub ignore_eos: bool,
-}
-
-fn number(o: &Map<String, Value>, k: &str) -> Result<Option<f64>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(n.as_f64()),
-        Some(_) => Err(ApiError::field(k, format!("'{k}' must be a number"))),
-    }
-}
-
-fn integer(o: &Map<String, Value>, k: &str) -> Result<Option<i64>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Ok(Some(i)),
-            (None, Some(u)) => Ok(Some(u as i64)),
-            _ => Err(ApiError::field(k, format!("'{k}' must be an integer"))),
-        },
-        Some(_) => Err(ApiError::field(k, format!("'{k}' must be an integer"))),
-    }
-}
-
-/// A number that must lie in `[lo, hi]` (OpenAI's ranges where OpenAI
-/// defines the field): outside it, a 400 naming the field.
-fn ranged(o: &Map<String, Value>, k: &str, lo: f64, hi: f64) -> Result<Option<f32>, ApiError> {
-    match number(o, k)? {
-        Some(v) if !(lo..=hi).contains(&v) => Err(ApiError::field(
-            k,
-            format!("'{k}' must be from {lo} to {hi}, not {v}"),
-        )),
-        v => Ok(v.map(|v| v as f32)),
-    }
-}
-
-pub fn boolean(o: &Map<String, Value>, k: &str) -> Result<Option<bool>, ApiError> {
-    match o.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ApiError::field(k, format!("'{k}' must be a boolean"))),
-    }
-}
-
-/// The request body as a JSON object.
-pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(o)) => Ok(o),
-        Ok(_) => Err(ApiError::bad("the request body must be a JSON object")),
-        Err(e) => Err(ApiError::bad(format!(
-            "the request body is not valid JSON: {e}"
-        ))),
-    }
-}
-
-/// The sampling and stopping fields.
-pub fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
-    if let Some(n) = integer(o, "n")? {
-        if n != 1 {
-            return Err(ApiError::field("n", "only n = 1 is supported"));
-        }
-    }
-    if let Some(m) = o.get("model") {
-        if !m.is_string() && !m.is_null() {
-            return Err(ApiError::field("model", "'model' must be a string"));
-        }
-    }
-    let mut s = SamplerParams::default();
-    if let Some(t) = ranged(o, "temperature", 0.0, 2.0)? {
-        s.temp = t;
-    }
-    if let Some(v) = ranged(o, "top_p", 0.0, 1.0)? {
-        s.top_p = v;
-    }
-    if let Some(v) = integer(o, "top_k")? {
-        if v < -1 {
-            return Err(ApiError::field(
-                "top_k",
-                format!("'top_k' must be at least 0 (or -1: off), not {v}"),
-            ));
-        }
-        s.top_k = v.clamp(-1, i32::MAX as i64) as i32;
-    }
-    if let Some(v) = ranged(o, "min_p", 0.0, 1.0)? {
-        s.min_p = v;
-    }
-    if let Some(v) = ranged(o, "presence_penalty", -2.0, 2.0)? {
-        s.presence_penalty = v;
-    }
-    if let Some(v) = ranged(o, "frequency_penalty", -2.0, 2.0)? {
-        s.frequency_penalty = v;
-    }
-    if let Some(v) = ranged(o, "repeat_penalty", 0.0, 100.0)? {
-        s.repeat_penalty = v;
-    }
-    if let Some(v) = integer(o, "repeat_last_n")? {
-        s.repeat_last_n = v.clamp(-1, i32::MAX as i64) as i32;
-    }
-    if let Some(v) = integer(o, "seed")? {
-        s.seed = Some(v as u64);
-    }
-    let mut n_predict = None;
-    for k in ["max_tokens", "max_completion_tokens", "n_predict"] {
-        if let Some(v) = integer(o, k)? {
-            if v >= 0 {
-                n_predict = Some(v as usize);
-            } else if k != "n_predict" || v != -1 {
-                return Err(ApiError::field(k, format!("'{k}' must not be negative")));
-            }
-        }
-    }
-    let stop = match o.get("stop") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => vec![s.clone()],
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| v.as_str().map(str::to_string))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| {
-                ApiError::field("stop", "'stop' must be a string or a list of strings")
-            })?,
-        Some(_) => {
-            return Err(ApiError::field(
-                "stop",
-                "'stop' must be a string or a list of strings",
-            ))
-        }
-    };
-    let stream = boolean(o, "stream")?.unwrap_or(false);
-    let include_usage = match o.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(so)) => boolean(so, "include_usage")?.unwrap_or(false),
-        Some(_) => {
-            return Err(ApiError::field(
-                "stream_options",
-                "'stream_options' must be an object",
-            ))
-        }
-    };
-    let ignore_eos = boolean(o, "ignore_eos")?.unwrap_or(false);
-    Ok(Common {
-        sampler: s,
-        n_predict,
-        stop,
-        stream,
-        include_usage,
-        ignore_eos,
-    })
-}
+pub use super::error::ApiError;
+use super::fields::{Field, Int};
+pub use super::sampling::Common;
 
 /// The most alternatives a token's log-probability comes with (OpenAI's
 /// limit for `top_logprobs`).
@@ -222,9 +16,9 @@ pub const MAX_TOP_LOGPROBS: i64 = 20;
 /// A chat request's `logprobs` (a boolean) and `top_logprobs` (0 to 20, only
 /// with `logprobs`): how many alternatives to report per token, `None`: no
 /// log-probabilities.
-pub fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
-    let on = boolean(o, "logprobs")?.unwrap_or(false);
-    let top = integer(o, "top_logprobs")?;
+pub fn chat_logprobs(logprobs: Field<bool>, top: Field<Int>) -> Result<Option<usize>, ApiError> {
+    let on = logprobs.get("logprobs", "a boolean")?.unwrap_or(false);
+    let top = top.get("top_logprobs", "an integer")?.map(|i| i.0);
     if let Some(n) = top {
         if !(0..=MAX_TOP_LOGPROBS).contains(&n) {
             return Err(ApiError::field(
@@ -244,8 +38,8 @@ pub fn chat_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> 
 
 /// llama-server's `n_probs`: how many alternatives each token comes with
 /// (0, the default: no probabilities).
-pub fn n_probs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
-    match integer(o, "n_probs")? {
+pub fn n_probs(n_probs: Field<Int>) -> Result<Option<usize>, ApiError> {
+    match n_probs.get("n_probs", "an integer")?.map(|i| i.0) {
         None | Some(0) => Ok(None),
         Some(n) if (1..=MAX_TOP_LOGPROBS).contains(&n) => Ok(Some(n as usize)),
         Some(_) => Err(ApiError::field(
@@ -257,8 +51,8 @@ pub fn n_probs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
 
 /// A completion request's `logprobs`: an integer, 0 to 20 alternatives per
 /// token (0: the chosen token's alone).
-pub fn completion_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiError> {
-    match integer(o, "logprobs")? {
+pub fn completion_logprobs(logprobs: Field<Int>) -> Result<Option<usize>, ApiError> {
+    match logprobs.get("logprobs", "an integer")?.map(|i| i.0) {
         None => Ok(None),
         Some(n) if (0..=MAX_TOP_LOGPROBS).contains(&n) => Ok(Some(n as usize)),
         Some(_) => Err(ApiError::field(
@@ -271,10 +65,10 @@ pub fn completion_logprobs(o: &Map<String, Value>) -> Result<Option<usize>, ApiE
 /// `logit_bias`: OpenAI's object (token id as a string → bias from −100 to
 /// 100) or llama-server's list of `[id, bias]` pairs, for a vocabulary of
 /// `n_vocab`. A bias of −100 bans the token.
-pub fn logit_bias(o: &Map<String, Value>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+pub fn logit_bias(bias: Option<&Value>, n_vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
     let param = "logit_bias";
     let bad = |m: String| ApiError::field(param, m);
-    let pairs: Vec<(Value, Value)> = match o.get(param) {
+    let pairs: Vec<(Value, Value)> = match bias {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(m)) => m
             .iter()
@@ -320,42 +114,10 @@ pub fn logit_bias(o: &Map<String, Value>, n_vocab: usize) -> Result<Vec<(u32, f3
         .collect()
 }
 
-/// `response_format`: `{"type": "text"}` (or none) or `{"type":
-/// "json_object"}` (JSON mode: the reply is one JSON object); `true` for JSON
-/// mode. Schemas and grammars are refused rather than ignored.
-pub fn json_mode(o: &Map<String, Value>) -> Result<bool, ApiError> {
-    for k in ["grammar", "json_schema"] {
-        if o.get(k).is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::field(
-                k,
-                format!("'{k}' is not supported; response_format {{\"type\": \"json_object\"}} is"),
-            ));
-        }
-    }
-    let param = "response_format";
-    let kind = match o.get(param) {
-        None | Some(Value::Null) => return Ok(false),
-        Some(Value::Object(f)) => f.get("type").and_then(Value::as_str),
-        Some(_) => None,
-    };
-    match kind {
-        Some("text") => Ok(false),
-        Some("json_object") => Ok(true),
-        Some("json_schema") => Err(ApiError::field(
-            param,
-            "json_schema is not supported; {\"type\": \"json_object\"} is (any JSON object)",
-        )),
-        _ => Err(ApiError::field(
-            param,
-            "'response_format' must be {\"type\": \"text\"} or {\"type\": \"json_object\"}",
-        )),
-    }
-}
-
 /// The chat messages, checked, in the shape chat templates read: text content
 /// as a string, a tool call's `arguments` as an object.
-pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
-    let Some(Value::Array(msgs)) = o.get("messages") else {
+pub fn messages(messages: Option<&Value>) -> Result<Value, ApiError> {
+    let Some(Value::Array(msgs)) = messages else {
         return Err(ApiError::field(
             "messages",
             "'messages' must be a list of messages",
@@ -425,8 +187,8 @@ pub fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
 }
 
 /// `tools`, when given: a list.
-pub fn tools(o: &Map<String, Value>) -> Result<Option<Value>, ApiError> {
-    match o.get("tools") {
+pub fn tools(tools: Option<&Value>) -> Result<Option<Value>, ApiError> {
+    match tools {
         None | Some(Value::Null) => Ok(None),
         Some(Value::Array(a)) if a.is_empty() => Ok(None),
         Some(t @ Value::Array(_)) => Ok(Some(t.clone())),
@@ -450,9 +212,9 @@ pub enum ToolChoice {
 /// OpenAI's `tool_choice`: `"auto"`, `"none"`, `"required"` or `{"type":
 /// "function", "function": {"name": …}}`; a forced choice needs `tools`
 /// naming the function.
-pub fn tool_choice(o: &Map<String, Value>, tools: Option<&Value>) -> Result<ToolChoice, ApiError> {
+pub fn tool_choice(choice: Option<&Value>, tools: Option<&Value>) -> Result<ToolChoice, ApiError> {
     let param = "tool_choice";
-    let choice = match o.get(param) {
+    let choice = match choice {
         None | Some(Value::Null) => ToolChoice::Auto,
         Some(Value::String(s)) => match s.as_str() {
             "auto" => ToolChoice::Auto,
@@ -531,7 +293,7 @@ pub const MAX_PROMPTS: usize = 64;
 
 /// A completion's `prompt`: a string, a list of token ids, or a list of
 /// either (one choice each, in order).
-pub fn prompts(o: &Map<String, Value>) -> Result<Vec<PromptIn>, ApiError> {
+pub fn prompts(prompt: Option<&Value>) -> Result<Vec<PromptIn>, ApiError> {
     let bad = || {
         ApiError::field(
             "prompt",
@@ -548,7 +310,7 @@ pub fn prompts(o: &Map<String, Value>) -> Result<Vec<PromptIn>, ApiError> {
         Value::Array(a) => ids(a).map(PromptIn::Ids),
         _ => None,
     };
-    let list = match o.get("prompt") {
+    let list = match prompt {
         Some(Value::String(s)) => vec![PromptIn::Text(s.clone())],
         Some(Value::Array(a)) if !a.is_empty() && a.iter().all(Value::is_number) => {
             vec![PromptIn::Ids(ids(a).ok_or_else(bad)?)]
@@ -572,6 +334,26 @@ pub fn prompts(o: &Map<String, Value>) -> Result<Vec<PromptIn>, ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Map};
+
+    // The checks as a request body reaches them.
+    fn common(o: &Map<String, Value>) -> Result<Common, ApiError> {
+        let s: super::super::sampling::Sampling =
+            serde_json::from_value(Value::Object(o.clone())).unwrap();
+        s.common()
+    }
+
+    fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+        super::super::fields::parse(body)
+    }
+
+    fn messages(o: &Map<String, Value>) -> Result<Value, ApiError> {
+        super::messages(o.get("messages"))
+    }
+
+    fn prompts(o: &Map<String, Value>) -> Result<Vec<PromptIn>, ApiError> {
+        super::prompts(o.get("prompt"))
+    }
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()

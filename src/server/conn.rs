@@ -34,10 +34,14 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tower_service::Service;
+
+mod socket;
+
+use socket::Watched;
 
 /// The connection limits `clover serve` takes as flags.
 #[derive(Clone, Debug)]
@@ -162,58 +166,6 @@ impl Clock {
     }
 }
 
-/// The socket, telling the clock when bytes arrive.
-struct Watched {
-    io: TcpStream,
-    clock: Arc<Clock>,
-}
-
-impl AsyncRead for Watched {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let r = Pin::new(&mut this.io).poll_read(cx, buf);
-        if matches!(r, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            this.clock.on_bytes();
-        }
-        r
-    }
-}
-
-impl AsyncWrite for Watched {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
-    }
-}
-
 /// A reply's body: when hyper has written it all (or given up on it) and
 /// drops it, the connection is idle.
 struct Tracked {
@@ -287,6 +239,7 @@ async fn serve_conn(stream: TcpStream, sh: Shared, clock: Arc<Clock>, evict: Arc
     let io = TokioIo::new(Watched {
         io: stream,
         clock: Arc::clone(&clock),
+        replaced: None,
     });
     let on_request = Arc::clone(&clock);
     let svc = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -333,7 +286,7 @@ async fn serve_conn(stream: TcpStream, sh: Shared, clock: Arc<Clock>, evict: Arc
 
 /// What a connection past the cap reads before it is closed.
 fn refusal() -> Vec<u8> {
-    let body = r#"{"error":{"code":503,"message":"too many connections; retry later","type":"unavailable_error"}}"#;
+    let body = super::error::ApiError::status(503, "too many connections; retry later").to_json();
     format!(
         "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n\
          retry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use super::conn::ConnStats;
-use super::slots::Done;
+use super::done::Done;
 
 #[derive(Default)]
 struct Counts {

@@ -1,0 +1,124 @@
+//! OpenAI's `POST /v1/completions`: raw prompts (text, token ids, or a list
+//! of up to 64 of either, one choice each), `echo` (the prompt scored with
+//! `logprobs`); the reply is a `text_completion` with the legacy
+//! log-probability arrays, or its stream ([`super::stream`]).
+
+use axum::body::Body;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::api::{self, ApiError};
+use super::app::{now_secs, App, AppState, Ready};
+use super::done::{Timings, Usage};
+use super::fields::{parse, Field, Int};
+use super::generate::{generate, Collected, Whole};
+use super::logprobs::{completion_logprobs, echoed_logprobs, LegacyLogprobs};
+use super::request::Kind;
+use super::request::{check, finish, raw_prompts, Parts, Prepared};
+use super::sampling::Sampling;
+
+pub(crate) async fn handle(
+    axum::extract::State(app): AppState,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    generate(app, Kind::Completion, prepare, headers, body).await
+}
+
+/// A completions request: the shared fields, `prompt`, `echo` and the
+/// legacy `logprobs` (an integer, 0–20 alternatives).
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CompletionRequest {
+    #[serde(flatten)]
+    sampling: Sampling,
+    prompt: Option<Value>,
+    echo: Field<bool>,
+    logprobs: Field<Int>,
+}
+
+fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
+    let q: CompletionRequest = parse(body)?;
+    let lp = q.logprobs;
+    let (checked, logprobs) = check(r, &q.sampling, || api::completion_logprobs(lp))?;
+    let (prompts, texts) = raw_prompts(app, r, q.prompt.as_ref())?;
+    let echo = q.echo.get("echo", "a boolean")?.unwrap_or(false);
+    let parts = Parts {
+        kind: Kind::Completion,
+        prompts,
+        texts,
+        echo,
+        starts_thinking: false,
+        tools: false,
+        logprobs,
+        tool_call: None,
+    };
+    finish(app, checked, parts)
+}
+
+/// A `text_completion`.
+#[derive(Serialize)]
+struct TextCompletion {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    choices: Vec<Choice>,
+    usage: Usage,
+    timings: Timings,
+}
+
+#[derive(Serialize)]
+struct Choice {
+    index: usize,
+    text: String,
+    logprobs: Option<LegacyLogprobs>,
+    finish_reason: &'static str,
+}
+
+fn choice(w: &Whole<'_>, index: usize, c: Collected) -> Choice {
+    let p = w.p;
+    let tok = &w.model.tokenizer;
+    let echoed = p.echo.then(|| p.texts[index].as_str());
+    let mut offset = 0;
+    let mut logprobs = None;
+    if p.logprobs.is_some() {
+        let mut v = match echoed {
+            Some(_) => echoed_logprobs(tok, &p.prompts[index], c.scored.as_deref(), &mut offset),
+            None => LegacyLogprobs::default(),
+        };
+        v.extend(completion_logprobs(tok, &c.logprobs, &mut offset));
+        logprobs = Some(v);
+    }
+    Choice {
+        index,
+        text: format!("{}{}", echoed.unwrap_or(""), c.content),
+        logprobs,
+        finish_reason: c.finish,
+    }
+}
+
+/// The whole response: every choice, usage summed over them, the first's
+/// `timings`.
+pub(crate) fn response(id: String, model: String, mut w: Whole<'_>) -> Response {
+    let usage = w.total().usage();
+    let timings = w.choices[0].done.timings();
+    let collected = std::mem::take(&mut w.choices);
+    let choices = collected
+        .into_iter()
+        .enumerate()
+        .map(|(i, c)| choice(&w, i, c))
+        .collect();
+    axum::Json(TextCompletion {
+        id,
+        object: "text_completion",
+        created: now_secs(),
+        model,
+        choices,
+        usage,
+        timings,
+    })
+    .into_response()
+}
