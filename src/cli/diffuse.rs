@@ -215,7 +215,7 @@ pub fn run(args: DiffuseArgs) -> anyhow::Result<()> {
     }
     let mut opts = StateOptions::new(args.ctx_size);
     opts.max_batch = opts.max_batch.max(b);
-    crate::engine::session::check_memory(&model, &opts)?;
+    model.check_memory(&opts)?;
     let mut state = model.new_state(opts)?;
 
     let t0 = Instant::now();

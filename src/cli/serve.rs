@@ -168,15 +168,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
                 "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
             );
         }
-        crate::engine::session::check_memory(
-            &m.model,
-            &crate::model::StateOptions {
-                max_batch: session.n_ubatch.min(session.n_batch).min(n_ctx_slot),
-                type_k: session.type_k,
-                type_v: session.type_v,
-                ..crate::model::StateOptions::new(n_ctx_slot * args.parallel)
-            },
-        )?;
+        m.model.check_memory(&crate::model::StateOptions {
+            max_batch: session.n_ubatch.min(session.n_batch).min(n_ctx_slot),
+            type_k: session.type_k,
+            type_v: session.type_v,
+            ..crate::model::StateOptions::new(n_ctx_slot * args.parallel)
+        })?;
         Ok(Arc::new(m))
     });
     serve(

@@ -113,28 +113,6 @@ impl SessionOptions {
 /// The most threads `-t` / `-tb` accept.
 pub const MAX_THREADS: usize = 1024;
 
-/// A state for `opts` fits in the machine's available memory (checked before
-/// anything is allocated, so an absurd `-c` is an error, not an abort).
-pub fn check_memory(model: &Model<'_>, opts: &StateOptions) -> Result<(), EngineError> {
-    let needed = State::bytes_needed(&model.config, model.n_vocab(), opts);
-    match available_memory() {
-        Some(available) if needed > available as u128 => Err(EngineError::OutOfMemory {
-            n_ctx: opts.n_ctx,
-            needed,
-            available,
-        }),
-        _ => Ok(()),
-    }
-}
-
-/// `MemAvailable` of /proc/meminfo in bytes (`None` where there is none).
-pub fn available_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib.saturating_mul(1024))
-}
-
 /// What a prefill did.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prefill {
@@ -230,7 +208,7 @@ impl Session {
         };
         // Checked before anything is allocated: an absurd -c is an error, not an
         // abort in the allocator.
-        check_memory(&model.model, &state_opts)?;
+        model.model.check_memory(&state_opts)?;
         let state = model.model.new_state(state_opts)?;
         let shared = pool.is_some();
         let pool = match pool {

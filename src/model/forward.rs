@@ -73,6 +73,21 @@ impl<'a> Model<'a> {
         self.weights.n_vocab
     }
 
+    /// A state for `opts` fits in the machine's available memory (checked
+    /// before anything is allocated, so an absurd context is an error, not
+    /// an abort).
+    pub fn check_memory(&self, opts: &StateOptions) -> Result<(), StateError> {
+        let needed = State::bytes_needed(&self.config, self.n_vocab(), opts);
+        match available_memory() {
+            Some(available) if needed > available as u128 => Err(StateError::OutOfMemory {
+                n_ctx: opts.n_ctx,
+                needed,
+                available,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// A fresh, empty sequence state for this model.
     pub fn new_state(&self, opts: StateOptions) -> Result<State, StateError> {
         State::new(&self.config, self.n_vocab(), opts)
@@ -352,3 +367,11 @@ pub(super) fn set_head_rows(
 #[cfg(test)]
 #[path = "forward_tests.rs"]
 mod tests;
+
+/// `MemAvailable` of /proc/meminfo in bytes (`None` where there is none).
+pub fn available_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib.saturating_mul(1024))
+}

@@ -54,6 +54,27 @@ pub enum StateError {
     CacheType(GgmlType),
     #[error("{0}")]
     Size(String),
+    #[error(
+        "a context of {n_ctx} tokens needs {} of memory for the KV cache and state, \
+         more than the {} available (lower -c, or -ctk/-ctv q8_0)",
+        gib(*needed),
+        gib(*available as u128)
+    )]
+    OutOfMemory {
+        n_ctx: usize,
+        needed: u128,
+        available: u64,
+    },
+}
+
+/// Bytes as GiB for messages (`2.50 GiB`; `> 1e9 GiB` for absurd sizes).
+fn gib(b: u128) -> String {
+    let g = b as f64 / (1u64 << 30) as f64;
+    if g > 1e9 {
+        "more than a billion GiB".to_string()
+    } else {
+        format!("{g:.2} GiB")
+    }
 }
 
 /// A forward call that cannot run.

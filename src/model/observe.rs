@@ -20,8 +20,6 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicIsize, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-pub use super::profile::Op;
-
 /// What a pass shows at one point.
 #[derive(Clone, Copy, Debug)]
 pub enum Seen<'a> {
@@ -272,5 +270,87 @@ impl Observer for Dump {
 
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
+    }
+}
+
+/// The op kinds of a forward pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// The RMS norms around every block and inside the mixers.
+    Norm,
+    /// The GDN input and output projections.
+    GdnProj,
+    /// The GDN causal convolution.
+    Conv,
+    /// The GDN gates, q/k normalisation and the delta rule.
+    Recurrence,
+    /// The attention q/k/v and output projections.
+    AttnProj,
+    /// Attention itself: q/k norms, rope, the cache, scores and values.
+    Attention,
+    /// The router's product and top-k.
+    Router,
+    /// The routed experts (grouping, products, weighted sum).
+    Experts,
+    /// The shared expert and its gate.
+    SharedExpert,
+    /// The final norm and the output head.
+    Head,
+    /// Token embedding, residual adds, state copies: everything unmarked
+    /// (in the chat, whose profile spans whole steps, sampling too).
+    Other,
+}
+
+impl Op {
+    /// Every kind, in declaration order (so `op as usize` indexes it).
+    pub const ALL: [Op; 11] = [
+        Op::Norm,
+        Op::GdnProj,
+        Op::Conv,
+        Op::Recurrence,
+        Op::AttnProj,
+        Op::Attention,
+        Op::Router,
+        Op::Experts,
+        Op::SharedExpert,
+        Op::Head,
+        Op::Other,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Other => "other",
+            Op::Norm => "norms",
+            Op::GdnProj => "GDN projections",
+            Op::Conv => "GDN conv",
+            Op::Recurrence => "GDN recurrence",
+            Op::AttnProj => "attention projections",
+            Op::Attention => "attention",
+            Op::Router => "router",
+            Op::Experts => "routed experts",
+            Op::SharedExpert => "shared expert",
+            Op::Head => "output head",
+        }
+    }
+
+    /// A short name, for narrow displays (the chat's timing panel).
+    pub fn short(self) -> &'static str {
+        match self {
+            Op::Other => "other",
+            Op::Norm => "norm",
+            Op::GdnProj => "GDN proj",
+            Op::Conv => "conv",
+            Op::Recurrence => "recur",
+            Op::AttnProj => "attn proj",
+            Op::Attention => "attn",
+            Op::Router => "router",
+            Op::Experts => "experts",
+            Op::SharedExpert => "shared",
+            Op::Head => "head",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
     }
 }

@@ -67,7 +67,7 @@ impl WindowRunner {
             type_v,
             ..StateOptions::new(c)
         };
-        crate::engine::session::check_memory(model, &state_opts)?;
+        model.check_memory(&state_opts)?;
         let mut state = model.new_state(state_opts)?;
         state.kv.flash = flash;
         Ok(WindowRunner { pool, state })

@@ -23,8 +23,9 @@ use super::app::{
 };
 use super::error::{shutting_down, Dialect};
 use super::fields::parse;
-use super::generate::{generate, Assembler, Part, Whole};
+use super::generate::{generate, Reply, Whole};
 use super::openai_chat::ChatRequest;
+use super::parts::{Assembler, Part};
 use super::request::{message_text_bytes, ChatFields, Kind, Prepared};
 use super::slots::Msg;
 
@@ -32,7 +33,14 @@ use super::anthropic_request::MessagesRequest;
 
 /// `POST /v1/messages`.
 pub(crate) async fn messages(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
-    generate(app, Kind::Anthropic, prepare, headers, body).await
+    let reply = Reply {
+        kind: Kind::Anthropic,
+        prepare,
+        whole: response,
+        stream: Some(stream),
+        last: None,
+    };
+    generate(app, reply, headers, body).await
 }
 
 /// The Messages request, rewritten into the chat request it means, then

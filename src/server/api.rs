@@ -7,7 +7,6 @@ use serde_json::Value;
 
 pub use super::error::ApiError;
 use super::fields::{Field, Int};
-pub use super::sampling::Common;
 
 /// The most alternatives a token's log-probability comes with (OpenAI's
 /// limit for `top_logprobs`).
@@ -333,6 +332,7 @@ pub fn prompts(prompt: Option<&Value>) -> Result<Vec<PromptIn>, ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sampling::Common;
     use super::*;
     use serde_json::{json, Map};
 

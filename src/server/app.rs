@@ -10,16 +10,14 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use serde::Serialize;
 
 use crate::engine::LoadedModel;
 
-use super::error::{self, shutting_down, ApiError};
+use super::error::{shutting_down, ApiError};
 use super::metrics::Metrics;
 use super::slots::{Batcher, Scheduler};
-use super::{anthropic, llama, models, openai_chat, openai_completions, ServeConfig};
+use super::ServeConfig;
 
 /// The loaded model and its slots.
 pub(crate) struct Ready {
@@ -167,36 +165,8 @@ pub(crate) fn check_text_size(app: &App, r: &Ready, bytes: usize) -> Result<(), 
     Ok(())
 }
 
-/// Every route: each dialect's module has its handlers.
-pub(crate) fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/v1/chat/completions", post(openai_chat::handle))
-        .route("/v1/completions", post(openai_completions::handle))
-        .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/v1/models", get(models::list))
-        .route("/v1/models/{id}", get(models::by_id))
-        .route("/models", get(models::list))
-        .route("/completion", post(llama::completion))
-        .route("/tokenize", post(llama::tokenize))
-        .route("/detokenize", post(llama::detokenize))
-        .route("/props", get(llama::props))
-        .route("/slots", get(llama::slots))
-        .route("/health", get(llama::health))
-        .route("/v1/health", get(llama::health))
-        .route("/metrics", get(llama::metrics))
-        .fallback(error::not_found)
-        .method_not_allowed_fallback(error::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            count,
-        ))
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), cors))
-        .with_state(app)
-}
-
 /// Counts every response by status for `/metrics` (not `/metrics` itself).
-async fn count(
+pub(crate) async fn count(
     State(app): AppState,
     req: axum::extract::Request,
     next: axum::middleware::Next,
@@ -213,7 +183,7 @@ async fn count(
 /// `Access-Control-Request-Method`) gets 204 with the allowed methods and
 /// headers; every answer to an allowed `Origin` names that origin. Any
 /// origin is allowed unless `--cors-origins` lists them.
-async fn cors(
+pub(crate) async fn cors(
     State(app): AppState,
     req: axum::extract::Request,
     next: axum::middleware::Next,

@@ -19,10 +19,10 @@ use super::api::ApiError;
 use super::app::{authorize, off_runtime, read_body, ready, trim_after, App, Ready, STREAM_BUFFER};
 use super::done::Done;
 use super::error::shutting_down;
+use super::parts::{Assembler, Part};
 use super::request::{Kind, Prepared};
 use super::slots::{Job, Msg, Refused};
-use super::text::{self, Piece, ToolCallParser};
-use super::{anthropic, llama, openai_chat, openai_completions, stream};
+use super::stream;
 
 /// Waits until a slot takes the job whose messages `rx` receives.
 pub(crate) async fn admitted(rx: &mut mpsc::Receiver<Msg>) -> Result<(), ApiError> {
@@ -62,92 +62,40 @@ fn submit(r: &Ready, p: &Prepared, i: usize) -> Result<mpsc::Receiver<Msg>, ApiE
     }
 }
 
-/// Turns a slot's messages into response pieces: text (split into content,
-/// reasoning and tool calls) and the end.
-pub(crate) struct Assembler {
-    kind: Kind,
-    tools: Option<ToolCallParser>,
-    pub n_calls: usize,
-    id: String,
-    /// Token log-probabilities not yet attached to content (the tool-call
-    /// parser may hold text back).
-    pending: Vec<TokenLogprob>,
-}
-
-/// One piece of a response; content comes with its tokens'
-/// log-probabilities when they were asked for.
-pub(crate) enum Part {
-    Content(String, Vec<TokenLogprob>),
-    Reasoning(String),
-    Call(Value),
-}
-
-impl Assembler {
-    pub fn text(&mut self, text: String, thinking: bool, logprobs: Vec<TokenLogprob>) -> Vec<Part> {
-        if thinking && matches!(self.kind, Kind::Chat | Kind::Anthropic) {
-            // OpenAI reports log-probabilities for the content only.
-            return vec![Part::Reasoning(text)];
-        }
-        self.pending.extend(logprobs);
-        match &mut self.tools {
-            Some(p) => {
-                let pieces = p.push(&text);
-                self.pieces(pieces)
-            }
-            None => vec![Part::Content(text, std::mem::take(&mut self.pending))],
-        }
-    }
-
-    pub fn finish(&mut self) -> Vec<Part> {
-        match self.tools.as_mut() {
-            Some(p) => {
-                let pieces = p.finish();
-                self.pieces(pieces)
-            }
-            None => Vec::new(),
-        }
-    }
-
-    fn pieces(&mut self, pieces: Vec<Piece>) -> Vec<Part> {
-        pieces
-            .into_iter()
-            .map(|p| match p {
-                Piece::Text(t) => Part::Content(t, std::mem::take(&mut self.pending)),
-                Piece::Call { name, arguments } => {
-                    // The call's tokens are not content.
-                    self.pending.clear();
-                    let v = text::tool_call_json(&self.id, self.n_calls, &name, &arguments);
-                    self.n_calls += 1;
-                    Part::Call(v)
-                }
-            })
-            .collect()
-    }
-
-    pub fn finish_reason(&self, d: &Done) -> &'static str {
-        if self.n_calls > 0 {
-            "tool_calls"
-        } else if d.length {
-            "length"
-        } else {
-            "stop"
-        }
-    }
-}
-
 /// Parses, checks, renders and submits a generating request of `kind`, and
 /// answers it whole or streamed, in the kind's dialect.
 /// A dialect's parser: its typed request from the body, converted into
 /// the internal one (run off the runtime).
 pub(crate) type Prepare = fn(&App, &Ready, &[u8]) -> Result<Prepared, ApiError>;
 
+/// A dialect's event stream: the request, its slot's messages, the
+/// assembler of its parts and the reply's id.
+pub(crate) type StreamFn =
+    fn(Arc<App>, Prepared, mpsc::Receiver<Msg>, Assembler, String) -> Response;
+
+/// What a dialect's handler hands the generation bridge: how to read its
+/// request and how to answer it. The bridge knows no dialect.
+#[derive(Clone, Copy)]
+pub(crate) struct Reply {
+    pub kind: Kind,
+    pub prepare: Prepare,
+    /// The whole answer: (id, model name, what was generated).
+    pub whole: fn(String, String, Whole<'_>) -> Response,
+    /// The dialect's own event stream; `None`: the OpenAI-style stream
+    /// ([`stream::stream`]).
+    pub stream: Option<StreamFn>,
+    /// The last event of an OpenAI-style stream that ends with a result of
+    /// its own instead of `[DONE]` (llama-server's `/completion`).
+    pub last: Option<fn(&Prepared, &Done) -> Value>,
+}
+
 pub(crate) async fn generate(
     app: Arc<App>,
-    kind: Kind,
-    prepare: Prepare,
+    reply: Reply,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let Reply { kind, prepare, .. } = reply;
     let result = async {
         authorize(&app, &headers)?;
         ready(&app)?;
@@ -187,31 +135,17 @@ pub(crate) async fn generate(
         Kind::Anthropic => format!("msg_clover_{n}"),
         Kind::Completion | Kind::Native => format!("cmpl-clover-{n}"),
     };
-    let asm = || Assembler {
-        kind,
-        tools: p.tools.then(ToolCallParser::default),
-        n_calls: 0,
-        id: id.clone(),
-        pending: Vec::new(),
-    };
+    let asm = || Assembler::new(kind, p.tools, id.clone());
     if p.common.stream {
         let (asm, rx) = (asm(), rxs.remove(0));
-        match kind {
-            Kind::Anthropic => anthropic::stream(app, p, rx, asm, id),
-            _ => stream::stream(app, p, rx, asm, id, model),
+        match reply.stream {
+            Some(own) => own(app, p, rx, asm, id),
+            None => stream::stream(app, p, rx, asm, id, model, reply.last),
         }
     } else {
         let choices = rxs.into_iter().map(|rx| (rx, asm())).collect();
         match whole(&p, choices, &model).await {
-            Ok(out) => {
-                let model_name = app.cfg.model_name.clone();
-                match kind {
-                    Kind::Chat => openai_chat::response(id, model_name, out),
-                    Kind::Completion => openai_completions::response(id, model_name, out),
-                    Kind::Anthropic => anthropic::response(id, model_name, out),
-                    Kind::Native => llama::response(out),
-                }
-            }
+            Ok(out) => (reply.whole)(id, app.cfg.model_name.clone(), out),
             Err(e) => e.in_dialect(kind.dialect()).into_response(),
         }
     }

@@ -17,14 +17,21 @@ use super::api::{self, ApiError};
 use super::app::{answer, authorize, off_runtime, read_body, ready, App, AppState, Ready};
 use super::done::{Done, Timings};
 use super::fields::{parse, Field, Int};
-use super::generate::{generate, Whole};
+use super::generate::{generate, Reply, Whole};
 use super::logprobs::{native_probs, TokenEntry};
 use super::request::{check, finish, raw_prompts, Kind, Parts, Prepared};
 use super::sampling::Sampling;
 
 /// `POST /completion`.
 pub(crate) async fn completion(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
-    generate(app, Kind::Native, prepare, headers, body).await
+    let reply = Reply {
+        kind: Kind::Native,
+        prepare,
+        whole: |_, _, w| response(w),
+        stream: None,
+        last: Some(|p, done| serde_json::to_value(result(p, 0, "", done)).unwrap_or_default()),
+    };
+    generate(app, reply, headers, body).await
 }
 
 /// `/completion`'s request: the shared fields (`n_predict` among them),

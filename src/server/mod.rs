@@ -39,6 +39,7 @@ pub mod metrics;
 pub mod models;
 pub mod openai_chat;
 pub mod openai_completions;
+pub mod parts;
 pub mod request;
 pub mod sampling;
 pub mod slots;
@@ -54,6 +55,8 @@ use tokio::sync::mpsc;
 use crate::engine::LoadedModel;
 
 use app::{App, Ready};
+use axum::routing::{get, post};
+use axum::Router;
 use metrics::Metrics;
 use slots::Scheduler;
 
@@ -189,7 +192,7 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
                     let _ = fail_tx.blocking_send(e);
                 }
             })?;
-        let router = app::router(Arc::clone(&app));
+        let router = router(Arc::clone(&app));
         let on_stop = Arc::clone(&app);
         let shutdown = async move {
             use tokio::signal::unix::{signal, SignalKind};
@@ -231,4 +234,35 @@ pub fn serve(cfg: ServeConfig, plan: SlotPlan) -> anyhow::Result<()> {
     // Prompts still being parsed on the blocking pool are not waited for.
     rt.shutdown_timeout(Duration::from_millis(100));
     result
+}
+
+/// Every route: each dialect's module has its handlers.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(openai_chat::handle))
+        .route("/v1/completions", post(openai_completions::handle))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/models", get(models::list))
+        .route("/v1/models/{id}", get(models::by_id))
+        .route("/models", get(models::list))
+        .route("/completion", post(llama::completion))
+        .route("/tokenize", post(llama::tokenize))
+        .route("/detokenize", post(llama::detokenize))
+        .route("/props", get(llama::props))
+        .route("/slots", get(llama::slots))
+        .route("/health", get(llama::health))
+        .route("/v1/health", get(llama::health))
+        .route("/metrics", get(llama::metrics))
+        .fallback(error::not_found)
+        .method_not_allowed_fallback(error::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            app::count,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            app::cors,
+        ))
+        .with_state(app)
 }

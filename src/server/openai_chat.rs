@@ -13,7 +13,7 @@ use super::api::{self, ApiError};
 use super::app::{now_secs, App, AppState, Ready};
 use super::done::{Timings, Usage};
 use super::fields::{parse, Field, Int};
-use super::generate::{generate, Collected, Whole};
+use super::generate::{generate, Collected, Reply, Whole};
 use super::logprobs::{chat_logprobs, ChatLogprobs};
 use super::request::Kind;
 use super::request::{chat_prompt, check, finish, ChatFields, Parts, Prepared};
@@ -24,7 +24,14 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    generate(app, Kind::Chat, prepare, headers, body).await
+    let reply = Reply {
+        kind: Kind::Chat,
+        prepare,
+        whole: response,
+        stream: None,
+        last: None,
+    };
+    generate(app, reply, headers, body).await
 }
 
 /// A chat request: the shared fields, the messages and tools, and chat's

@@ -13,7 +13,7 @@ use super::api::{self, ApiError};
 use super::app::{now_secs, App, AppState, Ready};
 use super::done::{Timings, Usage};
 use super::fields::{parse, Field, Int};
-use super::generate::{generate, Collected, Whole};
+use super::generate::{generate, Collected, Reply, Whole};
 use super::logprobs::{completion_logprobs, echoed_logprobs, LegacyLogprobs};
 use super::request::Kind;
 use super::request::{check, finish, raw_prompts, Parts, Prepared};
@@ -24,7 +24,14 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    generate(app, Kind::Completion, prepare, headers, body).await
+    let reply = Reply {
+        kind: Kind::Completion,
+        prepare,
+        whole: response,
+        stream: None,
+        last: None,
+    };
+    generate(app, reply, headers, body).await
 }
 
 /// A completions request: the shared fields, `prompt`, `echo` and the

@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::api::{self, ApiError};
 use super::app::{check_text_size, App, Ready};
-use super::sampling::Sampling;
+use super::sampling::{Common, Sampling};
 
 /// The kinds of endpoint that generate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,7 +37,7 @@ impl Kind {
 #[derive(Clone)]
 pub(crate) struct Prepared {
     pub kind: Kind,
-    pub common: api::Common,
+    pub common: Common,
     /// One prompt per choice (several only for completions).
     pub prompts: Vec<Vec<u32>>,
     /// Completions' `echo`: each choice's text starts with its prompt's.
@@ -175,7 +175,7 @@ pub(crate) struct Parts {
 /// sampling and limits, then (after the dialect's log-probabilities) the
 /// output format and the bias.
 pub(crate) struct Checked {
-    pub common: api::Common,
+    pub common: Common,
     pub json: bool,
     pub logit_bias: Vec<(u32, f32)>,
 }

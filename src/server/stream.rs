@@ -17,14 +17,13 @@ use crate::sample::TokenLogprob;
 
 use super::api::ApiError;
 use super::app::{now_secs, App, STREAM_BUFFER};
-use super::done::{Timings, Usage};
+use super::done::{Done, Timings, Usage};
 use super::error::shutting_down;
-use super::generate::{Assembler, Part};
-use super::llama;
 use super::logprobs::{
     chat_logprobs, completion_logprobs, echoed_logprobs, native_probs, ChatLogprobs,
     LegacyLogprobs, TokenEntry,
 };
+use super::parts::{Assembler, Part};
 use super::request::{Kind, Prepared};
 use super::slots::Msg;
 
@@ -140,6 +139,7 @@ pub(crate) fn stream(
     mut asm: Assembler,
     id: String,
     loaded: Arc<LoadedModel>,
+    last: Option<fn(&Prepared, &Done) -> Value>,
 ) -> Response {
     let (tx, out) = mpsc::channel::<Result<Event, Infallible>>(STREAM_BUFFER);
     let created = now_secs();
@@ -286,7 +286,9 @@ pub(crate) fn stream(
             Kind::Completion => text(String::new(), Some(None), Some(finish)),
             // llama-server's own stream ends with its final result, no `[DONE]`.
             Kind::Native => {
-                let _ = send(to_value(llama::result(&p, 0, "", &done))).await;
+                if let Some(last) = last {
+                    let _ = send(last(&p, &done)).await;
+                }
                 return;
             }
         };
