@@ -28,7 +28,7 @@ pub mod synth;
 pub struct Cli {
     /// How batches are summed: clover's fast orders, or llama.cpp's (ggml)
     /// for bit-level parity runs [default: clover; CLOVER_BATCH_ORDER sets it too]
-    #[arg(long, global = true, value_name = "clover|ggml", value_parser = parse_order)]
+    #[arg(long, global = true, value_name = "clover|ggml", value_parser = parse_order, display_order = 900)]
     pub batch_order: Option<BatchOrder>,
     #[command(subcommand)]
     pub command: Command,

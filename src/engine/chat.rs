@@ -50,7 +50,7 @@ use super::spec_step::SpecStep;
 use crate::tui::engine::{fit_context, reply_reserve, Fit};
 use crate::tui::{ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, TokenKind};
 
-use super::generate::{generate, GenEvent, GenOptions, PlainStep, Step, StepStats};
+use super::generate::{generate, GenEvent, GenOptions, PlainStep, Step, StepIo, StepStats};
 use super::session::Session;
 use super::EngineError;
 
@@ -105,21 +105,14 @@ struct ChatStep<'a> {
 }
 
 impl Step for ChatStep<'_> {
-    fn step(
-        &mut self,
-        session: &mut Session,
-        sampler: &mut Sampler,
-        history: &[u32],
-        remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<StepStats, EngineError> {
+    fn step(&mut self, io: StepIo) -> Result<StepStats, EngineError> {
         {
             let mut round = self.round.borrow_mut();
             round.drafts.clear();
             round.stats = None;
         }
         let Some(spec) = self.spec.as_deref_mut().filter(|_| self.controls.spec()) else {
-            return PlainStep.step(session, sampler, history, remaining, out);
+            return PlainStep.step(io);
         };
         spec.drafter.last.clear();
         // With a fixed draft length, a probe round is one timed plain step (the
@@ -128,7 +121,7 @@ impl Step for ChatStep<'_> {
         let probe =
             !spec.spec.cfg.adaptive && self.since_probe.is_none_or(|n| n + 1 >= PLAIN_PROBE_EVERY);
         let before = (spec.spec.stats.plain_ns, spec.spec.stats.total_ns);
-        let s = spec.round(session, sampler, history, remaining, !probe, out)?;
+        let s = spec.round(io, !probe)?;
         if probe {
             // The probe counts as long as the whole step took (thread-pool dispatch
             // included), measured like the loop's total, so the speed-up compares

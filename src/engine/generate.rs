@@ -74,14 +74,16 @@ pub trait Step {
     /// must be evaluated as well (the last is the next "newest sampled" token).
     /// `remaining` is how many tokens the loop can still emit (at least 1;
     /// `usize::MAX` without a limit): a step that pushes more wastes the work.
-    fn step(
-        &mut self,
-        session: &mut Session,
-        sampler: &mut Sampler,
-        history: &[u32],
-        remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<StepStats, EngineError>;
+    fn step(&mut self, io: StepIo) -> Result<StepStats, EngineError>;
+}
+
+/// What a [`Step`] works with.
+pub struct StepIo<'a> {
+    pub session: &'a mut Session,
+    pub sampler: &'a mut Sampler,
+    pub history: &'a [u32],
+    pub remaining: usize,
+    pub out: &'a mut Vec<u32>,
 }
 
 /// Plain autoregressive decoding: one forward pass, one sample.
@@ -89,14 +91,8 @@ pub trait Step {
 pub struct PlainStep;
 
 impl Step for PlainStep {
-    fn step(
-        &mut self,
-        session: &mut Session,
-        sampler: &mut Sampler,
-        history: &[u32],
-        _remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<StepStats, EngineError> {
+    fn step(&mut self, io: StepIo) -> Result<StepStats, EngineError> {
+        let (session, sampler, history, out) = (io.session, io.sampler, io.history, io.out);
         let Some(&last) = history.last() else {
             return Err(EngineError::EmptyPrompt);
         };
@@ -382,9 +378,13 @@ impl Driver for SessionDriver<'_, '_> {
         out: &mut Vec<u32>,
     ) -> Result<ControlFlow<()>, EngineError> {
         self.session.state.stats.clear();
-        let s = self
-            .step
-            .step(self.session, self.sampler, history, remaining, out)?;
+        let s = self.step.step(StepIo {
+            session: self.session,
+            sampler: self.sampler,
+            history,
+            remaining,
+            out,
+        })?;
         let t = &mut *self.timings;
         t.eval_ms += s.eval_ms;
         t.eval_runs += s.eval_runs;

@@ -42,7 +42,8 @@ use crate::tokenizer::TokenizerError;
 
 pub use chat::ChatSession;
 pub use generate::{
-    generate, GenEvent, GenOptions, Generation, PlainStep, Step, StepStats, StopReason, Timings,
+    generate, GenEvent, GenOptions, Generation, PlainStep, Step, StepIo, StepStats, StopReason,
+    Timings,
 };
 pub use load::LoadedModel;
 pub use session::{Prefill, PromptEval, Session, SessionOptions};

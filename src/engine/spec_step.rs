@@ -6,11 +6,9 @@
 
 use std::time::Instant;
 
-use crate::sample::Sampler;
 use crate::spec::{Drafter, SpecConfig, Speculator};
 
-use super::generate::{Step, StepStats};
-use super::session::Session;
+use super::generate::{Step, StepIo, StepStats};
 use super::EngineError;
 
 /// A `Step` that drafts with `drafter` and verifies in one batched pass.
@@ -29,29 +27,21 @@ impl<D: Drafter + Send> SpecStep<D> {
 }
 
 impl<D: Drafter + Send> Step for SpecStep<D> {
-    fn step(
-        &mut self,
-        session: &mut Session,
-        sampler: &mut Sampler,
-        history: &[u32],
-        remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<StepStats, EngineError> {
-        self.round(session, sampler, history, remaining, true, out)
+    fn step(&mut self, io: StepIo) -> Result<StepStats, EngineError> {
+        self.round(io, true)
     }
 }
 
 impl<D: Drafter + Send> SpecStep<D> {
     /// One round; `draft` false makes it a plain step (a timed probe).
-    pub fn round(
-        &mut self,
-        session: &mut Session,
-        sampler: &mut Sampler,
-        history: &[u32],
-        remaining: usize,
-        draft: bool,
-        out: &mut Vec<u32>,
-    ) -> Result<StepStats, EngineError> {
+    pub fn round(&mut self, io: StepIo, draft: bool) -> Result<StepStats, EngineError> {
+        let StepIo {
+            session,
+            sampler,
+            history,
+            remaining,
+            out,
+        } = io;
         let t0 = Instant::now();
         let before = (
             self.spec.stats.drafts_proposed,

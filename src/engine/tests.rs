@@ -399,14 +399,8 @@ fn a_cache_type_whose_blocks_do_not_fit_the_head_dim_is_a_clear_error() {
 struct Scripted(Vec<Vec<u32>>);
 
 impl Step for Scripted {
-    fn step(
-        &mut self,
-        session: &mut Session,
-        _: &mut Sampler,
-        history: &[u32],
-        _: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<StepStats, EngineError> {
+    fn step(&mut self, io: StepIo) -> Result<StepStats, EngineError> {
+        let (session, history, out) = (io.session, io.history, io.out);
         let next = self.0.remove(0);
         session.decode(*history.last().unwrap())?;
         for &t in &next[..next.len() - 1] {

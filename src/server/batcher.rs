@@ -9,9 +9,8 @@ use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::engine::{EngineError, LoadedModel, PromptEval, Session, Step};
+use crate::engine::{EngineError, LoadedModel, PromptEval, Step, StepIo};
 use crate::model::State;
-use crate::sample::Sampler;
 
 /// How long the batcher waits for the decoding slots that have not asked yet.
 const GATHER: std::time::Duration = std::time::Duration::from_millis(5);
@@ -278,14 +277,8 @@ impl Drop for BatchStep {
 }
 
 impl Step for BatchStep {
-    fn step(
-        &mut self,
-        session: &mut Session,
-        sampler: &mut Sampler,
-        history: &[u32],
-        _remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<crate::engine::StepStats, crate::engine::EngineError> {
+    fn step(&mut self, io: StepIo) -> Result<crate::engine::StepStats, crate::engine::EngineError> {
+        let (session, sampler, history, out) = (io.session, io.sampler, io.history, io.out);
         let Some(&last) = history.last() else {
             return Err(crate::engine::EngineError::EmptyPrompt);
         };

@@ -10,14 +10,17 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use serde::Serialize;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::sample::TokenLogprob;
 
 use super::api::ApiError;
-use super::app::{authorize, off_runtime, read_body, ready, trim_after, App, Ready, STREAM_BUFFER};
-use super::done::Done;
+use super::app::{
+    authorize, now_secs, off_runtime, read_body, ready, trim_after, App, Ready, STREAM_BUFFER,
+};
+use super::done::{Done, Timings, Usage};
 use super::error::shutting_down;
 use super::parts::{Assembler, Part};
 use super::request::{Kind, Prepared};
@@ -214,7 +217,48 @@ pub(crate) struct Whole<'a> {
     pub choices: Vec<Collected>,
 }
 
+/// An OpenAI completion object, chat's or the legacy one's (their choices
+/// differ): every choice, the usage summed over them, the first's timings.
+#[derive(Serialize)]
+pub(crate) struct Completion<C> {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    choices: Vec<C>,
+    usage: Usage,
+    timings: Timings,
+}
+
 impl Whole<'_> {
+    /// The OpenAI completion object `object` with id `id` of model `model`,
+    /// each collected choice rendered by `choice` (given its index).
+    pub fn openai<C: Serialize>(
+        mut self,
+        [id, model]: [String; 2],
+        object: &'static str,
+        choice: impl Fn(&Whole, usize, Collected) -> C,
+    ) -> Response {
+        let usage = self.total().usage();
+        let timings = self.choices[0].done.timings();
+        let collected = std::mem::take(&mut self.choices);
+        let choices = collected
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| choice(&self, i, c))
+            .collect();
+        axum::Json(Completion {
+            id,
+            object,
+            created: now_secs(),
+            model,
+            choices,
+            usage,
+            timings,
+        })
+        .into_response()
+    }
+
     /// The counts summed over the choices (`usage`).
     pub fn total(&self) -> Done {
         self.choices.iter().fold(Done::default(), |mut a, c| {

@@ -5,13 +5,12 @@
 
 use axum::body::Body;
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::api::{self, ApiError};
-use super::app::{now_secs, App, AppState, Ready};
-use super::done::{Timings, Usage};
+use super::app::{App, AppState, Ready};
 use super::fields::{parse, Field, Int};
 use super::generate::{generate, Collected, Reply, Whole};
 use super::logprobs::{chat_logprobs, ChatLogprobs};
@@ -73,16 +72,6 @@ fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
 }
 
 /// A `chat.completion`.
-#[derive(Serialize)]
-struct ChatCompletion {
-    id: String,
-    object: &'static str,
-    created: u64,
-    model: String,
-    choices: Vec<Choice>,
-    usage: Usage,
-    timings: Timings,
-}
 
 #[derive(Serialize)]
 struct Choice {
@@ -121,23 +110,6 @@ fn choice(w: &Whole<'_>, index: usize, c: Collected) -> Choice {
 
 /// The whole response: every choice, usage summed over them, the first's
 /// `timings`.
-pub(crate) fn response(id: String, model: String, mut w: Whole<'_>) -> Response {
-    let usage = w.total().usage();
-    let timings = w.choices[0].done.timings();
-    let collected = std::mem::take(&mut w.choices);
-    let choices = collected
-        .into_iter()
-        .enumerate()
-        .map(|(i, c)| choice(&w, i, c))
-        .collect();
-    axum::Json(ChatCompletion {
-        id,
-        object: "chat.completion",
-        created: now_secs(),
-        model,
-        choices,
-        usage,
-        timings,
-    })
-    .into_response()
+pub(crate) fn response(id: String, model: String, w: Whole<'_>) -> Response {
+    w.openai([id, model], "chat.completion", choice)
 }
