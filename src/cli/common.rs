@@ -633,3 +633,20 @@ mod tests {
         assert!(n_predict(-2).is_err());
     }
 }
+
+/// The token windows `perplexity` and `imatrix` run over (llama.cpp's `-c`
+/// chunks).
+#[derive(Args, Debug, Clone)]
+pub struct WindowArgs {
+    /// Window size in tokens (perplexity scores the second half of each)
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        default_value_t = 512,
+        allow_negative_numbers = true
+    )]
+    pub ctx_size: usize,
+    /// Process at most this many windows (-1: all)
+    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
+    pub chunks: i64,
+}

@@ -35,17 +35,8 @@ pub struct ImatrixArgs {
     /// Where to write the imatrix (GGUF, llama.cpp's format)
     #[arg(short = 'o', long = "output-file", default_value = "imatrix.gguf")]
     pub output: PathBuf,
-    /// Chunk size in tokens
-    #[arg(
-        short = 'c',
-        long = "ctx-size",
-        default_value_t = 512,
-        allow_negative_numbers = true
-    )]
-    pub ctx_size: usize,
-    /// Process at most this many chunks (-1: all)
-    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
-    pub chunks: i64,
+    #[command(flatten)]
+    pub window: super::common::WindowArgs,
     /// Rewrite the output file every N chunks
     #[arg(long = "output-frequency", default_value_t = 10)]
     pub output_frequency: usize,
@@ -69,7 +60,7 @@ fn collected(args: &ImatrixArgs, chunks: usize) -> Imatrix {
         entries: capture::snapshot(),
         datasets: vec![args.file.to_string_lossy().into_owned()],
         chunk_count: chunks as u32,
-        chunk_size: args.ctx_size as u32,
+        chunk_size: args.window.ctx_size as u32,
     }
 }
 
@@ -85,10 +76,10 @@ fn save(args: &ImatrixArgs, im: &Imatrix) -> anyhow::Result<()> {
 }
 
 pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
-    if args.ctx_size < capture::MIN_DENSE_ROWS {
+    if args.window.ctx_size < capture::MIN_DENSE_ROWS {
         bail!(
             "--ctx-size {} is too small: dense matrices are only collected from batches of at least {} tokens",
-            args.ctx_size,
+            args.window.ctx_size,
             capture::MIN_DENSE_ROWS
         );
     }
@@ -102,7 +93,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
     let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
     crate::output::check_not_input(&args.output)?;
     let mut tokens = m.tokenizer.encode(&text, false)?;
-    let c = args.ctx_size;
+    let c = args.window.ctx_size;
     // llama-imatrix's rule: at least two chunks of text.
     if tokens.len() < 2 * c {
         bail!(
@@ -112,7 +103,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
             2 * c
         );
     }
-    let windows = Windows::of(tokens.len(), c, args.chunks);
+    let windows = Windows::of(tokens.len(), c, args.window.chunks);
     let n_chunks = windows.n;
     if n_chunks == 0 {
         bail!("--chunks 0: nothing to collect");

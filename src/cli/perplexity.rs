@@ -34,17 +34,8 @@ pub struct PerplexityArgs {
     /// Score this model against the base file: KL divergence, Δp, same top p
     #[arg(long = "kl-divergence", requires = "kl_divergence_base")]
     pub kl_divergence: bool,
-    /// Window size in tokens (the second half of each window is scored)
-    #[arg(
-        short = 'c',
-        long = "ctx-size",
-        default_value_t = 512,
-        allow_negative_numbers = true
-    )]
-    pub ctx_size: usize,
-    /// Score at most this many windows (-1: all)
-    #[arg(long = "chunks", default_value_t = -1, allow_negative_numbers = true)]
-    pub chunks: i64,
+    #[command(flatten)]
+    pub window: super::common::WindowArgs,
     /// Threads (default: all cores)
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,
@@ -73,13 +64,13 @@ pub struct PerplexityArgs {
 const MAX_TEXT_FILE: u64 = 1 << 30;
 
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
-    if args.ctx_size < 4 {
-        bail!("--ctx-size {} is too small (at least 4)", args.ctx_size);
+    if args.window.ctx_size < 4 {
+        bail!("--ctx-size {} is too small (at least 4)", args.window.ctx_size);
     }
     if args.threads == Some(0) {
         bail!("--threads must be at least 1");
     }
-    if args.chunks == 0 {
+    if args.window.chunks == 0 {
         bail!("--chunks 0 scores nothing: give a positive number of windows, or -1 for the whole text");
     }
     if args.kl_divergence {
@@ -89,8 +80,8 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     let text = super::common::read_text_file(file, MAX_TEXT_FILE, "text file")?;
     let m = super::common::open_model(args.model.as_deref(), args.no_mmap)?;
     let tokens = m.tokenizer.encode(&text, false)?;
-    let c = args.ctx_size;
-    let windows = Windows::of(tokens.len(), c, args.chunks);
+    let c = args.window.ctx_size;
+    let windows = Windows::of(tokens.len(), c, args.window.chunks);
     let n_windows = windows.n;
     if n_windows == 0 {
         bail!(
@@ -194,12 +185,12 @@ fn run_kld(args: &PerplexityArgs) -> anyhow::Result<()> {
         );
     }
     let c = h.n_ctx;
-    if c != args.ctx_size {
+    if c != args.window.ctx_size {
         eprintln!("perplexity: windows of {c} tokens, as the base file was computed");
     }
     let mut n_chunk = h.n_chunk;
-    if args.chunks >= 0 {
-        n_chunk = n_chunk.min(args.chunks as usize);
+    if args.window.chunks >= 0 {
+        n_chunk = n_chunk.min(args.window.chunks as usize);
     }
     let mut runner = WindowRunner::new(
         model,

@@ -90,13 +90,27 @@ impl AttentionScratch {
     }
 }
 
+/// What a pass's attention rows do with the KV cache.
+pub enum KvRows<'k> {
+    /// Appended to the cache, attending causally (decode, prompt, verify).
+    Append(&'k mut KvCache),
+    /// A draft block (docs/DESIGN.md §3): each row attends to the cached
+    /// positions before the block and to every block row, and is stored
+    /// nowhere. `reverse_queries` (a test knob) evaluates the rows last to
+    /// first.
+    Block {
+        kv: &'k KvCache,
+        reverse_queries: bool,
+    },
+}
+
 /// The attention mixer over `t` tokens at positions `pos0..pos0+t`. The KV
 /// cache (layer `layer`) must hold exactly positions `0..pos0`.
 #[allow(clippy::too_many_arguments)]
 pub fn forward(
     cx: Cx,
     w: &AttentionWeights,
-    kv: &mut KvCache,
+    rows: KvRows,
     layer: usize,
     pos0: usize,
     u: &[f32],
@@ -113,15 +127,30 @@ pub fn forward(
     observe::here("Qcur_full", t, &sc.qg[..t * nh * 2 * d]);
     observe::here("Kcur", t, &sc.k[..t * nkv * d]);
     observe::here("Vcur", t, &sc.v[..t * nkv * d]);
-    // 2. Per-head norms and rope; append K/V.
+    // 2. Per-head norms and rope; append K/V; attend.
     let p = observe::enter(Op::Attention);
-    if observe::on() {
-        // Row ti attends over positions 0..=pos0+ti.
-        let hb = |ty: GgmlType| ty.row_bytes(d as u64).unwrap_or(0) as usize;
-        let row = nkv * (hb(kv.ty_k) + hb(kv.ty_v));
-        observe::bytes(row * (0..t).map(|ti| pos0 + ti + 1).sum::<usize>());
+    match rows {
+        KvRows::Append(kv) => {
+            if observe::on() {
+                // Row ti attends over positions 0..=pos0+ti.
+                let hb = |ty: GgmlType| ty.row_bytes(d as u64).unwrap_or(0) as usize;
+                let row = nkv * (hb(kv.ty_k) + hb(kv.ty_v));
+                observe::bytes(row * (0..t).map(|ti| pos0 + ti + 1).sum::<usize>());
+            }
+            append_attend(cx, w, kv, layer, pos0, t, sc);
+        }
+        KvRows::Block {
+            kv,
+            reverse_queries,
+        } => {
+            qk_norm_rope(cfg, w, pos0, t, sc);
+            if reverse_queries {
+                attend(cx, kv, layer, pos0, t, (0..t).rev(), Span::Block, sc);
+            } else {
+                attend(cx, kv, layer, pos0, t, 0..t, Span::Block, sc);
+            }
+        }
     }
-    append_attend(cx, w, kv, layer, pos0, t, sc);
     drop(p);
     // 4. Output projection.
     project_out(cx, w, t, sc, lin, out);

@@ -63,7 +63,7 @@ fn run_with(
         attention::forward(
             cx,
             w,
-            &mut kv,
+            attention::KvRows::Append(&mut kv),
             0,
             p,
             &u[p * e..(p + n) * e],

@@ -12,10 +12,13 @@ use thiserror::Error;
 
 use crate::gguf::{Value, ValueType};
 
-/// The two architectures this engine runs (identical autoregressive math).
+/// The two architectures this engine runs (identical autoregressive math),
+/// as `general.architecture` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Arch {
+    /// Clover: qwen35moe plus the block-diffusion tensors and keys.
     CloverMoe,
+    /// Plain Qwen3.5/3.6 MoE as llama.cpp loads it.
     Qwen35Moe,
 }
 
@@ -24,6 +27,29 @@ impl Arch {
         match self {
             Arch::CloverMoe => "clover_moe",
             Arch::Qwen35Moe => "qwen35moe",
+        }
+    }
+
+    pub fn is_clover(self) -> bool {
+        self == Arch::CloverMoe
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Arch {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Arch, String> {
+        match s {
+            "clover_moe" => Ok(Arch::CloverMoe),
+            "qwen35moe" => Ok(Arch::Qwen35Moe),
+            _ => Err(format!(
+                "unknown architecture '{s}' (expected clover_moe or qwen35moe)"
+            )),
         }
     }
 }

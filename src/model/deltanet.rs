@@ -160,21 +160,10 @@ fn add_tap(o: &mut [f32], x: &[f32], taps: impl Iterator<Item = f32>, fused: boo
 
 /// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
 /// (`j = K−1` multiplies the current token), then silu; advances `window`.
-/// Several tokens are split across the pool (each row as alone).
-pub fn conv_silu(
-    w: &[f32],
-    k: usize,
-    window: &mut [f32],
-    mixed: &[f32],
-    ch: usize,
-    out: &mut [f32],
-) {
-    conv_silu_t(w, &[], k, window, mixed, ch, out);
-}
-
-/// [`conv_silu`] with the taps also given transposed (`wt`, [`by_tap`] of
-/// `w`, as the weights keep them; empty: transposed here when several rows
-/// want them). Contiguous loads, the same sums.
+/// Several tokens are split across the pool (each row as alone). The taps
+/// may also be given transposed (`wt`, [`by_tap`] of `w`, as the weights keep
+/// them; empty: transposed here when several rows want them): contiguous
+/// loads, the same sums.
 pub fn conv_silu_t(
     w: &[f32],
     wt: &[f32],
@@ -208,7 +197,7 @@ pub fn conv_silu_t(
 }
 
 super::ops::fma_dispatch!(
-    /// Rows `t0..` of [`conv_silu`] (as many as `out` holds), `window`
+    /// Rows `t0..` of [`conv_silu_t`] (as many as `out` holds), `window`
     /// not advanced.
     fn conv_silu_rows(
         w: Taps,

@@ -3,7 +3,7 @@
 
 use crate::model::config::ModelConfig;
 use crate::model::cx::Cx;
-use crate::model::deltanet::{self, conv_silu, DeltaNetScratch};
+use crate::model::deltanet::{self, DeltaNetScratch};
 use crate::model::forward::Model;
 use crate::model::linear::MatScratch;
 use crate::model::state::DeltaNetState;
@@ -398,4 +398,18 @@ fn chunked_form_equals_token_by_token_across_chunk_boundaries() {
         states[0].ssm.iter().any(|x| x.abs() > 0.1),
         "state stayed trivial"
     );
+}
+
+/// Causal depthwise conv of `t` tokens of `mixed` with taps `w[c][j]`
+/// (`j = K−1` multiplies the current token), then silu; advances `window`.
+/// Several tokens are split across the pool (each row as alone).
+pub(crate) fn conv_silu(
+    w: &[f32],
+    k: usize,
+    window: &mut [f32],
+    mixed: &[f32],
+    ch: usize,
+    out: &mut [f32],
+) {
+    deltanet::conv_silu_t(w, &[], k, window, mixed, ch, out);
 }

@@ -504,36 +504,6 @@ unsafe fn dot_lanes_avx(a: &[f32], b: &[f32]) -> f32 {
     }
 }
 
-/// The diffusion attention mixer: `t` block rows at positions `pos0..`, each
-/// attending to the cached positions `< pos0` (read from `kv` layer `layer`)
-/// and to every block row; the AR mixer's stages with [`Span::Block`] and
-/// no cache append. `reverse_queries` (a test knob) evaluates the rows last
-/// to first.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_block(
-    cx: Cx,
-    w: &AttentionWeights,
-    kv: &KvCache,
-    layer: usize,
-    pos0: usize,
-    u: &[f32],
-    t: usize,
-    reverse_queries: bool,
-    sc: &mut AttentionScratch,
-    lin: &mut MatScratch,
-    out: &mut [f32],
-) {
-    let Cx { cfg, .. } = cx;
-    attention::project_qkv(cx, w, u, t, sc, lin);
-    attention::qk_norm_rope(cfg, w, pos0, t, sc);
-    if reverse_queries {
-        attention::attend(cx, kv, layer, pos0, t, (0..t).rev(), Span::Block, sc);
-    } else {
-        attention::attend(cx, kv, layer, pos0, t, 0..t, Span::Block, sc);
-    }
-    attention::project_out(cx, w, t, sc, lin, out);
-}
-
 /// Blocks of at least this many rows run on the prompt kernels: from there
 /// on the prompt kernels' block costs less than the decode kernels' at full
 /// size, below it more (`clover bench --pass-costs 8,16`;

@@ -423,7 +423,7 @@ fn zero_right_taps_give_exactly_the_ar_conv() {
     );
     let mut ar = vec![0.0; t * ch];
     let mut win = window.clone();
-    crate::model::deltanet::conv_silu(&w, k, &mut win, &mixed, ch, &mut ar);
+    crate::model::deltanet::tests::conv_silu(&w, k, &mut win, &mixed, ch, &mut ar);
     assert_eq!(two, ar);
     // And non-zero right taps do change it (the test can fail).
     conv_two_sided(

@@ -273,7 +273,7 @@ pub fn forward(
         observe::bytes(distinct * (gu + w.down.expert(0).bytes()));
     }
     if flat {
-        experts_flat(cx, w, u, t, sc, lin);
+        experts_flat(cx, w, u, sc, lin);
     } else {
         experts_grouped(cx, w, u, sc, lin);
     }
@@ -436,16 +436,10 @@ fn experts_grouped(cx: Cx, w: &FfnWeights, u: &[f32], sc: &mut MoeScratch, lin: 
 
 /// Every (token, slot) pair at once, in routed order: one parallel product
 /// per projection, each pair reading its own expert's rows.
-fn experts_flat(
-    cx: Cx,
-    w: &FfnWeights,
-    u: &[f32],
-    t: usize,
-    sc: &mut MoeScratch,
-    lin: &mut MatScratch,
-) {
+fn experts_flat(cx: Cx, w: &FfnWeights, u: &[f32], sc: &mut MoeScratch, lin: &mut MatScratch) {
     let Cx { kt, mode, cfg } = cx;
     let (e, k, ff) = (cfg.n_embd, cfg.n_expert_used, cfg.n_ff_exp);
+    let t = u.len() / e;
     let n = t * k;
     sc.idx.clear();
     sc.idx.extend(sc.routed[..n].iter().map(|&(ti, _)| ti));

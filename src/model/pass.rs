@@ -24,7 +24,8 @@ use super::attention;
 use super::config::ModelConfig;
 use super::cx::Cx;
 use super::deltanet;
-use super::diffusion::{attention_block, gdn_block, GdnBlockScratch};
+use super::attention::KvRows;
+use super::diffusion::{gdn_block, GdnBlockScratch};
 use super::kv::KvCache;
 use super::moe;
 use super::observe::{self, Observer, Op, Seen};
@@ -266,23 +267,6 @@ impl Net<'_, '_> {
                 )
             }
             (
-                MixerWeights::Attention(w),
-                Mixing::Sequence {
-                    kv, slots, pos0, ..
-                },
-            ) => attention::forward(
-                cx,
-                w,
-                kv,
-                attn_slot(slots[il]),
-                *pos0,
-                u,
-                t,
-                &mut s.attn,
-                &mut s.lin,
-                &mut s.y,
-            ),
-            (
                 MixerWeights::DeltaNet(w),
                 Mixing::Block {
                     recurrent,
@@ -297,28 +281,6 @@ impl Net<'_, '_> {
                 let state = &recurrent[gdn_slot(slots[il])];
                 gdn_block(cx, w, dw, state, u, t, gdn, &mut s.lin, &mut s.y)
             }
-            (
-                MixerWeights::Attention(w),
-                Mixing::Block {
-                    kv,
-                    slots,
-                    pos0,
-                    reverse_queries,
-                    ..
-                },
-            ) => attention_block(
-                cx,
-                w,
-                kv,
-                attn_slot(slots[il]),
-                *pos0,
-                u,
-                t,
-                *reverse_queries,
-                &mut s.attn,
-                &mut s.lin,
-                &mut s.y,
-            ),
             (MixerWeights::DeltaNet(w), Mixing::Slots { states }) => {
                 deltanet::project(cx, w, u, t, &mut s.gdn, &mut s.lin);
                 for (i, st) in states.iter_mut().enumerate() {
@@ -339,6 +301,26 @@ impl Net<'_, '_> {
                     attention::decode_row(cx, w, kv, a, pos, &mut s.attn, i, one);
                 }
                 attention::project_out(cx, w, t, &s.attn, &mut s.lin, &mut s.y);
+            }
+            (MixerWeights::Attention(w), mixing) => {
+                let (rows, slots, pos0) = match mixing {
+                    Mixing::Sequence {
+                        kv, slots, pos0, ..
+                    } => (KvRows::Append(kv), slots, *pos0),
+                    Mixing::Block {
+                        kv,
+                        slots,
+                        pos0,
+                        reverse_queries,
+                        ..
+                    } => {
+                        let reverse_queries = *reverse_queries;
+                        (KvRows::Block { kv, reverse_queries }, slots, *pos0)
+                    }
+                    Mixing::Slots { .. } => unreachable!("matched above"),
+                };
+                let (a, sc) = (attn_slot(slots[il]), &mut s.attn);
+                attention::forward(cx, w, rows, a, pos0, u, t, sc, &mut s.lin, &mut s.y)
             }
         }
         observe::tensor("mixer_out", il as isize, t, &s.y[..t * e]);

@@ -85,13 +85,20 @@ impl GdnStash {
                 return;
             }
         }
+        let head = HeadReplay {
+            kt,
+            stash: self,
+            cfg,
+            h,
+            n_keep,
+        };
         #[cfg(target_arch = "x86_64")]
         if kernels::cpu::has_avx2() {
             // SAFETY: the CPU supports AVX2, checked just above.
-            unsafe { replay_head_avx2(kt, self, cfg, h, s, n_keep) };
+            unsafe { replay_head_avx2(&head, s) };
             return;
         }
-        replay_head_body(kt, self, cfg, h, s, n_keep);
+        replay_head_body(&head, s);
     }
 }
 
@@ -101,14 +108,14 @@ impl GdnStash {
 /// stays equal to the plain forward's recurrence (compiled for the
 /// baseline ISA), only faster.
 #[inline(always)]
-fn replay_head_body(
-    kt: &KernelTable,
-    stash: &GdnStash,
-    cfg: &ModelConfig,
-    h: usize,
-    s: &mut [f32],
-    n_keep: usize,
-) {
+fn replay_head_body(r: &HeadReplay, s: &mut [f32]) {
+    let HeadReplay {
+        kt,
+        stash,
+        cfg,
+        h,
+        n_keep,
+    } = *r;
     let (hk, hv, d) = (cfg.ssm_n_k_heads, cfg.ssm_n_v_heads, cfg.ssm_head_dim);
     let kv_w = cfg.ssm_conv_channels() - hk * d;
     let kh = h % hk;
@@ -120,17 +127,21 @@ fn replay_head_body(
     }
 }
 
+/// What [`replay_head_body`] replays: the first `n_keep` stashed positions
+/// into value head `h`.
+#[derive(Clone, Copy)]
+struct HeadReplay<'a> {
+    kt: &'a KernelTable,
+    stash: &'a GdnStash,
+    cfg: &'a ModelConfig,
+    h: usize,
+    n_keep: usize,
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-fn replay_head_avx2(
-    kt: &KernelTable,
-    stash: &GdnStash,
-    cfg: &ModelConfig,
-    h: usize,
-    s: &mut [f32],
-    n_keep: usize,
-) {
-    replay_head_body(kt, stash, cfg, h, s, n_keep);
+fn replay_head_avx2(r: &HeadReplay, s: &mut [f32]) {
+    replay_head_body(r, s);
 }
 
 /// Advances every GDN layer's state (`states[i]` from `stashes[i]`) over the

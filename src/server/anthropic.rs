@@ -34,11 +34,8 @@ use super::anthropic_request::MessagesRequest;
 /// `POST /v1/messages`.
 pub(crate) async fn messages(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
     let reply = Reply {
-        kind: Kind::Anthropic,
-        prepare,
-        whole: response,
         stream: Some(stream),
-        last: None,
+        ..Reply::new(Kind::Anthropic, prepare, response)
     };
     generate(app, reply, headers, body).await
 }

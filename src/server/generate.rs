@@ -92,6 +92,19 @@ pub(crate) struct Reply {
     pub last: Option<fn(&Prepared, &Done) -> Value>,
 }
 
+impl Reply {
+    /// A dialect with the OpenAI-style stream.
+    pub fn new(kind: Kind, prepare: Prepare, whole: fn(String, String, Whole<'_>) -> Response) -> Reply {
+        Reply {
+            kind,
+            prepare,
+            whole,
+            stream: None,
+            last: None,
+        }
+    }
+}
+
 pub(crate) async fn generate(
     app: Arc<App>,
     reply: Reply,

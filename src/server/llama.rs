@@ -19,17 +19,14 @@ use super::done::{Done, Timings};
 use super::fields::{parse, Field, Int};
 use super::generate::{generate, Reply, Whole};
 use super::logprobs::{native_probs, TokenEntry};
-use super::request::{check, finish, raw_prompts, Kind, Parts, Prepared};
+use super::request::{raw_request, Kind, Prepared};
 use super::sampling::Sampling;
 
 /// `POST /completion`.
 pub(crate) async fn completion(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
     let reply = Reply {
-        kind: Kind::Native,
-        prepare,
-        whole: |_, _, w| response(w),
-        stream: None,
         last: Some(|p, done| serde_json::to_value(result(p, 0, "", done)).unwrap_or_default()),
+        ..Reply::new(Kind::Native, prepare, |_, _, w| response(w))
     };
     generate(app, reply, headers, body).await
 }
@@ -38,7 +35,7 @@ pub(crate) async fn completion(State(app): AppState, headers: HeaderMap, body: B
 /// `prompt`, and `n_probs` (alternatives per token, 0: none).
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct CompletionRequest {
+struct NativeRequest {
     #[serde(flatten)]
     sampling: Sampling,
     prompt: Option<Value>,
@@ -46,21 +43,10 @@ struct CompletionRequest {
 }
 
 fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
-    let q: CompletionRequest = parse(body)?;
-    let n = q.n_probs;
-    let (checked, logprobs) = check(r, &q.sampling, || api::n_probs(n))?;
-    let (prompts, texts) = raw_prompts(app, r, q.prompt.as_ref())?;
-    let parts = Parts {
-        kind: Kind::Native,
-        prompts,
-        texts,
-        echo: false,
-        starts_thinking: false,
-        tools: false,
-        logprobs,
-        tool_call: None,
-    };
-    finish(app, checked, parts)
+    let q: NativeRequest = parse(body)?;
+    let (n, prompt) = (q.n_probs, q.prompt.as_ref());
+    let kind = Kind::Native;
+    raw_request(app, r, kind, &q.sampling, prompt, || api::n_probs(n), || Ok(false))
 }
 
 /// `/completion`'s result: the text, how it stopped, the counts and

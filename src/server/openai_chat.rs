@@ -23,14 +23,7 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let reply = Reply {
-        kind: Kind::Chat,
-        prepare,
-        whole: response,
-        stream: None,
-        last: None,
-    };
-    generate(app, reply, headers, body).await
+    generate(app, Reply::new(Kind::Chat, prepare, response), headers, body).await
 }
 
 /// A chat request: the shared fields, the messages and tools, and chat's

@@ -14,8 +14,7 @@ use super::app::{App, AppState, Ready};
 use super::fields::{parse, Field, Int};
 use super::generate::{generate, Collected, Reply, Whole};
 use super::logprobs::{completion_logprobs, echoed_logprobs, LegacyLogprobs};
-use super::request::Kind;
-use super::request::{check, finish, raw_prompts, Parts, Prepared};
+use super::request::{raw_request, Kind, Prepared};
 use super::sampling::Sampling;
 
 pub(crate) async fn handle(
@@ -23,14 +22,7 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let reply = Reply {
-        kind: Kind::Completion,
-        prepare,
-        whole: response,
-        stream: None,
-        last: None,
-    };
-    generate(app, reply, headers, body).await
+    generate(app, Reply::new(Kind::Completion, prepare, response), headers, body).await
 }
 
 /// A completions request: the shared fields, `prompt`, `echo` and the
@@ -47,21 +39,11 @@ struct CompletionRequest {
 
 fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
     let q: CompletionRequest = parse(body)?;
-    let lp = q.logprobs;
-    let (checked, logprobs) = check(r, &q.sampling, || api::completion_logprobs(lp))?;
-    let (prompts, texts) = raw_prompts(app, r, q.prompt.as_ref())?;
-    let echo = q.echo.get("echo", "a boolean")?.unwrap_or(false);
-    let parts = Parts {
-        kind: Kind::Completion,
-        prompts,
-        texts,
-        echo,
-        starts_thinking: false,
-        tools: false,
-        logprobs,
-        tool_call: None,
-    };
-    finish(app, checked, parts)
+    let (lp, echo) = (q.logprobs, q.echo);
+    let logprobs = || api::completion_logprobs(lp);
+    let echo = || Ok(echo.get("echo", "a boolean")?.unwrap_or(false));
+    let kind = Kind::Completion;
+    raw_request(app, r, kind, &q.sampling, q.prompt.as_ref(), logprobs, echo)
 }
 
 /// A `text_completion`.

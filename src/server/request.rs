@@ -235,3 +235,31 @@ pub(crate) fn finish(app: &App, c: Checked, p: Parts) -> Result<Prepared, ApiErr
         logit_bias: c.logit_bias,
     })
 }
+
+/// A request whose prompt is raw text or token ids (`/v1/completions`,
+/// `/completion`), checked in the order every dialect checks: the shared
+/// fields, the dialect's `logprobs`, then the prompts and `echo`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn raw_request(
+    app: &App,
+    r: &Ready,
+    kind: Kind,
+    sampling: &Sampling,
+    prompt: Option<&Value>,
+    logprobs: impl FnOnce() -> Result<Option<usize>, ApiError>,
+    echo: impl FnOnce() -> Result<bool, ApiError>,
+) -> Result<Prepared, ApiError> {
+    let (checked, logprobs) = check(r, sampling, logprobs)?;
+    let (prompts, texts) = raw_prompts(app, r, prompt)?;
+    let parts = Parts {
+        kind,
+        prompts,
+        texts,
+        echo: echo()?,
+        starts_thinking: false,
+        tools: false,
+        logprobs,
+        tool_call: None,
+    };
+    finish(app, checked, parts)
+}

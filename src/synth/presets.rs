@@ -9,45 +9,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The GGUF architecture written to `general.architecture`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    /// Clover: qwen35moe plus the block-diffusion tensors and keys.
-    CloverMoe,
-    /// Plain Qwen3.5/3.6 MoE as llama.cpp loads it.
-    Qwen35Moe,
-}
-
-impl Arch {
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::CloverMoe => "clover_moe",
-            Arch::Qwen35Moe => "qwen35moe",
-        }
-    }
-
-    pub fn is_clover(self) -> bool {
-        self == Arch::CloverMoe
-    }
-}
-
-impl fmt::Display for Arch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Arch {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Arch, String> {
-        match s {
-            "clover_moe" => Ok(Arch::CloverMoe),
-            "qwen35moe" => Ok(Arch::Qwen35Moe),
-            _ => Err(format!(
-                "unknown architecture '{s}' (expected clover_moe or qwen35moe)"
-            )),
-        }
-    }
-}
+pub use crate::model::Arch;
 
 /// A named size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

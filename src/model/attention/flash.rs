@@ -95,7 +95,13 @@ pub(super) fn attend_flash(
                 let n_vis = pos0 + i + 1;
                 if tiled {
                     w.resize(TILE, 0.0);
-                    tiled_row(q, kf, vf, nkv * d, g * d, n_vis, scale, w, o);
+                    let heads = Heads {
+                        kf,
+                        vf,
+                        stride: nkv * d,
+                        off: g * d,
+                    };
+                    tiled_row(q, &heads, n_vis, scale, w, o);
                 } else {
                     let q_act = &mut bytemuck::cast_slice_mut::<u64, u8>(q_act)[..q_bytes];
                     quant(q, q_act);
@@ -112,16 +118,11 @@ pub(super) fn attend_flash(
 }
 
 fma_dispatch!(
-    /// One row of the tiled form (module doc) over positions `0..n_vis`: K
-    /// and V of position s at `s·stride + off` of `kf` / `vf`, `w` a tile's
-    /// weights; writes the normalised output to `o`.
-    #[allow(clippy::too_many_arguments)]
+    /// One row of the tiled form (module doc) over positions `0..n_vis` of
+    /// `heads`, `w` a tile's weights; writes the normalised output to `o`.
     fn tiled_row(
         q: &[f32],
-        kf: &[f32],
-        vf: &[f32],
-        stride: usize,
-        off: usize,
+        heads: &Heads,
         n_vis: usize,
         scale: f32,
         w: &mut [f32],
@@ -129,19 +130,31 @@ fma_dispatch!(
     ) => tiled_row_body
 );
 
-#[allow(clippy::too_many_arguments)]
+/// One K/V head of every position in f32: position s at `s·stride + off`
+/// of `kf` / `vf`.
+#[derive(Clone, Copy)]
+struct Heads<'a> {
+    kf: &'a [f32],
+    vf: &'a [f32],
+    stride: usize,
+    off: usize,
+}
+
 #[inline(always)]
 fn tiled_row_body(
     q: &[f32],
-    kf: &[f32],
-    vf: &[f32],
-    stride: usize,
-    off: usize,
+    heads: &Heads,
     n_vis: usize,
     scale: f32,
     w: &mut [f32],
     o: &mut [f32],
 ) {
+    let Heads {
+        kf,
+        vf,
+        stride,
+        off,
+    } = *heads;
     let d = o.len();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     o.fill(0.0);

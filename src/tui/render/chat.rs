@@ -7,7 +7,7 @@ use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
 
 use super::wrap::{wrap, Row};
-use super::{num, panel, put};
+use super::{corner_tag, num, panel, put};
 use crate::tui::chat::{Ending, Segment, Turn};
 use crate::tui::engine::{Role, TokenKind, CONTEXT_FULL_MARKER};
 use crate::tui::state::{App, Focus};
@@ -221,15 +221,7 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> (u16, usize) {
     }
     if scroll > 0 {
         let tag = format!(" ↓ {scroll} more ");
-        let x = area.right().saturating_sub(tag.chars().count() as u16 + 1);
-        put(
-            buf,
-            area,
-            x,
-            area.bottom() - 1,
-            &tag,
-            Style::new().fg(Color::Yellow),
-        );
+        corner_tag(buf, area, &tag);
     }
     (inner.height, all.len())
 }

@@ -160,6 +160,13 @@ pub(crate) fn panel(title: &str, focused: bool, area: Rect, buf: &mut Buffer) ->
     inner
 }
 
+/// A note such as " ↓ 3 more " on the bottom border of `area`, right-aligned,
+/// in yellow.
+pub(crate) fn corner_tag(buf: &mut Buffer, area: Rect, tag: &str) {
+    let x = area.right().saturating_sub(tag.chars().count() as u16 + 1);
+    put(buf, area, x, area.bottom() - 1, tag, Style::new().fg(Color::Yellow));
+}
+
 /// Writes `s` at (x, y), clipped to `area`; returns the columns used. Control
 /// characters are skipped; wide characters that do not fit are left out.
 pub(crate) fn put(buf: &mut Buffer, area: Rect, x: u16, y: u16, s: &str, style: Style) -> u16 {

@@ -6,7 +6,7 @@ use ratatui::buffer::Buffer;
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Style};
 
-use super::{num, panel, put};
+use super::{corner_tag, num, panel, put};
 use crate::tui::engine::LayerKind;
 use crate::tui::state::{App, Focus};
 
@@ -172,15 +172,7 @@ pub fn render(app: &App, area: Rect, buf: &mut Buffer) -> u16 {
             first,
             (first + slots).min(n) - 1
         );
-        let x = area.right().saturating_sub(tag.chars().count() as u16 + 1);
-        put(
-            buf,
-            area,
-            x,
-            area.bottom() - 1,
-            &tag,
-            Style::new().fg(Color::Yellow),
-        );
+        corner_tag(buf, area, &tag);
     }
     slots.min(u16::MAX as usize) as u16
 }
