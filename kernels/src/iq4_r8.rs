@@ -59,6 +59,9 @@ pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
             for j in 0..8 {
                 g.scales[j][r] = blk.scale(j) as i8;
             }
+            // From here through gemm_ref's signature this matches q3k_r8.rs and q6k_r8.rs:
+            // the end of an r8::each_group closure and the GemmFn parameter list; the
+            // reference sums below differ per format.
             g.d[r] = blk.d.to_bits();
         },
     );

@@ -24,6 +24,8 @@ use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q8_k::BlockQ8K;
 
 /// One block of eight rows (see the module docs).
+// Each format declares its own Group (q3k_r8.rs, q6k_r8.rs::Group); only the derives,
+// repr(C) and the d field are alike, the field layouts differ.
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 #[repr(C)]
 pub struct Group {
@@ -86,6 +88,8 @@ pub(crate) fn fill(
 /// The reference (the module docs' sum), with the signature of
 /// [`crate::sig::GemmFn`]: `out[i·stride + t] = W[i] · x[t]` for the `w_rows`
 /// rows of the repacked `w` (a multiple of 8) and `act_rows` Q8_K rows.
+// Same GemmFn parameter list as iq4_r8.rs::gemm_ref: an fn item cannot take its signature
+// from the type alias; the sums differ per format.
 pub fn gemm_ref(
     n: usize,
     w: &[u8],

@@ -60,6 +60,8 @@ pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
 /// The reference (the module docs' sum), with the signature of
 /// [`crate::sig::GemmFn`]: `out[i·stride + t] = W[i] · x[t]` for the `w_rows`
 /// rows of the repacked `w` (a multiple of 8) and `act_rows` Q8_K rows.
+// Same GemmFn parameter list as gemm_ref in q3k_r8, q4k_r8, q6k_r8, q80_r8 and iq4_r8: an fn
+// item cannot take its signature from the type alias; the sum is q4k_r8::minned_gemm_ref's.
 pub fn gemm_ref(
     n: usize,
     w: &[u8],

@@ -84,6 +84,9 @@ pub fn repack(n_in: usize, n_out: usize, src: &[u8], dst: &mut [u8]) {
             }
             hi[4 * r..4 * r + 4].copy_from_slice(&out.to_le_bytes());
         }
+        // From here to the end of gemm_ref this matches q3k_r8.rs: the shared work is
+        // already in r8::each_group / biased_row / each_output; what stays is this
+        // module's Group, level and bias (32 here, 4 there).
         for (j, &s) in blk.scales.iter().enumerate() {
             g.scales[j][r] = s;
         }

@@ -41,6 +41,8 @@ pub struct Group {
     pub d: [[u16; 8]; BLOCKS],
 }
 
+// Same repack entry as iq4_r8.rs::repack: each format is a thin call into r8::each_group with
+// its own Group and per-row closure (eight Q8_0 blocks per row here).
 const _: () = assert!(size_of::<Group>() == 2176);
 
 /// Repacks `n_out` rows of `n_in` Q8_0 weights (`src`) into `dst`
@@ -88,6 +90,8 @@ fn row_sum(gs: &[Group], y: &[BlockQ8_0], r: usize) -> f32 {
 /// The reference (the module docs' sum), with the signature of
 /// [`crate::sig::GemmFn`]: `out[i·stride + t] = W[i] · x[t]` for the `w_rows`
 /// rows of the repacked `w` (a multiple of 8) and `act_rows` Q8_0 rows.
+// Same GemmFn parameter list as gemm_ref in q3k_r8, q4k_r8 and q6k_r8: an fn item cannot
+// take its signature from the type alias; the body (Q8_0 activations, row_sum) is this format's.
 pub fn gemm_ref(
     n: usize,
     w: &[u8],

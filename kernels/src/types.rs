@@ -215,6 +215,8 @@ impl GgmlType {
             GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => GgmlType::Q8_0,
             GgmlType::Q4_1 | GgmlType::Q5_1 => GgmlType::Q8_1,
             GgmlType::Q8_1 => GgmlType::Q8_1,
+            // The K-quant arm as in block_size above: each match maps the same variants to a
+            // different property.
             GgmlType::Q2_K
             | GgmlType::Q3_K
             | GgmlType::Q4_K

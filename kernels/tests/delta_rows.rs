@@ -165,6 +165,8 @@ fn delta_replay_equals_delta_rows_position_by_position_bit_for_bit() {
     }
 }
 
+// Same tier loop and shape setup as the delta_replay test above; this one checks
+// another kernel, delta_steps (read-outs; in place, from a source, not stored).
 #[test]
 fn delta_steps_equal_delta_rows_with_read_outs_bit_for_bit() {
     use kernels::isa::ReplayStep;

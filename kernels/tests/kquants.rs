@@ -292,6 +292,8 @@ fn every_avx512_q2_k_and_q3_k_variant_matches_scalar() {
 
 /// The NEON Q2_K/Q3_K dots come as plain-NEON and `sdot` variants; the table
 /// picks one by detection, so both are checked here.
+// Mirrors every_avx512_q2_k_and_q3_k_variant_matches_scalar above: each test compiles only
+// on its own target and names that target's module; the shared check is check_variants.
 #[cfg(target_arch = "aarch64")]
 #[test]
 fn every_neon_q2_k_and_q3_k_variant_matches_scalar() {

@@ -308,6 +308,8 @@ fn iq4_nl_imatrix_reduces_weighted_error() {
 
 #[test]
 fn all_zero_blocks_quantise_to_zero() {
+    // The 32-element quantised types, as in types.rs::GgmlType::ALL: the test names the set
+    // it covers rather than filtering ALL.
     for ty in [
         GgmlType::Q4_0,
         GgmlType::Q4_1,

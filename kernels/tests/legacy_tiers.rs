@@ -10,6 +10,8 @@ mod common;
 use common::{dequantize, quantize, test_row, Buf, Rng};
 use kernels::{scalar, GgmlType, Isa, KernelTable};
 
+// The 32-element weight types, as at the head of avx512_ggml_order.rs::TYPES: each test
+// file lists the set it covers (that one adds the K-quants).
 const BLOCK_TYPES: [GgmlType; 6] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,

@@ -181,6 +181,9 @@ pub(crate) fn search_weighted(
             sumw += w;
         }
         sw[j] = sumw;
+        // Same weighted-search steps as q2_k.rs::quantize_block_weighted, after ggml's
+        // two functions: 8 sub-blocks of 32 with 6-bit scales and 2·σ² here, 16 of 16
+        // with 4-bit scales and σ² there.
         let (s, m) = make_qkx_quants(
             xs,
             nmax,

@@ -7,6 +7,8 @@
 //! (low nibble for k < 2, high for k ≥ 2) and its high pair from bits
 //! `2k..2k+2` of `qh[32h + l]`.
 
+// Module header as in q3_k.rs: each K-quant module declares its own ggml block struct; only
+// the lint allow, imports and QK_K are alike.
 // Index loops mirror ggml's reference line by line (the order of f32 operations is the spec).
 #![allow(clippy::needless_range_loop)]
 

@@ -195,6 +195,8 @@ fn q5_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
                 dl = sdot(dl, vreinterpretq_s8_u8(lo), ld_i8(a, 64 * j + 16 * v));
                 dh = sdot(dh, vreinterpretq_s8_u8(hi), ld_i8(a, 64 * j + 32 + 16 * v));
             }
+            // Same scale fold as the end of q4_k above: the blocks differ (Q5_K's fifth bit from qh
+            // goes into the levels), and the tail sits inside each type's #[target_feature] fn.
             sumi = vmlaq_n_s32(sumi, dl, sc[2 * j] as i32);
             sumi = vmlaq_n_s32(sumi, dh, sc[2 * j + 1] as i32);
         }

@@ -593,6 +593,8 @@ fn q3_k_block(xb: &BlockQ3K, yb: &BlockQ8K) -> __m256i {
     sumi
 }
 
+// Same driver as q6_k / q6_k_tiled above: each type needs its own non-generic
+// #[target_feature] fn for the VecDotFn tables; the per-type work is already in q3_k_block.
 #[target_feature(enable = "avx2,fma,f16c")]
 fn q3_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();

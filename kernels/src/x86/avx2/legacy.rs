@@ -230,6 +230,8 @@ impl AsymBlock for BlockQ4_1 {
     }
 }
 
+// Same d/m accessors as the BlockQ4_1 impl above: a trait default cannot read the
+// struct fields, and only levels() differs (Q5_1 adds the fifth bit from qh).
 impl AsymBlock for BlockQ5_1 {
     fn dm_bits(&self) -> [u16; 2] {
         [self.d.to_bits(), self.m.to_bits()]

@@ -687,6 +687,9 @@ unsafe fn q4_k_rows2_body<const REPACKED: bool>(
 /// [`iq4_xs_prepare`](crate::x86::avx512::kquants::iq4_xs_prepare):
 /// `kquants::iq4_xs` per output (the same i32 lanes, FMAs and final sum,
 /// so the same bits), the activation side read as prepared.
+// Same entry shape as q4_k_rows2 / q4_k_repacked_rows2 above (#[target_feature] wrappers
+// over one const-generic body); the IQ4_XS body (grid lookup) shares no work with Q4_K's
+// scale/min unpacking, so only the wrapper lines repeat.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub(crate) fn iq4_xs_rows2(x0: &[BlockIq4Xs], x1: &[BlockIq4Xs], y: &[Iq4Acts]) -> [f32; 2] {
     // SAFETY: this function enables every feature the body needs.

@@ -72,6 +72,8 @@ pub fn quantize_fn(_act_ty: GgmlType) -> Option<QuantizeFn> {
     None
 }
 
+// Same macro as aarch64/neon/kquants.rs::safe_entry: each tier states its own SAFETY
+// argument (what vec_dot_fn detected), and only one tier compiles per target.
 macro_rules! safe_entry {
     ($name:ident, $block:ty, $body:ident) => {
         fn $name(n: usize, w: &[u8], act: &[u8]) -> f32 {

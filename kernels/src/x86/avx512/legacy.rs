@@ -63,6 +63,8 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
 /// Every dot product this tier has for `ty` that the host can run, named
 /// (`"bw"`, `"vnni"`, `"bf16"`): `vec_dot_fn` picks one by detection, tests
 /// and benches check them all.
+// Same shape as aarch64/neon/legacy.rs::vec_dot_variants: the tiers differ in detection
+// (VNNI vs dotprod), variant names and kernels, and only one of the two compiles per target.
 pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Avx512.available() {
         return Vec::new();
@@ -674,6 +676,8 @@ fn bf16_dp_avx512(a: &[bf16], b: &[bf16]) -> f32 {
     }
 }
 
+// Same safe entries as avx2/legacy.rs::vec_dot_f32/f16/bf16: each tier wraps its own
+// #[target_feature] kernels and states its own availability check in the SAFETY line.
 fn vec_dot_f32(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let (a, b): (&[f32], &[f32]) = (as_blocks(&w[..n * 4]), as_blocks(&act[..n * 4]));
     // SAFETY: handed out by `vec_dot_fn` only when `Isa::Avx512.available()`.

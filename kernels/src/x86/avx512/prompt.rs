@@ -449,6 +449,8 @@ impl<W> Format<W, BlockQ8K> {
 /// (weights) and `$a` (activations).
 macro_rules! prompt_entry {
     ($(#[$doc:meta])* $name:ident, $w:ty, $a:ty, $f:expr) => {
+        // The parameter list below is sig.rs::PromptFn written out: an fn item cannot take its
+        // signature from the type alias, and gemm_fn hands these out as PromptFn pointers.
         $(#[$doc])*
         ///
         /// # Safety
@@ -909,6 +911,9 @@ unsafe fn store_scales8<const N: usize>(d: [u16; 8], s: &[[i8; 8]; N], dst: *mut
 /// and their unpacker `$unpack`.
 macro_rules! packed_prompt_entry {
     ($(#[$doc:meta])* $name:ident, $w:ty, $a:ty, $g:ty, $f:expr, $unpack:expr) => {
+        // Same doc and PromptFn parameter list as prompt_entry! above: an fn item cannot
+        // take its signature from the type alias; the body differs (prompt_gemm_packed
+        // with groups and an unpacker).
         $(#[$doc])*
         ///
         /// # Safety

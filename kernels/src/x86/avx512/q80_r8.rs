@@ -25,6 +25,8 @@ pub fn gemm_fn() -> Option<GemmFn> {
     ok.then_some(product as GemmFn)
 }
 
+// Same product as repack.rs::repacked_product!: that macro's GroupRows impl assumes Q8_K
+// activations (ACTS = 1), Q8_0 takes Q8_0 blocks with per-block starts, so both are written here.
 fn product(
     n: usize,
     w: &[u8],
