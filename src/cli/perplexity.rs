@@ -65,7 +65,10 @@ const MAX_TEXT_FILE: u64 = 1 << 30;
 
 pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
     if args.window.ctx_size < 4 {
-        bail!("--ctx-size {} is too small (at least 4)", args.window.ctx_size);
+        bail!(
+            "--ctx-size {} is too small (at least 4)",
+            args.window.ctx_size
+        );
     }
     if args.threads == Some(0) {
         bail!("--threads must be at least 1");

@@ -28,16 +28,14 @@
 
 use rayon::prelude::*;
 
-use super::attention::{self, AttentionScratch, Span};
 use super::config::ModelConfig;
 use super::cx::Cx;
 use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
-use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::observe::{self, Op};
 use super::ops::{by_tap, sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
 use super::state::DeltaNetState;
-use super::weights::{AttentionWeights, DeltaNetWeights, DiffusionWeights};
+use super::weights::{DeltaNetWeights, DiffusionWeights};
 
 /// Buffers of a diffusion GDN layer (`t` block positions).
 #[derive(Debug)]

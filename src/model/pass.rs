@@ -21,10 +21,10 @@ use std::time::Instant;
 use kernels::{KernelTable, Mode};
 
 use super::attention;
+use super::attention::KvRows;
 use super::config::ModelConfig;
 use super::cx::Cx;
 use super::deltanet;
-use super::attention::KvRows;
 use super::diffusion::{gdn_block, GdnBlockScratch};
 use super::kv::KvCache;
 use super::moe;
@@ -315,7 +315,14 @@ impl Net<'_, '_> {
                         ..
                     } => {
                         let reverse_queries = *reverse_queries;
-                        (KvRows::Block { kv, reverse_queries }, slots, *pos0)
+                        (
+                            KvRows::Block {
+                                kv,
+                                reverse_queries,
+                            },
+                            slots,
+                            *pos0,
+                        )
                     }
                     Mixing::Slots { .. } => unreachable!("matched above"),
                 };

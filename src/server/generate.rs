@@ -94,7 +94,11 @@ pub(crate) struct Reply {
 
 impl Reply {
     /// A dialect with the OpenAI-style stream.
-    pub fn new(kind: Kind, prepare: Prepare, whole: fn(String, String, Whole<'_>) -> Response) -> Reply {
+    pub fn new(
+        kind: Kind,
+        prepare: Prepare,
+        whole: fn(String, String, Whole<'_>) -> Response,
+    ) -> Reply {
         Reply {
             kind,
             prepare,

@@ -46,7 +46,15 @@ fn prepare(app: &App, r: &Ready, body: &[u8]) -> Result<Prepared, ApiError> {
     let q: NativeRequest = parse(body)?;
     let (n, prompt) = (q.n_probs, q.prompt.as_ref());
     let kind = Kind::Native;
-    raw_request(app, r, kind, &q.sampling, prompt, || api::n_probs(n), || Ok(false))
+    raw_request(
+        app,
+        r,
+        kind,
+        &q.sampling,
+        prompt,
+        || api::n_probs(n),
+        || Ok(false),
+    )
 }
 
 /// `/completion`'s result: the text, how it stopped, the counts and

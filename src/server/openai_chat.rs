@@ -23,7 +23,13 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    generate(app, Reply::new(Kind::Chat, prepare, response), headers, body).await
+    generate(
+        app,
+        Reply::new(Kind::Chat, prepare, response),
+        headers,
+        body,
+    )
+    .await
 }
 
 /// A chat request: the shared fields, the messages and tools, and chat's

@@ -22,7 +22,13 @@ pub(crate) async fn handle(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    generate(app, Reply::new(Kind::Completion, prepare, response), headers, body).await
+    generate(
+        app,
+        Reply::new(Kind::Completion, prepare, response),
+        headers,
+        body,
+    )
+    .await
 }
 
 /// A completions request: the shared fields, `prompt`, `echo` and the

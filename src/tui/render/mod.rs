@@ -164,7 +164,14 @@ pub(crate) fn panel(title: &str, focused: bool, area: Rect, buf: &mut Buffer) ->
 /// in yellow.
 pub(crate) fn corner_tag(buf: &mut Buffer, area: Rect, tag: &str) {
     let x = area.right().saturating_sub(tag.chars().count() as u16 + 1);
-    put(buf, area, x, area.bottom() - 1, tag, Style::new().fg(Color::Yellow));
+    put(
+        buf,
+        area,
+        x,
+        area.bottom() - 1,
+        tag,
+        Style::new().fg(Color::Yellow),
+    );
 }
 
 /// Writes `s` at (x, y), clipped to `area`; returns the columns used. Control
