@@ -8,29 +8,10 @@
 //!
 //! `cargo run -p kernels --release --example legacy_throughput [MiB]`
 
+mod common;
+
+use common::Clock;
 use std::hint::black_box;
-use std::time::Instant;
-
-/// This thread's CPU time in seconds (Linux `schedstat`), so that a shared,
-/// overloaded machine measures the kernel rather than the scheduler; wall
-/// time elsewhere.
-struct Clock(Option<u64>, Instant);
-
-impl Clock {
-    fn cpu_ns() -> Option<u64> {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-        s.split_whitespace().next()?.parse().ok()
-    }
-    fn start() -> Clock {
-        Clock(Clock::cpu_ns(), Instant::now())
-    }
-    fn secs(&self) -> f64 {
-        match (self.0, Clock::cpu_ns()) {
-            (Some(a), Some(b)) => (b - a) as f64 / 1e9,
-            _ => self.1.elapsed().as_secs_f64(),
-        }
-    }
-}
 
 use kernels::{scalar, GgmlType, Isa, KernelTable};
 

@@ -8,32 +8,15 @@
 //!
 //! `cargo run -p kernels --release --example lowbit_throughput [MiB]`
 
+mod common;
+
+use common::Clock;
 use std::hint::black_box;
-use std::time::Instant;
 
 use kernels::isa::VecDotFn;
 use kernels::{scalar, GgmlType, Isa, KernelTable};
 
 const N: usize = 4096;
-
-/// This thread's CPU time (Linux `schedstat`); wall time elsewhere.
-struct Clock(Option<u64>, Instant);
-
-impl Clock {
-    fn cpu_ns() -> Option<u64> {
-        let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-        s.split_whitespace().next()?.parse().ok()
-    }
-    fn start() -> Clock {
-        Clock(Clock::cpu_ns(), Instant::now())
-    }
-    fn secs(&self) -> f64 {
-        match (self.0, Clock::cpu_ns()) {
-            (Some(a), Some(b)) => (b - a) as f64 / 1e9,
-            _ => self.1.elapsed().as_secs_f64(),
-        }
-    }
-}
 
 /// Best of three 0.3 s runs of `sweep` (which handles `units`), units/s.
 fn rate(units: usize, mut sweep: impl FnMut()) -> f64 {

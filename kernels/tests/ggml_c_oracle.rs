@@ -9,6 +9,7 @@ mod common;
 
 use std::path::PathBuf;
 
+use common::f32s;
 use common::Buf;
 use kernels::{scalar, GgmlType};
 
@@ -19,13 +20,6 @@ fn read(name: &str) -> Vec<u8> {
     };
     let path = dir.join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("missing fixture {}: {e}", path.display()))
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn matches_ggml(ty: GgmlType, case: &str, weighted: bool) {

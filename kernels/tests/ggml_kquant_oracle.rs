@@ -8,8 +8,11 @@
 //! `scripts/ggml_kquant_oracle.sh` (which builds `scripts/ggml_kquant_oracle.c`
 //! against those libraries and writes their outputs).
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::f32s;
 use kernels::{scalar, GgmlType};
 
 fn read(name: &str) -> Vec<u8> {
@@ -17,13 +20,6 @@ fn read(name: &str) -> Vec<u8> {
         .join("tests/fixtures/ggml_kquants")
         .join(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("missing fixture {}: {e}", path.display()))
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 fn quantisation_matches_ggml(ty: GgmlType, weighted: bool) {

@@ -4,8 +4,11 @@
 //! `$CLOVER_ORACLE_DIR` (and so checks against the oracle itself), otherwise
 //! the committed copies in `tests/fixtures/gguf_oracle` are used.
 
+mod common;
+
 use std::path::PathBuf;
 
+use common::f32s;
 use kernels::{scalar, GgmlType};
 
 fn oracle_dir() -> PathBuf {
@@ -19,13 +22,6 @@ fn read(name: &str) -> Vec<u8> {
     let path = oracle_dir().join(name);
     std::fs::read(&path)
         .unwrap_or_else(|e| panic!("missing oracle fixture {}: {e}", path.display()))
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Our dequantisation of the oracle's blocks is bit-identical to gguf-py's.

@@ -161,12 +161,7 @@ pub fn run(args: ImatrixArgs) -> anyhow::Result<()> {
     save(&args, &im)?;
     if !args.no_ppl {
         writeln!(out)?;
-        writeln!(
-            out,
-            "Final estimate: PPL = {:.4} +/- {:.5}",
-            sums.ppl(),
-            sums.ppl_error()
-        )?;
+        writeln!(out, "{}", sums.final_line())?;
     }
     let partial = im
         .entries

@@ -150,12 +150,7 @@ pub fn run(args: PerplexityArgs) -> anyhow::Result<()> {
         f.commit()?;
     }
     writeln!(out)?;
-    writeln!(
-        out,
-        "Final estimate: PPL = {:.4} +/- {:.5}",
-        sums.ppl(),
-        sums.ppl_error()
-    )?;
+    writeln!(out, "{}", sums.final_line())?;
     eprintln!(
         "perplexity: {} tokens scored in {:.2} s",
         sums.n,

@@ -187,11 +187,31 @@ pub fn conv_silu_t(
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
         let window: &[f32] = window;
-        out.par_chunks_mut(per * ch)
-            .enumerate()
-            .for_each(|(c, o)| conv_silu_rows(taps, k, window, mixed, ch, c * per, o));
+        out.par_chunks_mut(per * ch).enumerate().for_each(|(c, o)| {
+            conv_silu_rows(
+                &CausalConv {
+                    taps,
+                    k,
+                    window,
+                    mixed,
+                    ch,
+                },
+                c * per,
+                o,
+            )
+        });
     } else {
-        conv_silu_rows(taps, k, window, mixed, ch, 0, out);
+        conv_silu_rows(
+            &CausalConv {
+                taps,
+                k,
+                window,
+                mixed,
+                ch,
+            },
+            0,
+            out,
+        );
     }
     push_window(window, mixed, ch);
 }
@@ -199,29 +219,31 @@ pub fn conv_silu_t(
 super::ops::fma_dispatch!(
     /// Rows `t0..` of [`conv_silu_t`] (as many as `out` holds), `window`
     /// not advanced.
-    fn conv_silu_rows(
-        w: Taps,
-        k: usize,
-        window: &[f32],
-        mixed: &[f32],
-        ch: usize,
-        t0: usize,
-        out: &mut [f32]
-    ) => conv_silu_rows_body
+    fn conv_silu_rows(c: &CausalConv, t0: usize, out: &mut [f32]) => conv_silu_rows_body
 );
 
-#[inline(always)]
-fn conv_silu_rows_body(
-    w: Taps,
+/// A causal conv's inputs: the taps (`k` per channel), the window of the
+/// rows before `mixed`, `ch` channels.
+#[derive(Clone, Copy)]
+struct CausalConv<'a> {
+    taps: Taps<'a>,
     k: usize,
-    window: &[f32],
-    mixed: &[f32],
+    window: &'a [f32],
+    mixed: &'a [f32],
     ch: usize,
-    t0: usize,
-    out: &mut [f32],
-) {
+}
+
+#[inline(always)]
+fn conv_silu_rows_body(c: &CausalConv, t0: usize, out: &mut [f32]) {
+    let CausalConv {
+        taps,
+        k,
+        window,
+        mixed,
+        ch,
+    } = *c;
     for (i, o) in out.chunks_exact_mut(ch).enumerate() {
-        left_taps_row(w, k, window, mixed, ch, t0 + i, o);
+        left_taps_row(taps, k, window, mixed, ch, t0 + i, o);
         silu_row(o);
     }
 }

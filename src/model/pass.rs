@@ -134,30 +134,21 @@ impl<'p, 'q> Group<'p, 'q> {
         gdn: &'p mut GdnBlockScratch,
         reverse_queries: bool,
     ) -> Group<'p, 'q> {
-        let pos0 = state.n_past();
-        let State {
-            kv,
-            recurrent,
-            stats,
-            slots,
-            scratch,
-            ..
-        } = state;
         Group {
             mode,
             head_mode: mode,
             tokens,
-            s: scratch,
-            stats: Some(stats),
+            first_bad: None,
             mixing: Mixing::Block {
-                kv,
-                recurrent,
-                slots,
-                pos0,
+                pos0: state.n_past(),
+                kv: &state.kv,
+                recurrent: &state.recurrent,
+                slots: &state.slots,
                 gdn,
                 reverse_queries,
             },
-            first_bad: None,
+            s: &mut state.scratch,
+            stats: Some(&mut state.stats),
         }
     }
 }

@@ -53,6 +53,15 @@ impl NllSums {
         let var = (self.sum_sq / n - mean * mean).max(0.0);
         self.ppl() * (var / (n - 1.0)).sqrt()
     }
+
+    /// llama-perplexity's last line: `Final estimate: PPL = … +/- …`.
+    pub fn final_line(&self) -> String {
+        format!(
+            "Final estimate: PPL = {:.4} +/- {:.5}",
+            self.ppl(),
+            self.ppl_error()
+        )
+    }
 }
 
 /// `Σ exp(x − max)` over a row of logits, each exponential in f32 and the

@@ -4,6 +4,7 @@
 //! ([`super::stream`]).
 
 use axum::body::Body;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -18,18 +19,9 @@ use super::request::Kind;
 use super::request::{chat_prompt, check, finish, ChatFields, Parts, Prepared};
 use super::sampling::Sampling;
 
-pub(crate) async fn handle(
-    axum::extract::State(app): AppState,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    generate(
-        app,
-        Reply::new(Kind::Chat, prepare, response),
-        headers,
-        body,
-    )
-    .await
+pub(crate) async fn handle(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
+    let reply = Reply::new(Kind::Chat, prepare, response);
+    generate(app, reply, headers, body).await
 }
 
 /// A chat request: the shared fields, the messages and tools, and chat's

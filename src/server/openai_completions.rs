@@ -4,6 +4,7 @@
 //! log-probability arrays, or its stream ([`super::stream`]).
 
 use axum::body::Body;
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::{Deserialize, Serialize};
@@ -17,18 +18,9 @@ use super::logprobs::{completion_logprobs, echoed_logprobs, LegacyLogprobs};
 use super::request::{raw_request, Kind, Prepared};
 use super::sampling::Sampling;
 
-pub(crate) async fn handle(
-    axum::extract::State(app): AppState,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    generate(
-        app,
-        Reply::new(Kind::Completion, prepare, response),
-        headers,
-        body,
-    )
-    .await
+pub(crate) async fn handle(State(app): AppState, headers: HeaderMap, body: Body) -> Response {
+    let reply = Reply::new(Kind::Completion, prepare, response);
+    generate(app, reply, headers, body).await
 }
 
 /// A completions request: the shared fields, `prompt`, `echo` and the

@@ -19,12 +19,10 @@ pub fn nearest_int(v: f32) -> i32 {
 /// Below this the group is treated as all zero.
 pub const GROUP_MAX_EPS: f32 = 1e-15;
 
-/// Symmetric levels `L[i] - nmax ∈ [-nmax, nmax-1]` and a scale minimising the
-/// weighted squared error; weights are `qw` or, without it, `x²`
-/// (`rmse_type == 1` in ggml, the only form the K-quants use). Tries 18 scales
-/// around `nmax / max` and refits the scale in closed form for each.
-pub fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8], qw: Option<&[f32]>) -> f32 {
-    let n = x.len();
+/// The element of largest magnitude (the first of equal ones) and that
+/// magnitude, as ggml's quantisers scan for it.
+#[inline]
+pub fn signed_absmax(x: &[f32]) -> (f32, f32) {
     let mut max = 0f32;
     let mut amax = 0f32;
     for &v in x {
@@ -34,6 +32,16 @@ pub fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8], qw: Option<&[f32]>
             max = v;
         }
     }
+    (max, amax)
+}
+
+/// Symmetric levels `L[i] - nmax ∈ [-nmax, nmax-1]` and a scale minimising the
+/// weighted squared error; weights are `qw` or, without it, `x²`
+/// (`rmse_type == 1` in ggml, the only form the K-quants use). Tries 18 scales
+/// around `nmax / max` and refits the scale in closed form for each.
+pub fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8], qw: Option<&[f32]>) -> f32 {
+    let n = x.len();
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l_out[..n].fill(0);
         return 0.0;
@@ -83,15 +91,7 @@ pub fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8], qw: Option<&[f32]>
 /// passes of per-element coordinate descent on the levels.
 pub fn make_q3_quants(x: &[f32], nmax: i32, l_out: &mut [i8]) -> f32 {
     let n = x.len();
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         l_out[..n].fill(0);
         return 0.0;

@@ -5,6 +5,7 @@
 
 // ggml's `GROUP_MAX_EPS` and `nearest_int` (round half to even by the
 // 1.5·2²³ trick) are the K-quants' own; one definition serves both families.
+use super::kquant_search::signed_absmax;
 pub use super::kquant_search::{nearest_int, GROUP_MAX_EPS};
 
 /// C's `roundf`: round half away from zero.
@@ -58,15 +59,7 @@ pub fn importance_weights(x: &[f32], qw: &[f32], sigma2: f32, out: &mut [f32]) {
 /// Symmetric search (`make_qx_quants` with `rmse_type = 1` and weights):
 /// levels `l ∈ [-nmax, nmax-1]` stored as `l + nmax` in `out`; returns the scale.
 pub fn make_qx_quants(nmax: i32, x: &[f32], out: &mut [u8], qw: &[f32]) -> f32 {
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax < GROUP_MAX_EPS {
         out.fill(0);
         return 0.0;

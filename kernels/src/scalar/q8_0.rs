@@ -88,13 +88,25 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = n / QK;
     let x: &[BlockQ8_0] = as_blocks(&w[..nb * 34]);
     let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    dot_blocks(
+        x.iter()
+            .zip(y)
+            .map(|(bx, by)| ((bx.d, &bx.qs), (by.d, &by.qs))),
+    )
+}
+
+/// `Σ sumi·(dx·dy)` over pairs of blocks given as (scale, levels), in
+/// order: the Q8_0 and Q8_1 dots' arithmetic.
+pub(crate) fn dot_blocks<'a>(
+    pairs: impl Iterator<Item = ((f16, &'a [i8; QK]), (f16, &'a [i8; QK]))>,
+) -> f32 {
     let mut sumf = 0f32;
-    for (bx, by) in x.iter().zip(y) {
+    for ((dx, qx), (dy, qy)) in pairs {
         let mut sumi = 0i32;
         for j in 0..QK {
-            sumi += bx.qs[j] as i32 * by.qs[j] as i32;
+            sumi += qx[j] as i32 * qy[j] as i32;
         }
-        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+        sumf += sumi as f32 * (dx.to_f32() * dy.to_f32());
     }
     sumf
 }

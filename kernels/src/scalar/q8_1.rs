@@ -58,13 +58,9 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let nb = n / QK;
     let x: &[BlockQ8_1] = as_blocks(&w[..nb * 36]);
     let y: &[BlockQ8_1] = as_blocks(&act[..nb * 36]);
-    let mut sumf = 0f32;
-    for (bx, by) in x.iter().zip(y) {
-        let mut sumi = 0i32;
-        for j in 0..QK {
-            sumi += bx.qs[j] as i32 * by.qs[j] as i32;
-        }
-        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
-    }
-    sumf
+    let pairs = x
+        .iter()
+        .zip(y)
+        .map(|(bx, by)| ((bx.d, &bx.qs), (by.d, &by.qs)));
+    super::q8_0::dot_blocks(pairs)
 }

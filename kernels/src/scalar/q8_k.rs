@@ -9,7 +9,7 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use super::kquant_search::nearest_int;
+use super::kquant_search::{nearest_int, signed_absmax};
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
@@ -47,15 +47,7 @@ pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
 
 /// One block of [`quantize`] (shared by the SIMD tiers for their tails).
 pub fn quantize_block(x: &[f32], b: &mut BlockQ8K) {
-    let mut max = 0f32;
-    let mut amax = 0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     if amax == 0.0 {
         b.d = 0.0;
         b.qs = [0; 256];
@@ -93,4 +85,23 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
         sumf += xb.d * yb.d * sumi as f32;
     }
     sumf
+}
+
+/// Checked views of a K-quant weight row and its Q8_K activation row, `n /
+/// 256` blocks each (every tier's K-quant dots start here).
+pub(crate) fn rows<'a, B: bytemuck::Pod>(
+    n: usize,
+    w: &'a [u8],
+    act: &'a [u8],
+) -> (&'a [B], &'a [BlockQ8K]) {
+    let x: &[B] = as_blocks(w);
+    let y: &[BlockQ8K] = as_blocks(act);
+    let nb = n / QK_K;
+    assert!(
+        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
+        "vec_dot: {n} elements do not fit {} weight / {} activation blocks",
+        x.len(),
+        y.len()
+    );
+    (&x[..nb], &y[..nb])
 }

@@ -84,3 +84,11 @@ pub fn dequantize(ty: GgmlType, b: &Buf, n: usize) -> Vec<f32> {
 pub fn f16_at(bytes: &[u8], off: usize) -> f32 {
     half::f16::from_le_bytes([bytes[off], bytes[off + 1]]).to_f32()
 }
+
+/// Little-endian f32s from a fixture's bytes.
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}

@@ -13,18 +13,15 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use crate::blocks::as_blocks;
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::kquant_search::unpack_scale_min_k4;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
-use crate::scalar::q8_k::BlockQ8K;
+use crate::scalar::q8_k::{rows, BlockQ8K};
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
-
-const QK_K: usize = 256;
 
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     if !std::arch::is_aarch64_feature_detected!("dotprod") {
@@ -41,19 +38,6 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
 
 pub fn quantize_fn(_act_ty: GgmlType) -> Option<QuantizeFn> {
     None
-}
-
-fn rows<'a, B: bytemuck::Pod>(n: usize, w: &'a [u8], act: &'a [u8]) -> (&'a [B], &'a [BlockQ8K]) {
-    let x: &[B] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "vec_dot: {n} elements do not fit {} weight / {} activation blocks",
-        x.len(),
-        y.len()
-    );
-    (&x[..nb], &y[..nb])
 }
 
 macro_rules! safe_entry {

@@ -30,10 +30,6 @@ use crate::scalar::q8_1::BlockQ8_1;
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
-fn has_dotprod() -> bool {
-    std::arch::is_aarch64_feature_detected!("dotprod")
-}
-
 /// This tier's dot product for `ty`, when the host has NEON.
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     let variants = vec_dot_variants(ty);
@@ -47,20 +43,13 @@ pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Neon.available() {
         return Vec::new();
     }
-    let pair = |plain: VecDotFn, dot: VecDotFn| {
-        let mut v = vec![("neon", plain)];
-        if has_dotprod() {
-            v.push(("dotprod", dot));
-        }
-        v
-    };
     match ty {
-        GgmlType::Q4_0 => pair(vec_dot_q4_0, vec_dot_q4_0_dp),
-        GgmlType::Q4_1 => pair(vec_dot_q4_1, vec_dot_q4_1_dp),
-        GgmlType::Q5_0 => pair(vec_dot_q5_0, vec_dot_q5_0_dp),
-        GgmlType::Q5_1 => pair(vec_dot_q5_1, vec_dot_q5_1_dp),
-        GgmlType::Q8_0 => pair(vec_dot_q8_0, vec_dot_q8_0_dp),
-        GgmlType::IQ4_NL => pair(vec_dot_iq4_nl, vec_dot_iq4_nl_dp),
+        GgmlType::Q4_0 => super::variant_pair(vec_dot_q4_0, vec_dot_q4_0_dp),
+        GgmlType::Q4_1 => super::variant_pair(vec_dot_q4_1, vec_dot_q4_1_dp),
+        GgmlType::Q5_0 => super::variant_pair(vec_dot_q5_0, vec_dot_q5_0_dp),
+        GgmlType::Q5_1 => super::variant_pair(vec_dot_q5_1, vec_dot_q5_1_dp),
+        GgmlType::Q8_0 => super::variant_pair(vec_dot_q8_0, vec_dot_q8_0_dp),
+        GgmlType::IQ4_NL => super::variant_pair(vec_dot_iq4_nl, vec_dot_iq4_nl_dp),
         GgmlType::F32 => vec![("neon", vec_dot_f32 as VecDotFn)],
         GgmlType::F16 => vec![("neon", vec_dot_f16 as VecDotFn)],
         GgmlType::BF16 => vec![("neon", vec_dot_bf16 as VecDotFn)],

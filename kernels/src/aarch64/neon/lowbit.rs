@@ -15,19 +15,15 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use crate::blocks::{as_blocks, as_blocks_mut};
+use crate::blocks::as_blocks_mut;
 use crate::cpu::Isa;
 use crate::scalar::q2_k::BlockQ2K;
 use crate::scalar::q3_k::BlockQ3K;
-use crate::scalar::q8_k::BlockQ8K;
+use crate::scalar::q8_k::{rows, BlockQ8K};
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
 const QK_K: usize = 256;
-
-fn has_dotprod() -> bool {
-    std::arch::is_aarch64_feature_detected!("dotprod")
-}
 
 /// This family's dot product for `ty` (the fastest variant the host runs).
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
@@ -40,16 +36,9 @@ pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Neon.available() {
         return Vec::new();
     }
-    let pair = |plain: VecDotFn, dot: VecDotFn| {
-        let mut v = vec![("neon", plain)];
-        if has_dotprod() {
-            v.push(("dotprod", dot));
-        }
-        v
-    };
     match ty {
-        GgmlType::Q2_K => pair(vec_dot_q2_k, vec_dot_q2_k_dp),
-        GgmlType::Q3_K => pair(vec_dot_q3_k, vec_dot_q3_k_dp),
+        GgmlType::Q2_K => super::variant_pair(vec_dot_q2_k, vec_dot_q2_k_dp),
+        GgmlType::Q3_K => super::variant_pair(vec_dot_q3_k, vec_dot_q3_k_dp),
         _ => Vec::new(),
     }
 }
@@ -63,19 +52,6 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
         GgmlType::Q8_K => Some(quantize_q8_k),
         _ => None,
     }
-}
-
-fn rows<'a, B: bytemuck::Pod>(n: usize, w: &'a [u8], act: &'a [u8]) -> (&'a [B], &'a [BlockQ8K]) {
-    let x: &[B] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "vec_dot: {n} elements do not fit {} weight / {} activation blocks",
-        x.len(),
-        y.len()
-    );
-    (&x[..nb], &y[..nb])
 }
 
 macro_rules! entry {

@@ -9,6 +9,21 @@ pub mod kquants;
 pub mod legacy;
 pub mod lowbit;
 
+/// A block type's dot variants on this tier: `"neon"` always, `"dotprod"`
+/// (the faster, last) when the host has the dot-product extension.
+pub(crate) fn variant_pair(plain: VecDotFn, dot: VecDotFn) -> Vec<(&'static str, VecDotFn)> {
+    let mut v = vec![("neon", plain)];
+    if has_dotprod() {
+        v.push(("dotprod", dot));
+    }
+    v
+}
+
+/// Whether the host has the dot-product extension (`sdot`).
+pub(crate) fn has_dotprod() -> bool {
+    std::arch::is_aarch64_feature_detected!("dotprod")
+}
+
 /// This tier's dot product for weight type `ty`, if it has one.
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     legacy::vec_dot_fn(ty)

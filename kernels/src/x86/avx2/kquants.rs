@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use crate::blocks::{as_blocks, as_blocks_mut};
+use crate::blocks::as_blocks_mut;
 use crate::scalar::iq4_grid::KVALUES_IQ4NL;
 use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q2_k::BlockQ2K;
@@ -21,7 +21,7 @@ use crate::scalar::q3_k::BlockQ3K;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
-use crate::scalar::q8_k::BlockQ8K;
+use crate::scalar::q8_k::{rows, BlockQ8K};
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::GgmlType;
 
@@ -77,24 +77,6 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
         GgmlType::Q8_K => Some(quantize_q8_k),
         _ => None,
     }
-}
-
-/// Checked views of a weight row and its activation row, `n / 256` blocks each.
-pub(crate) fn rows<'a, B: bytemuck::Pod>(
-    n: usize,
-    w: &'a [u8],
-    act: &'a [u8],
-) -> (&'a [B], &'a [BlockQ8K]) {
-    let x: &[B] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "vec_dot: {n} elements do not fit {} weight / {} activation blocks",
-        x.len(),
-        y.len()
-    );
-    (&x[..nb], &y[..nb])
 }
 
 macro_rules! safe_entry {

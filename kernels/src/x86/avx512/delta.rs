@@ -70,15 +70,6 @@ unsafe fn delta_rows_avx512<const OUT: bool>(
     } else {
         0
     };
-    let fold = |a: &[__m512; 4]| {
-        // SAFETY: register-only; the features are enabled on this function.
-        unsafe {
-            reduce16(_mm512_add_ps(
-                _mm512_add_ps(a[0], a[2]),
-                _mm512_add_ps(a[1], a[3]),
-            ))
-        }
-    };
     // SAFETY: every pointer below is `s`'s row `j + r < dv` at
     // `i + 16·c + 16 ≤ dk`, or `k` / `q` (read-out only) at `i + 16·c + 16 ≤ dk`.
     unsafe {
@@ -99,7 +90,7 @@ unsafe fn delta_rows_avx512<const OUT: bool>(
                 }
             }
             let delta: [__m512; G] =
-                std::array::from_fn(|r| _mm512_set1_ps((v[j + r] - fold(&acc[r])) * beta));
+                std::array::from_fn(|r| _mm512_set1_ps((v[j + r] - fold4(&acc[r])) * beta));
             // Correct and read out: row_r += δ_r·k, o_r = row_r · q.
             let mut acc = [[_mm512_setzero_ps(); 4]; G];
             for i in (0..dk).step_by(64) {
@@ -120,7 +111,7 @@ unsafe fn delta_rows_avx512<const OUT: bool>(
             }
             if OUT {
                 for (r, a) in acc.iter().enumerate() {
-                    out[j + r] = fold(a) * scale;
+                    out[j + r] = fold4(a) * scale;
                 }
             }
             j += G;
@@ -223,15 +214,6 @@ unsafe fn delta_steps_avx512<const NC: usize>(
 ) {
     const G: usize = 2;
     let dk = 16 * NC;
-    let fold = |a: &[__m512; 4]| {
-        // SAFETY: register-only; the features are enabled on this function.
-        unsafe {
-            reduce16(_mm512_add_ps(
-                _mm512_add_ps(a[0], a[2]),
-                _mm512_add_ps(a[1], a[3]),
-            ))
-        }
-    };
     // SAFETY: rows `j + r < dv` at `16·c + 16 ≤ dk`; keys and queries at
     // `16·c + 16 ≤ dk`; outputs at `t·dv + j + r < steps·dv`.
     unsafe {
@@ -257,7 +239,7 @@ unsafe fn delta_steps_avx512<const NC: usize>(
                 }
                 let delta: [__m512; G] = std::array::from_fn(|r| {
                     let vr = if r < g { p.v[j + r] } else { 0.0 };
-                    _mm512_set1_ps((vr - fold(&acc[r])) * p.beta)
+                    _mm512_set1_ps((vr - fold4(&acc[r])) * p.beta)
                 });
                 for c in 0..NC {
                     let kc = _mm512_loadu_ps(kp.add(16 * c));
@@ -275,7 +257,7 @@ unsafe fn delta_steps_avx512<const NC: usize>(
                         }
                     }
                     for r in 0..g {
-                        *out.add(t * dv + j + r) = fold(&acc[r]) * scale;
+                        *out.add(t * dv + j + r) = fold4(&acc[r]) * scale;
                     }
                 }
             }
@@ -288,5 +270,22 @@ unsafe fn delta_steps_avx512<const NC: usize>(
             }
             j += g;
         }
+    }
+}
+
+/// One row's four 16-lane accumulators summed to one f32: `(a0 + a2) +
+/// (a1 + a3)`, then the tier's lane reduction, in the order both the
+/// one-token rows and the several-position kernel sum them.
+///
+/// # Safety
+/// The caller must have AVX-512F enabled.
+#[inline(always)]
+unsafe fn fold4(a: &[__m512; 4]) -> f32 {
+    // SAFETY: register-only; the caller enables the features.
+    unsafe {
+        reduce16(_mm512_add_ps(
+            _mm512_add_ps(a[0], a[2]),
+            _mm512_add_ps(a[1], a[3]),
+        ))
     }
 }

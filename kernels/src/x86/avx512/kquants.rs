@@ -46,11 +46,12 @@ use crate::scalar::iq4_xs::BlockIq4Xs;
 use crate::scalar::q4_k::BlockQ4K;
 use crate::scalar::q5_k::BlockQ5K;
 use crate::scalar::q6_k::BlockQ6K;
+use crate::scalar::q8_k::rows;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::x86::avx2::kquants::{
     at, f16_to_f32, hsum_ps, k4_scales_mins, load_bsums, load_halves, load_i8, load_u8,
-    load_u8_128, mins_dot_bsums, rows,
+    load_u8_128, mins_dot_bsums,
 };
 use crate::GgmlType;
 

@@ -16,6 +16,7 @@ use std::arch::x86_64::*;
 
 use half::{bf16, f16};
 
+use super::has_vnni;
 use crate::blocks::as_blocks;
 use crate::cpu::Isa;
 use crate::scalar::iq4_nl::BlockIq4Nl;
@@ -28,10 +29,6 @@ use crate::scalar::q8_1::BlockQ8_1;
 use crate::sig::{QuantizeFn, VecDotFn};
 use crate::x86::avx2::legacy::{f16_to_f32, halves8, hsum_ps, scale_products, AsymBlock, SymBlock};
 use crate::GgmlType;
-
-fn has_vnni() -> bool {
-    is_x86_feature_detected!("avx512vnni")
-}
 
 /// This tier's dot product for `ty`, when the host has AVX-512 F/BW/VL.
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
@@ -69,20 +66,13 @@ pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Avx512.available() {
         return Vec::new();
     }
-    let pair = |plain: VecDotFn, vnni: VecDotFn| {
-        let mut v = vec![("bw", plain)];
-        if has_vnni() {
-            v.push(("vnni", vnni));
-        }
-        v
-    };
     match ty {
-        GgmlType::Q4_0 => pair(vec_dot_q4_0, vec_dot_q4_0_vnni),
-        GgmlType::Q5_0 => pair(vec_dot_q5_0, vec_dot_q5_0_vnni),
-        GgmlType::Q8_0 => pair(vec_dot_q8_0, vec_dot_q8_0_vnni),
-        GgmlType::IQ4_NL => pair(vec_dot_iq4_nl, vec_dot_iq4_nl_vnni),
-        GgmlType::Q4_1 => pair(vec_dot_q4_1, vec_dot_q4_1_vnni),
-        GgmlType::Q5_1 => pair(vec_dot_q5_1, vec_dot_q5_1_vnni),
+        GgmlType::Q4_0 => super::variant_pair(vec_dot_q4_0, vec_dot_q4_0_vnni),
+        GgmlType::Q5_0 => super::variant_pair(vec_dot_q5_0, vec_dot_q5_0_vnni),
+        GgmlType::Q8_0 => super::variant_pair(vec_dot_q8_0, vec_dot_q8_0_vnni),
+        GgmlType::IQ4_NL => super::variant_pair(vec_dot_iq4_nl, vec_dot_iq4_nl_vnni),
+        GgmlType::Q4_1 => super::variant_pair(vec_dot_q4_1, vec_dot_q4_1_vnni),
+        GgmlType::Q5_1 => super::variant_pair(vec_dot_q5_1, vec_dot_q5_1_vnni),
         GgmlType::F32 => vec![("f", vec_dot_f32 as VecDotFn)],
         GgmlType::F16 => vec![("f", vec_dot_f16 as VecDotFn)],
         GgmlType::BF16 => {

@@ -24,15 +24,12 @@ use std::arch::x86_64::*;
 use crate::cpu::Isa;
 use crate::scalar::q2_k::BlockQ2K;
 use crate::scalar::q3_k::BlockQ3K;
+use crate::scalar::q8_k::rows;
 use crate::scalar::q8_k::BlockQ8K;
 use crate::sig::VecDotFn;
-use crate::x86::avx2::kquants::{f16_to_f32, hsum_ps, load_bsums, load_u8, load_u8_128, rows};
+use crate::x86::avx2::kquants::{f16_to_f32, hsum_ps, load_bsums, load_u8, load_u8_128};
 use crate::x86::avx512::kquants::fold8;
 use crate::GgmlType;
-
-fn has_vnni() -> bool {
-    is_x86_feature_detected!("avx512vnni")
-}
 
 /// This family's dot product for `ty` (the fastest variant the host runs).
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
@@ -45,16 +42,9 @@ pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Avx512.available() {
         return Vec::new();
     }
-    let pair = |plain: VecDotFn, vnni: VecDotFn| {
-        let mut v = vec![("bw", plain)];
-        if has_vnni() {
-            v.push(("vnni", vnni));
-        }
-        v
-    };
     match ty {
-        GgmlType::Q2_K => pair(vec_dot_q2_k, vec_dot_q2_k_vnni),
-        GgmlType::Q3_K => pair(vec_dot_q3_k, vec_dot_q3_k_vnni),
+        GgmlType::Q2_K => super::variant_pair(vec_dot_q2_k, vec_dot_q2_k_vnni),
+        GgmlType::Q3_K => super::variant_pair(vec_dot_q3_k, vec_dot_q3_k_vnni),
         _ => Vec::new(),
     }
 }

@@ -24,6 +24,21 @@ mod repack;
 
 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
 
+/// A block type's dot variants on this tier: `"bw"` always, `"vnni"` (the
+/// faster, last) when the host has AVX-512 VNNI.
+pub(crate) fn variant_pair(plain: VecDotFn, vnni: VecDotFn) -> Vec<(&'static str, VecDotFn)> {
+    let mut v = vec![("bw", plain)];
+    if has_vnni() {
+        v.push(("vnni", vnni));
+    }
+    v
+}
+
+/// Whether the host has AVX-512 VNNI.
+pub(crate) fn has_vnni() -> bool {
+    is_x86_feature_detected!("avx512vnni")
+}
+
 /// Prefetches the weight bytes [`PREFETCH_BYTES`] ahead of block `b` of
 /// both rows into L2 (`prefetcht1`), for the two-row mat-vec kernels. Rows
 /// are contiguous in a matrix, so past a row's end this reaches the rows
