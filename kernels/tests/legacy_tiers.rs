@@ -174,22 +174,24 @@ fn q8_1_quantiser_matches_scalar_on_every_tier() {
     }
 }
 
-/// The AVX-512 tier picks VNNI / BF16 variants by detection; the fallbacks a
-/// host without them would get are checked here too.
-#[cfg(target_arch = "x86_64")]
-#[test]
-fn every_avx512_variant_matches_scalar() {
-    use kernels::x86::avx512::legacy::vec_dot_variants;
-    if !Isa::Avx512.available() {
-        eprintln!("!!! tier avx512 is NOT available on this host: variants SKIPPED !!!");
+/// Every dot variant a tier offers (`variants(ty)`, named) against the
+/// scalar reference, for the block and float types, with data from `seed`.
+fn check_tier_variants(
+    isa: Isa,
+    tier: &str,
+    seed: u64,
+    variants: impl Fn(GgmlType) -> Vec<(&'static str, kernels::isa::VecDotFn)>,
+) {
+    if !isa.available() {
+        eprintln!("!!! tier {tier} is NOT available on this host: variants SKIPPED !!!");
         return;
     }
     for ty in BLOCK_TYPES.into_iter().chain(FLOAT_TYPES) {
-        let variants = vec_dot_variants(ty);
-        assert!(!variants.is_empty(), "{ty} has no AVX-512 dot");
+        let variants = variants(ty);
+        assert!(!variants.is_empty(), "{ty} has no {tier} dot");
         let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
-        eprintln!("avx512 variants tested for {ty}: {names:?}");
-        let mut rng = Rng::new(4000 + ty.id() as u64);
+        eprintln!("{tier} variants tested for {ty}: {names:?}");
+        let mut rng = Rng::new(seed + ty.id() as u64);
         for nb in BLOCK_COUNTS {
             let n = nb * 32 + if ty.block_size() == 1 { 5 } else { 0 };
             let a = quantize(ty.vec_dot_type(), &activation_row(&mut rng, n), None);
@@ -199,10 +201,19 @@ fn every_avx512_variant_matches_scalar() {
                 random_blocks(ty, nb, &mut rng)
             };
             for (name, dot) in &variants {
-                check_dot_fn(&format!("avx512/{name}"), *dot, ty, n, &w, &a);
+                check_dot_fn(&format!("{tier}/{name}"), *dot, ty, n, &w, &a);
             }
         }
     }
+}
+
+/// The AVX-512 tier picks VNNI / BF16 variants by detection; the fallbacks a
+/// host without them would get are checked here too.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_avx512_variant_matches_scalar() {
+    use kernels::x86::avx512::legacy::vec_dot_variants;
+    check_tier_variants(Isa::Avx512, "avx512", 4000, vec_dot_variants);
 }
 
 /// The NEON tier picks the `sdot` variant where detected; the plain NEON
@@ -211,27 +222,5 @@ fn every_avx512_variant_matches_scalar() {
 #[test]
 fn every_neon_variant_matches_scalar() {
     use kernels::aarch64::neon::legacy::vec_dot_variants;
-    if !Isa::Neon.available() {
-        eprintln!("!!! tier neon is NOT available on this host: variants SKIPPED !!!");
-        return;
-    }
-    for ty in BLOCK_TYPES.into_iter().chain(FLOAT_TYPES) {
-        let variants = vec_dot_variants(ty);
-        assert!(!variants.is_empty(), "{ty} has no NEON dot");
-        let names: Vec<&str> = variants.iter().map(|v| v.0).collect();
-        eprintln!("neon variants tested for {ty}: {names:?}");
-        let mut rng = Rng::new(5000 + ty.id() as u64);
-        for nb in BLOCK_COUNTS {
-            let n = nb * 32 + if ty.block_size() == 1 { 5 } else { 0 };
-            let a = quantize(ty.vec_dot_type(), &activation_row(&mut rng, n), None);
-            let w = if ty.block_size() == 1 {
-                quantize(ty, &test_row(&mut rng, n), None)
-            } else {
-                random_blocks(ty, nb, &mut rng)
-            };
-            for (name, dot) in &variants {
-                check_dot_fn(&format!("neon/{name}"), *dot, ty, n, &w, &a);
-            }
-        }
-    }
+    check_tier_variants(Isa::Neon, "neon", 5000, vec_dot_variants);
 }

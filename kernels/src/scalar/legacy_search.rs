@@ -137,6 +137,9 @@ pub fn make_qkx3_quants(nmax: i32, x: &[f32], weights: &[f32], out: &mut [u8]) -
     let aux = &mut aux[..n];
     for is in 0..=NSTEP {
         iscale = (RMIN + RDELTA * is as f32 + nmax as f32) / (max - min);
+        // The same refit as kquant_search.rs::make_qkx_quants, kept apart as
+        // ggml keeps make_qkx3_quants: this search's min/max scan uses
+        // f32::min/max, which treats a NaN element unlike that one's `<`.
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
         for i in 0..n {
             let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);

@@ -50,6 +50,8 @@ pub fn delta_rows(
 /// # Safety
 /// AVX-512F, AVX2 and FMA available; `s.len() ≥ v.len()·k.len()`; with
 /// `OUT`, `q.len() == k.len()` and `out.len() ≥ v.len()`.
+// The parameter list repeats `delta_rows`'s: that is the safe entry the
+// table hands out, this the `#[target_feature]` body it calls once checked.
 #[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
 unsafe fn delta_rows_avx512<const OUT: bool>(
