@@ -184,34 +184,20 @@ pub fn conv_silu_t(
     } else {
         Taps::ByChannel(w)
     };
+    let conv = CausalConv {
+        taps,
+        k,
+        window,
+        mixed,
+        ch,
+    };
     if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
         let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
-        let window: &[f32] = window;
-        out.par_chunks_mut(per * ch).enumerate().for_each(|(c, o)| {
-            conv_silu_rows(
-                &CausalConv {
-                    taps,
-                    k,
-                    window,
-                    mixed,
-                    ch,
-                },
-                c * per,
-                o,
-            )
-        });
+        out.par_chunks_mut(per * ch)
+            .enumerate()
+            .for_each(|(c, o)| conv_silu_rows(&conv, c * per, o));
     } else {
-        conv_silu_rows(
-            &CausalConv {
-                taps,
-                k,
-                window,
-                mixed,
-                ch,
-            },
-            0,
-            out,
-        );
+        conv_silu_rows(&conv, 0, out);
     }
     push_window(window, mixed, ch);
 }
