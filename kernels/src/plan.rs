@@ -16,8 +16,8 @@
 //!   except on matrices repacked at load ([`crate::repack`], never in this
 //!   mode), whose one product serves every batch size in its own order.
 //!
-//! The process-wide default of the model's batch order ([`BatchOrder`]) is read
-//! from `CLOVER_BATCH_ORDER` once, here; the model passes a mode per product.
+//! The process's batch order ([`BatchOrder`]) is chosen once at start-up by
+//! the command line (`--batch-order`); the model passes a mode per product.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

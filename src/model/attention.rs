@@ -466,7 +466,7 @@ const KB: usize = 16;
 /// visible positions (weights past them are zero), and `V·softmax` is
 /// register-blocked the same way (each V row serves [`QB`] queries). The
 /// query is used in f32, not converted to the K cache's dot type. Decoding,
-/// verify passes and `CLOVER_BATCH_ORDER=ggml` keep [`attend`]'s order.
+/// verify passes and `--batch-order ggml` keep [`attend`]'s order.
 fn attend_prompt(
     cfg: &ModelConfig,
     kv: &KvCache,

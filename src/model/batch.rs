@@ -11,7 +11,7 @@
 //! scratch. Every product runs in decoding's numerics (as a verify pass does:
 //! each row gets single-token decoding's bits), so a sequence's logits are
 //! the same bits whether it was decoded alone or beside others. (Under
-//! `CLOVER_BATCH_ORDER=ggml` a batch is summed as ggml sums one, which, as in
+//! `--batch-order ggml` a batch is summed as ggml sums one, which, as in
 //! llama.cpp itself, differs from a single row in the last bits.)
 //!
 //! A step may also carry one [`PromptChunk`]: up to a batch of another

@@ -27,7 +27,8 @@ use super::cx::Cx;
 use super::linear::MatScratch;
 use super::observe::{self, Op};
 use super::ops::{
-    by_tap, dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus, PAR_MIN_ELEMS,
+    by_tap, dot_f32, l2norm_inplace, mad_f32, rmsnorm, sigmoid, silu_row, softplus, split_rows,
+    PAR_MIN_ELEMS,
 };
 use super::recurrent::{DeltaNetState, GdnStash};
 use super::weights::DeltaNetWeights;
@@ -191,14 +192,7 @@ pub fn conv_silu_t(
         mixed,
         ch,
     };
-    if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
-        let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
-        out.par_chunks_mut(per * ch)
-            .enumerate()
-            .for_each(|(c, o)| conv_silu_rows(&conv, c * per, o));
-    } else {
-        conv_silu_rows(&conv, 0, out);
-    }
+    split_rows(out, t_n, ch, |t0, o| conv_silu_rows(&conv, t0, o));
     push_window(window, mixed, ch);
 }
 

@@ -33,7 +33,7 @@ use super::cx::Cx;
 use super::deltanet::{self, decay_gates, gated_norm, l2norm_qk, left_taps_row, Taps};
 use super::linear::MatScratch;
 use super::observe::{self, Op};
-use super::ops::{by_tap, sigmoid, silu_row, softmax_inplace, PAR_MIN_ELEMS};
+use super::ops::{by_tap, sigmoid, silu_row, softmax_inplace, split_rows};
 use super::state::DeltaNetState;
 use super::weights::{DeltaNetWeights, DiffusionWeights};
 
@@ -129,14 +129,7 @@ pub fn conv_two_sided_t(
         ch,
     };
     // Rows in parallel, as the AR conv: each row reads only `mixed`.
-    if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
-        let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
-        out.par_chunks_mut(per * ch)
-            .enumerate()
-            .for_each(|(c, o)| two_sided_rows(&taps, c * per, o));
-    } else {
-        two_sided_rows(&taps, 0, out);
-    }
+    split_rows(out, t_n, ch, |t0, o| two_sided_rows(&taps, t0, o));
 }
 
 /// `t` (taps transposed by [`by_tap`]) where it is not empty, else `w`.

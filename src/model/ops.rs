@@ -475,6 +475,25 @@ pub(crate) fn by_tap(w: &[f32], k: usize, ch: usize) -> Vec<f32> {
     t
 }
 
+/// Runs `f(t0, rows)` over `out` (`t_n` rows of `ch`, `rows` starting at row
+/// `t0`): split across the pool when there is enough work, else in one call.
+/// Each row must be computed as alone, so the split changes no bits.
+pub(crate) fn split_rows(
+    out: &mut [f32],
+    t_n: usize,
+    ch: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    if t_n > 1 && out.len() >= PAR_MIN_ELEMS {
+        let per = t_n.div_ceil(2 * rayon::current_num_threads()).max(1);
+        out.par_chunks_mut(per * ch)
+            .enumerate()
+            .for_each(|(c, o)| f(c * per, o));
+    } else {
+        f(0, out);
+    }
+}
+
 /// `rmsnorm` of every row of `x` (rows of `w.len()`); a batch's rows in
 /// parallel (each as alone).
 pub(crate) fn norm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
