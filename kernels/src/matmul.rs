@@ -36,7 +36,7 @@ use std::fmt;
 
 use rayon::prelude::*;
 
-use crate::plan::{Kernel, Mode};
+use crate::plan::{Kernel, Layout, Mode};
 use crate::{GgmlType, KernelTable};
 
 /// Fewest output rows one rayon task computes: below this, scheduling costs
@@ -717,6 +717,20 @@ pub fn expert_gather(
 }
 
 impl KernelTable {
+    /// How this tier keeps a weight of type `ty`: a plain matrix, or an
+    /// expert stack (`stack`, read a few experts at a time, never kept twice).
+    pub fn layout(&self, ty: GgmlType, stack: bool) -> Layout {
+        let decode = Mode::Decode;
+        match (
+            self.packed_gemm(ty, decode),
+            self.packed_order_rows(ty, decode),
+        ) {
+            (None, _) => Layout::FileRows,
+            (Some(_), Some(_)) if !stack => Layout::PackedAndFileRows,
+            (Some(_), _) => Layout::Packed,
+        }
+    }
+
     /// The kernel for `w` times `rows` activation rows in `mode`.
     pub fn plan(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
         let (ty, n_out) = (w.ty, w.n_out);

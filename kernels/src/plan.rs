@@ -89,6 +89,19 @@ impl BatchOrder {
     }
 }
 
+/// How a weight is kept in memory for the kernels of a tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// The file's rows only.
+    FileRows,
+    /// clover's eight-row copy ([`crate::repack`]) only: every product
+    /// reads it.
+    Packed,
+    /// The copy for batches, and the file's rows beside it for mat-vecs,
+    /// which read them in the copy's arithmetic (the same bits).
+    PackedAndFileRows,
+}
+
 /// The computation of one product.
 #[derive(Clone, Copy, Debug)]
 pub enum Kernel {

@@ -1,8 +1,7 @@
 //! Binding a model to a GGUF file: metadata through `ModelConfig`, tensors
 //! zero-copy through `WeightRef`s over the file's bytes.
 
-use kernels::plan::BatchOrder;
-use kernels::Mode;
+use kernels::plan::{BatchOrder, Layout};
 use std::collections::HashMap;
 
 use kernels::repack;
@@ -58,10 +57,7 @@ impl<'a> Model<'a> {
 /// costs memory and saves time per token where one thread does not
 /// saturate memory (figures in docs/PERFORMANCE.md).
 pub fn keeps_file_rows(ty: kernels::GgmlType, dims: &[u64]) -> bool {
-    dims.len() == 2
-        && kernels::isa::active()
-            .packed_order_rows(ty, Mode::Decode)
-            .is_some()
+    kernels::isa::active().layout(ty, dims.len() != 2) == Layout::PackedAndFileRows
 }
 
 /// Rows repacked per task.
@@ -101,7 +97,7 @@ pub fn packed_plan(file: &GgufFile) -> Vec<Packed> {
     let tied = file.tensor("output.weight").is_none();
     file.tensors()
         .iter()
-        .filter(|t| kt.packed_gemm(t.ty, Mode::Decode).is_some())
+        .filter(|t| kt.layout(t.ty, t.dims.len() != 2) != Layout::FileRows)
         .filter(|t| tied || t.name != "token_embd.weight")
         .filter_map(|t| {
             let (n_in, n_out, n_expert) = match t.dims.as_slice() {

@@ -12,6 +12,7 @@
 //! A batch is grouped by expert: each selected expert's weights are streamed
 //! once for all the tokens routed to it (an expert-gather product).
 
+use kernels::plan::Kernel;
 use kernels::{KernelTable, Mode};
 use rayon::prelude::*;
 
@@ -258,7 +259,7 @@ pub fn forward(
     // same bits, so an expert shared by two rows already pays grouped (its
     // weights stream once, not twice; `--pass-costs 4,16` shows it).
     // Otherwise grouping pays from two rows per expert on average.
-    let packed = w.down.q().packed().is_some() && kt.packed_gemm(w.down.ty, mode).is_some();
+    let packed = matches!(kt.plan(&w.down.q().expert(0), 2, mode), Kernel::Packed(_));
     let flat = match sc.path {
         ExpertPath::Auto if packed => t * k == distinct,
         ExpertPath::Auto => t * k <= 2 * distinct,
