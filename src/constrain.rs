@@ -78,7 +78,23 @@ enum St {
         key: bool,
         left: u8,
     },
+    Num(Num),
+    Lit {
+        word: u8,
+        at: u8,
+    },
+    /// The text is complete: whitespace only.
+    Done,
+}
+
+/// Where a JSON number stands in RFC 8259's grammar; both recognisers
+/// ([`JsonPrefix`] and [`tools::CallPrefix`]) follow numbers with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Num {
+    /// Nothing read yet.
+    Start,
     Minus,
+    /// A leading zero: no digit may follow it.
     Zero,
     Int,
     Dot,
@@ -86,12 +102,31 @@ enum St {
     Exp,
     ExpSign,
     ExpInt,
-    Lit {
-        word: u8,
-        at: u8,
-    },
-    /// The text is complete: whitespace only.
-    Done,
+}
+
+impl Num {
+    /// The state after `b`, or `None` when `b` does not continue the number;
+    /// `integer` refuses a fraction and an exponent.
+    pub(crate) fn next(self, b: u8, integer: bool) -> Option<Num> {
+        use Num::*;
+        Some(match (self, b) {
+            (Start, b'-') => Minus,
+            (Start | Minus, b'0') => Zero,
+            (Start | Minus, b'1'..=b'9') => Int,
+            (Int, b'0'..=b'9') => Int,
+            (Zero | Int, b'.') if !integer => Dot,
+            (Dot | Frac, b'0'..=b'9') => Frac,
+            (Zero | Int | Frac, b'e' | b'E') if !integer => Exp,
+            (Exp, b'+' | b'-') => ExpSign,
+            (Exp | ExpSign | ExpInt, b'0'..=b'9') => ExpInt,
+            _ => return None,
+        })
+    }
+
+    /// Whether the number may end here.
+    pub(crate) fn complete(self) -> bool {
+        matches!(self, Num::Zero | Num::Int | Num::Frac | Num::ExpInt)
+    }
 }
 
 const WORDS: [&[u8]; 3] = [b"true", b"false", b"null"];
@@ -130,7 +165,7 @@ impl JsonPrefix {
     pub fn complete(&self) -> bool {
         match self.st {
             St::Done => true,
-            St::Zero | St::Int | St::Frac | St::ExpInt => self.depth == 0,
+            St::Num(n) => n.complete() && self.depth == 0,
             _ => false,
         }
     }
@@ -234,37 +269,9 @@ impl JsonPrefix {
                 };
                 true
             }
-            St::Minus => match b {
-                b'0' => self.to(St::Zero),
-                b'1'..=b'9' => self.to(St::Int),
-                _ => false,
-            },
-            St::Zero => match b {
-                b'.' => self.to(St::Dot),
-                b'e' | b'E' => self.to(St::Exp),
-                _ => self.end_number(b),
-            },
-            St::Int => match b {
-                b'0'..=b'9' => true,
-                b'.' => self.to(St::Dot),
-                b'e' | b'E' => self.to(St::Exp),
-                _ => self.end_number(b),
-            },
-            St::Dot => b.is_ascii_digit() && self.to(St::Frac),
-            St::Frac => match b {
-                b'0'..=b'9' => true,
-                b'e' | b'E' => self.to(St::Exp),
-                _ => self.end_number(b),
-            },
-            St::Exp => match b {
-                b'+' | b'-' => self.to(St::ExpSign),
-                b'0'..=b'9' => self.to(St::ExpInt),
-                _ => false,
-            },
-            St::ExpSign => b.is_ascii_digit() && self.to(St::ExpInt),
-            St::ExpInt => match b {
-                b'0'..=b'9' => true,
-                _ => self.end_number(b),
+            St::Num(n) => match n.next(b, false) {
+                Some(n) => self.to(St::Num(n)),
+                None => n.complete() && self.end_number(b),
             },
             St::Lit { word, at } => {
                 let w = WORDS[word as usize];
@@ -312,9 +319,10 @@ impl JsonPrefix {
                 })
             }
             b'"' => self.to(St::Str { key: false }),
-            b'-' => self.to(St::Minus),
-            b'0' => self.to(St::Zero),
-            b'1'..=b'9' => self.to(St::Int),
+            b'-' | b'0'..=b'9' => match Num::Start.next(b, false) {
+                Some(n) => self.to(St::Num(n)),
+                None => false,
+            },
             b't' => self.to(St::Lit { word: 0, at: 1 }),
             b'f' => self.to(St::Lit { word: 1, at: 1 }),
             b'n' => self.to(St::Lit { word: 2, at: 1 }),

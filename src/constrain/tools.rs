@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{Guard, JsonPrefix, Recognizer};
+use super::{Guard, JsonPrefix, Num, Recognizer};
 
 /// Deepest schema nesting followed (deeper is any JSON value).
 const MAX_SCHEMA_DEPTH: usize = 16;
@@ -153,19 +153,6 @@ enum StrSt {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum NumSt {
-    Start,
-    Minus,
-    Zero,
-    Int,
-    Dot,
-    Frac,
-    Exp,
-    ExpSign,
-    ExpInt,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum ArrSt {
     Open,
     /// After `[`: an item or `]`.
@@ -198,7 +185,7 @@ enum Frame {
         cont: u8,
     },
     Num {
-        st: NumSt,
+        st: Num,
         integer: bool,
         /// Digits in the current part (integer, fraction or exponent).
         digits: u8,
@@ -248,7 +235,7 @@ impl Frame {
                 cont: 0,
             },
             Shape::Num { integer } => Frame::Num {
-                st: NumSt::Start,
+                st: Num::Start,
                 integer: *integer,
                 digits: 0,
             },
@@ -477,24 +464,16 @@ fn string_step(st: &mut StrSt, b: u8) -> Step {
 const MAX_DIGITS: u8 = 16;
 const MAX_EXP_DIGITS: u8 = 3;
 
-fn number_step(st: &mut NumSt, integer: bool, digits: &mut u8, b: u8) -> Step {
-    use NumSt::*;
-    let next = match (*st, b) {
-        (Start, b'-') => Minus,
-        (Start | Minus, b'0') => Zero,
-        (Start | Minus, b'1'..=b'9') => Int,
-        (Int, b'0'..=b'9') => Int,
-        (Zero | Int, b'.') if !integer => Dot,
-        (Dot | Frac, b'0'..=b'9') => Frac,
-        (Zero | Int | Frac, b'e' | b'E') if !integer => Exp,
-        (Exp, b'+' | b'-') => ExpSign,
-        (Exp | ExpSign | ExpInt, b'0'..=b'9') => ExpInt,
-        (Zero | Int | Frac | ExpInt, _) => return Step::Ended,
-        _ => return Step::Bad,
+fn number_step(st: &mut Num, integer: bool, digits: &mut u8, b: u8) -> Step {
+    let Some(next) = st.next(b, integer) else {
+        return match st.complete() {
+            true => Step::Ended,
+            false => Step::Bad,
+        };
     };
     if b.is_ascii_digit() {
         *digits = if next == *st { *digits + 1 } else { 1 };
-        let max = if next == ExpInt {
+        let max = if next == Num::ExpInt {
             MAX_EXP_DIGITS
         } else {
             MAX_DIGITS

@@ -47,7 +47,7 @@ use crate::sample::{Sampler, SamplerParams};
 use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats};
 
 use super::spec_step::SpecStep;
-use crate::tui::engine::{fit_context, reply_reserve, Fit};
+use crate::tui::engine::{fit_context, reply_reserve, Emit, Fit};
 use crate::tui::{ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, TokenKind};
 
 use super::generate::{generate, GenEvent, GenOptions, PlainStep, Step, StepIo, StepStats};
@@ -267,7 +267,7 @@ impl ChatSession {
         &mut self,
         messages: &[ChatMessage],
         controls: &Controls,
-        emit: &mut dyn FnMut(EngineEvent),
+        emit: Emit<'_>,
     ) -> Result<(), EngineError> {
         let n_ctx = self.session.n_ctx();
         let reserve = reply_reserve(n_ctx, self.n_predict);
@@ -451,12 +451,7 @@ impl ChatEngine for ChatSession {
         self.info.clone()
     }
 
-    fn generate(
-        &mut self,
-        messages: &[ChatMessage],
-        controls: &Controls,
-        emit: &mut dyn FnMut(EngineEvent),
-    ) {
+    fn generate(&mut self, messages: &[ChatMessage], controls: &Controls, emit: Emit<'_>) {
         if let Err(e) = self.reply(messages, controls, emit) {
             emit(EngineEvent::Error(e.to_string()));
         }

@@ -246,22 +246,20 @@ pub struct Generation {
 /// unshown, and how the next tokens are made. [`generate`] drives a session and
 /// its text; [`super::tokens::generate_tokens`] a bare model and state. A server
 /// advancing several sequences per forward implements this per sequence.
+/// Go on or stop, after a step or an emitted token.
+pub(crate) type Flow = Result<ControlFlow<()>, EngineError>;
+
 pub(crate) trait Driver {
     /// A token that ends generation without being emitted (end of generation).
     fn is_eog(&self, t: u32) -> bool;
     /// Shows an emitted token; `Break` stops after it.
-    fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError>;
+    fn emit(&mut self, t: u32) -> Flow;
     /// No position is left for another step.
     fn context_full(&self) -> bool;
     /// Evaluates the newest token of `history` and pushes the tokens that follow
     /// to `out` (see [`Step::step`]). `Break` ends generation after the step
     /// (the tokens pushed are not emitted).
-    fn step(
-        &mut self,
-        history: &[u32],
-        remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<ControlFlow<()>, EngineError>;
+    fn step(&mut self, history: &[u32], remaining: usize, out: &mut Vec<u32>) -> Flow;
 }
 
 /// What [`drive`] produced.
@@ -345,7 +343,7 @@ impl Driver for SessionDriver<'_, '_> {
         !self.ignore_eos && self.model.tokenizer.is_eog(t)
     }
 
-    fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError> {
+    fn emit(&mut self, t: u32) -> Flow {
         let (open, close) = match self.model.think_tokens {
             Some((o, c)) => (t == o, t == c),
             None => (false, false),
@@ -371,12 +369,7 @@ impl Driver for SessionDriver<'_, '_> {
         self.session.n_past() >= self.session.n_ctx()
     }
 
-    fn step(
-        &mut self,
-        history: &[u32],
-        remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<ControlFlow<()>, EngineError> {
+    fn step(&mut self, history: &[u32], remaining: usize, out: &mut Vec<u32>) -> Flow {
         self.session.state.stats.clear();
         let s = self.step.step(StepIo {
             session: self.session,

@@ -18,7 +18,7 @@ use crate::model::{LogitsFor, Model, State};
 use crate::sample::Sampler;
 use crate::spec::{Drafter, SpecConfig, SpecError, SpecStats, Speculator};
 
-use super::generate::{drive, Driver};
+use super::generate::{drive, Driver, Flow};
 use super::EngineError;
 
 /// The generated tokens and what it took.
@@ -43,7 +43,7 @@ impl Driver for TokenDriver<'_, '_> {
         false
     }
 
-    fn emit(&mut self, t: u32) -> Result<ControlFlow<()>, EngineError> {
+    fn emit(&mut self, t: u32) -> Flow {
         let go = (self.on_token)(t) && !self.stop.contains(&t);
         Ok(if go {
             ControlFlow::Continue(())
@@ -56,12 +56,7 @@ impl Driver for TokenDriver<'_, '_> {
         self.state.n_past() >= self.state.kv.n_ctx()
     }
 
-    fn step(
-        &mut self,
-        history: &[u32],
-        remaining: usize,
-        out: &mut Vec<u32>,
-    ) -> Result<ControlFlow<()>, EngineError> {
+    fn step(&mut self, history: &[u32], remaining: usize, out: &mut Vec<u32>) -> Flow {
         self.spec.iterate(
             self.model,
             self.state,

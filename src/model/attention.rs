@@ -315,14 +315,12 @@ pub(super) fn attend(
             "a prompt batch attends every row"
         );
         match kv.flash {
-            true => flash::attend_flash(kt, cfg, kv, layer, pos0, t, sc),
-            false => attend_prompt(cfg, kv, layer, pos0, t, sc),
+            true => flash::attend_flash(kt, cfg, Causal { kv, layer, pos0, t }, sc),
+            false => attend_prompt(cfg, Causal { kv, layer, pos0, t }, sc),
         }
         return;
     }
-    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let group = nh / nkv;
-    let scale = 1.0 / (d as f32).sqrt();
+    let (nh, nkv, d, group, scale) = heads(cfg);
     let k_dot_ty = kv.ty_k.vec_dot_type();
     let q_bytes = k_dot_ty.row_bytes(d as u64).expect("head is whole blocks") as usize;
     let quant = kt.quantize(k_dot_ty);
@@ -449,6 +447,23 @@ fn heads_per_task(group: usize, nkv: usize, threads: usize) -> usize {
     hpt
 }
 
+/// The head shape every form of the attention reads: query heads, KV
+/// heads, head width, query heads per KV head, and the score scale 1/√d.
+pub(super) fn heads(cfg: &ModelConfig) -> (usize, usize, usize, usize, f32) {
+    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    (nh, nkv, d, nh / nkv, 1.0 / (d as f32).sqrt())
+}
+
+/// The rows a causal form of the attention reads: `t` rows at
+/// `pos0..pos0 + t` of `layer`, their K and V already in `kv`.
+#[derive(Clone, Copy)]
+pub(super) struct Causal<'a> {
+    kv: &'a KvCache,
+    layer: usize,
+    pos0: usize,
+    t: usize,
+}
+
 /// The fewest rows of a prompt batch that [`attend_prompt`] takes.
 const PROMPT_MIN_ROWS: usize = 8;
 /// Query rows per register block of [`attend_prompt`].
@@ -467,17 +482,9 @@ const KB: usize = 16;
 /// register-blocked the same way (each V row serves [`QB`] queries). The
 /// query is used in f32, not converted to the K cache's dot type. Decoding,
 /// verify passes and `--batch-order ggml` keep [`attend`]'s order.
-fn attend_prompt(
-    cfg: &ModelConfig,
-    kv: &KvCache,
-    layer: usize,
-    pos0: usize,
-    t: usize,
-    sc: &mut AttentionScratch,
-) {
-    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let group = nh / nkv;
-    let scale = 1.0 / (d as f32).sqrt();
+fn attend_prompt(cfg: &ModelConfig, rows: Causal, sc: &mut AttentionScratch) {
+    let Causal { kv, layer, pos0, t } = rows;
+    let (nh, nkv, d, group, scale) = heads(cfg);
     let n = pos0 + t;
     let np = n.next_multiple_of(KB);
     if sc.kt_f32.len() < nkv * d * np {

@@ -102,9 +102,7 @@ impl<'a> Model<'a> {
         pos0: usize,
         logits_for: LogitsFor,
     ) -> Result<&'s [f32], ForwardError> {
-        if state.verify_pending() {
-            return Err(ForwardError::VerifyPending);
-        }
+        admit(state, tokens, None)?;
         self.forward_impl(state, tokens, pos0, logits_for, false)
     }
 
@@ -118,15 +116,7 @@ impl<'a> Model<'a> {
         pos0: usize,
         logits_for: LogitsFor,
     ) -> Result<&'s [f32], ForwardError> {
-        if state.verify_pending() {
-            return Err(ForwardError::VerifyPending);
-        }
-        if tokens.len() > state.max_batch {
-            return Err(ForwardError::VerifyTooLong {
-                n: tokens.len(),
-                max_batch: state.max_batch,
-            });
-        }
+        admit(state, tokens, Some(verify_too_long))?;
         if state.verify.is_none() {
             state.verify = Some(VerifyStash::new(&self.config));
         }
@@ -306,18 +296,10 @@ impl<'a> Model<'a> {
         logits_for: LogitsFor,
         knobs: DiffusionKnobs,
     ) -> Result<&'s [f32], ForwardError> {
-        if state.verify_pending() {
-            return Err(ForwardError::VerifyPending);
-        }
         if !self.has_diffusion() {
             return Err(ForwardError::NoDiffusion);
         }
-        if tokens.len() > state.max_batch {
-            return Err(ForwardError::BlockTooLong {
-                n: tokens.len(),
-                max_batch: state.max_batch,
-            });
-        }
+        admit(state, tokens, Some(block_too_long))?;
         let rows = self.check_batch(state, tokens, pos0, logits_for)?;
         let t = tokens.len();
         // Drafts are only proposals (verification keeps the output exact),
@@ -336,6 +318,30 @@ impl<'a> Model<'a> {
         state.scratch.moe.pool = 0;
         Ok(&state.scratch.logits[..rows * self.n_vocab()])
     }
+}
+
+/// Refuses a pass while a verify pass awaits its commit, and a pass that
+/// must fit one batch (`too_long` given) when `tokens` do not.
+fn admit(
+    state: &State,
+    tokens: &[u32],
+    too_long: Option<fn(usize, usize) -> ForwardError>,
+) -> Result<(), ForwardError> {
+    if state.verify_pending() {
+        return Err(ForwardError::VerifyPending);
+    }
+    match too_long {
+        Some(err) if tokens.len() > state.max_batch => Err(err(tokens.len(), state.max_batch)),
+        _ => Ok(()),
+    }
+}
+
+fn verify_too_long(n: usize, max_batch: usize) -> ForwardError {
+    ForwardError::VerifyTooLong { n, max_batch }
+}
+
+fn block_too_long(n: usize, max_batch: usize) -> ForwardError {
+    ForwardError::BlockTooLong { n, max_batch }
 }
 
 /// `(output row, batch row)` of every logits row `logits_for` asks of the

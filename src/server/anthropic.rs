@@ -5,29 +5,26 @@
 //! Anthropic's message object, or its event stream. Errors are Anthropic's
 //! error object ([`super::error::Dialect::Anthropic`]).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 
 use super::api::{self, ApiError};
-use super::app::{
-    authorize, check_text_size, off_runtime, read_body, ready, App, AppState, Ready, STREAM_BUFFER,
-};
+use super::app::{authorize, check_text_size, off_runtime, read_body, ready, App, AppState, Ready};
 use super::error::{shutting_down, Dialect};
 use super::fields::parse;
 use super::generate::{generate, Reply, Whole};
 use super::openai_chat::ChatRequest;
-use super::parts::{Assembler, Part};
+use super::parts::Part;
 use super::request::{message_text_bytes, ChatFields, Kind, Prepared};
 use super::slots::Msg;
+use super::stream::{sse, Streaming};
 
 use super::anthropic_request::MessagesRequest;
 
@@ -289,23 +286,16 @@ fn block_events(
 /// The Messages API's event stream: `message_start`, content blocks
 /// (`content_block_start`, deltas, `content_block_stop`), `message_delta`
 /// with the stop reason and usage, `message_stop`.
-pub(crate) fn stream(
-    app: Arc<App>,
-    p: Prepared,
-    mut rx: mpsc::Receiver<Msg>,
-    mut asm: Assembler,
-    id: String,
-) -> Response {
-    let (tx, out) = mpsc::channel::<Result<Event, Infallible>>(STREAM_BUFFER);
-    let model = app.cfg.model_name.clone();
-    let input_tokens = p.prompts[0].len();
-    tokio::spawn(async move {
+pub(crate) fn stream(s: Streaming) -> Response {
+    let model = s.app.cfg.model_name.clone();
+    let input_tokens = s.p.prompts[0].len();
+    let (mut rx, mut asm, id) = (s.rx, s.asm, s.id);
+    sse(move |tx| async move {
         let send = |name: &'static str, v: Value| {
             let tx = tx.clone();
             async move {
-                tx.send(Ok(Event::default().event(name).data(v.to_string())))
+                tx.send(Event::default().event(name).data(v.to_string()))
                     .await
-                    .is_ok()
             }
         };
         let event = |e: StreamEvent| (e.name(), serde_json::to_value(&e).unwrap_or_default());
@@ -382,8 +372,7 @@ pub(crate) fn stream(
                 return;
             }
         }
-    });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(out)).into_response()
+    })
 }
 
 /// Anthropic's `POST /v1/messages/count_tokens`: the prompt tokens the

@@ -3,8 +3,8 @@
 //! (`input_schema`), `tool_choice`, `stop_sequences` and the sampling
 //! fields become the OpenAI chat request they mean, which then runs as one.
 
-use serde::Deserialize;
-use serde_json::{json, Map, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use super::api::ApiError;
 
@@ -35,13 +35,94 @@ fn text_of(v: &Value, what: &str) -> Result<String, ApiError> {
     }
 }
 
+/// An OpenAI chat message, as the conversion writes it.
+#[derive(Serialize)]
+struct ChatMessage {
+    role: &'static str,
+    content: String,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<ToolCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    fn new(role: &'static str, content: String) -> ChatMessage {
+        ChatMessage {
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// One of an assistant message's `tool_calls`.
+#[derive(Serialize)]
+struct ToolCall {
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CalledFunction,
+}
+
+#[derive(Serialize)]
+struct CalledFunction {
+    name: String,
+    /// The input object as JSON text.
+    arguments: String,
+}
+
+/// One of the request's `tools`.
+#[derive(Serialize)]
+struct Tool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ToolFunction,
+}
+
+#[derive(Serialize)]
+struct ToolFunction {
+    name: String,
+    description: Value,
+    parameters: Value,
+}
+
+/// OpenAI's `tool_choice`: a mode, or one named function.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolChoice {
+    Mode(&'static str),
+    Named {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: Named,
+    },
+}
+
+#[derive(Serialize)]
+struct Named {
+    name: String,
+}
+
+/// A typed piece of the chat request as JSON.
+fn to_value(v: impl Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or_default()
+}
+
+/// An empty JSON object (a tool's input or schema when none is given).
+fn empty_object() -> Value {
+    Value::Object(Map::new())
+}
+
 /// One Anthropic message as OpenAI chat messages: text, the assistant's
 /// `tool_use` blocks as `tool_calls`, the user's `tool_result` blocks as
 /// `tool` messages (before the user's own text).
-fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
+fn message(i: usize, m: &Value) -> Result<Vec<ChatMessage>, ApiError> {
     let what = format!("message {i}");
     let role = match m.get("role").and_then(Value::as_str) {
-        Some(r @ ("user" | "assistant")) => r,
+        Some("user") => "user",
+        Some("assistant") => "assistant",
         _ => {
             return Err(ApiError::field(
                 "messages",
@@ -51,7 +132,7 @@ fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
     };
     let blocks = match m.get("content") {
         Some(Value::Array(b)) => b.clone(),
-        Some(c @ Value::String(_)) => return Ok(vec![json!({"role": role, "content": c})]),
+        Some(Value::String(c)) => return Ok(vec![ChatMessage::new(role, c.clone())]),
         _ => {
             return Err(ApiError::field(
                 "messages",
@@ -83,9 +164,15 @@ fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
                         format!("{what}: a tool_use block needs 'id' and 'name'"),
                     ));
                 };
-                let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
-                calls.push(json!({"id": id, "type": "function",
-                    "function": {"name": name, "arguments": input.to_string()}}));
+                let input = b.get("input").cloned().unwrap_or_else(empty_object);
+                calls.push(ToolCall {
+                    id: id.to_string(),
+                    kind: "function",
+                    function: CalledFunction {
+                        name: name.to_string(),
+                        arguments: input.to_string(),
+                    },
+                });
             }
             Some("tool_result") if role == "user" => {
                 let Some(id) = b.get("tool_use_id").and_then(Value::as_str) else {
@@ -95,7 +182,10 @@ fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
                     ));
                 };
                 let content = text_of(b.get("content").unwrap_or(&Value::Null), &what)?;
-                results.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+                results.push(ChatMessage {
+                    tool_call_id: Some(id.to_string()),
+                    ..ChatMessage::new("tool", content)
+                });
             }
             _ => {
                 return Err(ApiError::field(
@@ -110,11 +200,10 @@ fn message(i: usize, m: &Value) -> Result<Vec<Value>, ApiError> {
     }
     let mut out = results;
     if !text.is_empty() || !calls.is_empty() || out.is_empty() {
-        let mut msg = json!({"role": role, "content": text});
-        if !calls.is_empty() {
-            msg["tool_calls"] = Value::Array(calls);
-        }
-        out.push(msg);
+        out.push(ChatMessage {
+            tool_calls: calls,
+            ..ChatMessage::new(role, text)
+        });
     }
     Ok(out)
 }
@@ -160,14 +249,14 @@ impl MessagesRequest {
         if let Some(s) = &self.system {
             let system = text_of(s, "system")?;
             if !system.is_empty() {
-                messages.push(json!({"role": "system", "content": system}));
+                messages.push(ChatMessage::new("system", system));
             }
         }
         for (i, m) in msgs.iter().enumerate() {
             messages.extend(message(i, m)?);
         }
         let mut out = Map::new();
-        out.insert("messages".into(), Value::Array(messages));
+        out.insert("messages".into(), to_value(messages));
         for (k, v) in [
             ("max_tokens", self.max_tokens),
             ("temperature", self.temperature),
@@ -189,13 +278,16 @@ impl MessagesRequest {
                     let Some(name) = t.get("name").and_then(Value::as_str) else {
                         return Err(ApiError::field("tools", "every tool needs a 'name'"));
                     };
-                    list.push(json!({"type": "function", "function": {
-                        "name": name,
-                        "description": t.get("description").cloned().unwrap_or(Value::Null),
-                        "parameters": t.get("input_schema").cloned().unwrap_or_else(|| json!({})),
-                    }}));
+                    list.push(Tool {
+                        kind: "function",
+                        function: ToolFunction {
+                            name: name.to_string(),
+                            description: t.get("description").cloned().unwrap_or(Value::Null),
+                            parameters: t.get("input_schema").cloned().unwrap_or_else(empty_object),
+                        },
+                    });
                 }
-                out.insert("tools".into(), Value::Array(list));
+                out.insert("tools".into(), to_value(list));
             }
             Some(_) => return Err(ApiError::field("tools", "'tools' must be a list")),
         }
@@ -211,16 +303,21 @@ impl MessagesRequest {
                     )
                 };
                 let choice = match c.get("type").and_then(Value::as_str) {
-                    Some("auto") => json!("auto"),
-                    Some("any") => json!("required"),
-                    Some("none") => json!("none"),
+                    Some("auto") => ToolChoice::Mode("auto"),
+                    Some("any") => ToolChoice::Mode("required"),
+                    Some("none") => ToolChoice::Mode("none"),
                     Some("tool") => {
                         let name = c.get("name").and_then(Value::as_str).ok_or_else(bad)?;
-                        json!({"type": "function", "function": {"name": name}})
+                        ToolChoice::Named {
+                            kind: "function",
+                            function: Named {
+                                name: name.to_string(),
+                            },
+                        }
                     }
                     _ => return Err(bad()),
                 };
-                out.insert("tool_choice".into(), choice);
+                out.insert("tool_choice".into(), to_value(choice));
             }
         }
         Ok(out)
@@ -229,6 +326,8 @@ impl MessagesRequest {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]

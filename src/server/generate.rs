@@ -25,7 +25,7 @@ use super::error::shutting_down;
 use super::parts::{Assembler, Part};
 use super::request::{Kind, Prepared};
 use super::slots::{Job, Msg, Refused};
-use super::stream;
+use super::stream::{self, Streaming};
 
 /// Waits until a slot takes the job whose messages `rx` receives.
 pub(crate) async fn admitted(rx: &mut mpsc::Receiver<Msg>) -> Result<(), ApiError> {
@@ -73,8 +73,7 @@ pub(crate) type Prepare = fn(&App, &Ready, &[u8]) -> Result<Prepared, ApiError>;
 
 /// A dialect's event stream: the request, its slot's messages, the
 /// assembler of its parts and the reply's id.
-pub(crate) type StreamFn =
-    fn(Arc<App>, Prepared, mpsc::Receiver<Msg>, Assembler, String) -> Response;
+pub(crate) type StreamFn = fn(Streaming) -> Response;
 
 /// What a dialect's handler hands the generation bridge: how to read its
 /// request and how to answer it. The bridge knows no dialect.
@@ -155,12 +154,19 @@ pub(crate) async fn generate(
         Kind::Anthropic => format!("msg_clover_{n}"),
         Kind::Completion | Kind::Native => format!("cmpl-clover-{n}"),
     };
-    let asm = || Assembler::new(kind, p.tools, id.clone());
+    let tools = p.tools;
+    let asm = || Assembler::new(kind, tools, id.clone());
     if p.common.stream {
-        let (asm, rx) = (asm(), rxs.remove(0));
+        let s = Streaming {
+            app,
+            rx: rxs.remove(0),
+            asm: asm(),
+            p,
+            id,
+        };
         match reply.stream {
-            Some(own) => own(app, p, rx, asm, id),
-            None => stream::stream(app, p, rx, asm, id, model, reply.last),
+            Some(own) => own(s),
+            None => stream::stream(s, model, reply.last),
         }
     } else {
         let choices = rxs.into_iter().map(|rx| (rx, asm())).collect();

@@ -4,6 +4,7 @@
 //! result). Anthropic's events are [`super::anthropic::stream`]'s.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 
 use axum::response::sse::{Event, Sse};
@@ -26,6 +27,37 @@ use super::logprobs::{
 use super::parts::{Assembler, Part};
 use super::request::{Kind, Prepared};
 use super::slots::Msg;
+
+/// What an event stream starts from: the request, its slot's messages, the
+/// assembler of its parts and the reply's id.
+pub(crate) struct Streaming {
+    pub app: Arc<App>,
+    pub p: Prepared,
+    pub rx: mpsc::Receiver<Msg>,
+    pub asm: Assembler,
+    pub id: String,
+}
+
+/// Where a stream's task sends its events.
+#[derive(Clone)]
+pub(crate) struct Events(mpsc::Sender<Result<Event, Infallible>>);
+
+impl Events {
+    /// Sends `e`; `false` once the client has gone.
+    pub(crate) async fn send(&self, e: Event) -> bool {
+        self.0.send(Ok(e)).await.is_ok()
+    }
+}
+
+/// A server-sent-event response, fed by the task `feed` makes.
+pub(crate) fn sse<F>(feed: impl FnOnce(Events) -> F) -> Response
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (tx, out) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(feed(Events(tx)));
+    Sse::new(tokio_stream::wrappers::ReceiverStream::new(out)).into_response()
+}
 
 /// A typed piece as JSON.
 fn to_value(v: impl Serialize) -> Value {
@@ -133,15 +165,17 @@ fn native(content: String, probs: Option<Vec<TokenEntry>>) -> NativePiece {
 /// `[DONE]`. A client that goes away drops the stream, which drops the
 /// slot's receiver: the slot stops at its next token.
 pub(crate) fn stream(
-    app: Arc<App>,
-    p: Prepared,
-    mut rx: mpsc::Receiver<Msg>,
-    mut asm: Assembler,
-    id: String,
+    s: Streaming,
     loaded: Arc<LoadedModel>,
     last: Option<fn(&Prepared, &Done) -> Value>,
 ) -> Response {
-    let (tx, out) = mpsc::channel::<Result<Event, Infallible>>(STREAM_BUFFER);
+    let Streaming {
+        app,
+        p,
+        mut rx,
+        mut asm,
+        id,
+    } = s;
     let created = now_secs();
     let model = app.cfg.model_name.clone();
     let kind = p.kind;
@@ -209,14 +243,10 @@ pub(crate) fn stream(
             (Kind::Native, Part::Call(_)) => to_value(native(String::new(), None)),
         }
     };
-    tokio::spawn(async move {
+    sse(move |tx| async move {
         let send = |v: Value| {
             let tx = tx.clone();
-            async move {
-                tx.send(Ok(Event::default().data(v.to_string())))
-                    .await
-                    .is_ok()
-            }
+            async move { tx.send(Event::default().data(v.to_string())).await }
         };
         if kind == Kind::Chat {
             let delta = Delta {
@@ -316,7 +346,6 @@ pub(crate) fn stream(
                 return;
             }
         }
-        let _ = tx.send(Ok(Event::default().data("[DONE]"))).await;
-    });
-    Sse::new(tokio_stream::wrappers::ReceiverStream::new(out)).into_response()
+        let _ = tx.send(Event::default().data("[DONE]")).await;
+    })
 }

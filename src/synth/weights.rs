@@ -77,23 +77,6 @@ pub fn init_for(t: &TensorSpec) -> Init {
             std: 1.5 * inv_sqrt,
         },
         Role::ShexpGate => Init::Normal { std: inv_sqrt },
-        Role::GateExps
-        | Role::UpExps
-        | Role::DownExps
-        | Role::GateShexp
-        | Role::UpShexp
-        | Role::DownShexp
-        | Role::Qkv
-        | Role::AttnGate
-        | Role::SsmBeta
-        | Role::SsmAlpha
-        | Role::SsmOut
-        | Role::AttnQ
-        | Role::AttnK
-        | Role::AttnV
-        | Role::AttnOutput
-        | Role::NextnEhProj
-        | Role::NextnMatrix => Init::Normal { std: inv_sqrt },
         Role::Conv => Init::Normal { std: 0.3 },
         Role::ConvRight => Init::Normal { std: 0.2 },
         Role::DtBias => Init::InvSoftplusLogUniform { lo: 1e-3, hi: 1e-1 },
@@ -101,6 +84,12 @@ pub fn init_for(t: &TensorSpec) -> Init {
         Role::BdLogitScale => Init::Uniform { lo: 4.0, hi: 8.0 },
         Role::BdHistoryWeight => Init::Uniform { lo: 0.5, hi: 2.0 },
         Role::BdHistoryBias => Init::Uniform { lo: -1.0, hi: 1.0 },
+        // Every other role is a weight matrix read as x · W: unit-variance
+        // products.
+        role => {
+            debug_assert!(role.is_quantizable(), "{role:?} has no init");
+            Init::Normal { std: inv_sqrt }
+        }
     }
 }
 

@@ -15,8 +15,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::engine::{
-    fit_context, reply_reserve, ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, Fit,
-    LayerKind, Role, SpecStats, TokenKind,
+    fit_context, reply_reserve, ChatEngine, ChatMessage, Controls, Emit, EngineEvent, EngineInfo,
+    Fit, LayerKind, Role, SpecStats, TokenKind,
 };
 
 const THOUGHT: &str = "The user wants a reply. I am the demo engine, so I will say what the \
@@ -180,12 +180,7 @@ impl ChatEngine for DemoEngine {
         self.info.clone()
     }
 
-    fn generate(
-        &mut self,
-        messages: &[ChatMessage],
-        controls: &Controls,
-        emit: &mut dyn FnMut(EngineEvent),
-    ) {
+    fn generate(&mut self, messages: &[ChatMessage], controls: &Controls, emit: Emit<'_>) {
         let n_ctx = self.info.n_ctx;
         let budget = n_ctx - reply_reserve(n_ctx, None).min(n_ctx);
         let fit = fit_context(messages, budget, |m| {

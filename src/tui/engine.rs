@@ -306,17 +306,15 @@ impl Controls {
 
 /// A model the chat UI can talk to. Implemented by the real engine and by
 /// [`super::demo::DemoEngine`].
+/// Where an engine sends its events.
+pub type Emit<'a> = &'a mut dyn FnMut(EngineEvent);
+
 pub trait ChatEngine: Send + 'static {
     fn info(&self) -> EngineInfo;
     /// Generates the assistant's reply to `messages` (the last one is the user's turn),
     /// calling `emit` for every event, and returns when the reply is complete, when
     /// `controls.stop_requested()` is true, or after emitting `Error`.
-    fn generate(
-        &mut self,
-        messages: &[ChatMessage],
-        controls: &Controls,
-        emit: &mut dyn FnMut(EngineEvent),
-    );
+    fn generate(&mut self, messages: &[ChatMessage], controls: &Controls, emit: Emit<'_>);
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ impl<E: ChatEngine> ChatEngine for Recording<E> {
         &mut self,
         messages: &[ChatMessage],
         controls: &Controls,
-        emit: &mut dyn FnMut(EngineEvent),
+        emit: crate::tui::Emit<'_>,
     ) {
         self.sent.push(messages.to_vec());
         self.inner.generate(messages, controls, emit);

@@ -40,7 +40,7 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::Terminal;
 
 pub use engine::{
-    ChatEngine, ChatMessage, Controls, EngineEvent, EngineInfo, LayerKind, Role, TokenKind,
+    ChatEngine, ChatMessage, Controls, Emit, EngineEvent, EngineInfo, LayerKind, Role, TokenKind,
 };
 pub use lines::{run_lines, run_lines_with, ChatOptions, LineError};
 
@@ -303,7 +303,7 @@ mod tests {
         fn info(&self) -> EngineInfo {
             demo::DemoEngine::instant().info()
         }
-        fn generate(&mut self, _: &[ChatMessage], _: &Controls, emit: &mut dyn FnMut(EngineEvent)) {
+        fn generate(&mut self, _: &[ChatMessage], _: &Controls, emit: Emit<'_>) {
             emit(EngineEvent::Prefill { tokens: 1, ms: 1.0 });
             panic!("engine exploded");
         }
@@ -347,7 +347,7 @@ mod tests {
         fn info(&self) -> EngineInfo {
             demo::DemoEngine::instant().info()
         }
-        fn generate(&mut self, _: &[ChatMessage], _: &Controls, emit: &mut dyn FnMut(EngineEvent)) {
+        fn generate(&mut self, _: &[ChatMessage], _: &Controls, emit: Emit<'_>) {
             emit(EngineEvent::Prefill { tokens: 1, ms: 1.0 });
             thread::sleep(Duration::from_millis(60));
             emit(EngineEvent::Prefill { tokens: 1, ms: 1.0 });

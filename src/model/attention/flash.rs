@@ -29,9 +29,8 @@ use kernels::{scalar, GgmlType, KernelTable};
 use rayon::prelude::*;
 
 use super::super::config::ModelConfig;
-use super::super::kv::KvCache;
 use super::super::ops::{fma_dispatch, reduce_add_16, round_to_f16, sigmoid, v_expf, GGML_LANES};
-use super::AttentionScratch;
+use super::{heads, AttentionScratch, Causal};
 
 /// ggml's flash-attention tile: query rows a batch needs for the tiled form,
 /// and key positions per tile.
@@ -43,15 +42,11 @@ const TILE: usize = 64;
 pub(super) fn attend_flash(
     kt: &KernelTable,
     cfg: &ModelConfig,
-    kv: &KvCache,
-    layer: usize,
-    pos0: usize,
-    t: usize,
+    rows: Causal,
     sc: &mut AttentionScratch,
 ) {
-    let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let group = nh / nkv;
-    let scale = 1.0 / (d as f32).sqrt();
+    let Causal { kv, layer, pos0, t } = rows;
+    let (nh, nkv, d, group, scale) = heads(cfg);
     let n = pos0 + t;
     let tiled = t >= TILE && kv.ty_k == GgmlType::F16 && kv.ty_v == GgmlType::F16;
     // Every visible V head, and for the tiled form K too, in f32 (exact
