@@ -30,7 +30,7 @@ fn synth_file(path: &Path, seed: u64) {
 /// Whether this CPU's kernels repack Q4_K (else there is nothing to cache).
 fn repacks(test: &str) -> bool {
     let on = std::env::var("CLOVER_REPACK").as_deref() != Ok("0")
-        && kernels::isa::active()
+        && kernels::KernelTable::chosen()
             .packed_gemm(GgmlType::Q4_K, kernels::Mode::Decode)
             .is_some();
     if !on {

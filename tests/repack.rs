@@ -10,7 +10,7 @@ use clover::gguf::GgufFile;
 use clover::model::weights::GateUp;
 use clover::model::{LogitsFor, Model, ModelConfig, StateOptions, WeightRef};
 use clover::synth::{self, Arch, Preset, Recipe, SynthOptions};
-use kernels::GgmlType;
+use kernels::{GgmlType, KernelTable, Rows};
 
 fn small(dir: &std::path::Path, recipe: Recipe) -> std::path::PathBuf {
     let path = dir.join("small.gguf");
@@ -28,7 +28,7 @@ fn small(dir: &std::path::Path, recipe: Recipe) -> std::path::PathBuf {
 
 fn repack_available(ty: GgmlType) -> bool {
     std::env::var("CLOVER_REPACK").as_deref() != Ok("0")
-        && kernels::isa::active()
+        && kernels::KernelTable::chosen()
             .packed_gemm(ty, kernels::Mode::Decode)
             .is_some()
 }
@@ -48,20 +48,21 @@ fn bind(file: &GgufFile, n_layer: usize, packed: bool) -> Model<'_> {
     config.n_layer = n_layer;
     config.layer_kinds.truncate(n_layer);
     let derived = file.derived_tensors().expect("the file was loaded");
+    let kt = KernelTable::chosen();
     let lookup = |name: &str| {
         file.tensor(name).map(|t| WeightRef {
             name: t.name,
             ty: t.ty,
             dims: t.dims.to_vec(),
             data: t.data,
-            packed: derived.get(name).filter(|_| packed),
             // As the loader binds them.
-            file_matvec: packed
-                && derived.contains(name)
-                && clover::model::load::keeps_file_rows(t.ty, t.dims),
+            rows: Rows::of(
+                kt.layout(t.ty, t.dims.len() != 2),
+                derived.get(name).filter(|_| packed),
+            ),
         })
     };
-    Model::bind(config, &lookup).unwrap()
+    Model::bind(config, kt, &lookup).unwrap()
 }
 
 fn logits(model: &Model, tokens: &[u32]) -> Vec<f32> {
@@ -193,7 +194,10 @@ fn repacked_q3_k_and_q6_k_matrices_give_the_file_layouts_logits_to_rounding() {
         let t = file.tensor(name).unwrap();
         assert_eq!(t.ty, ty, "{name}");
         assert!(packed.contains(name), "{name}");
-        assert!(clover::model::load::keeps_file_rows(t.ty, t.dims), "{name}");
+        assert!(
+            clover::model::load::keeps_file_rows(KernelTable::chosen(), t.ty, t.dims),
+            "{name}"
+        );
     }
     one_layer_logits_agree(&file);
 }

@@ -505,10 +505,13 @@ pub fn init() -> Result<Isa, IsaError> {
     Ok(ACTIVE.get_or_init(|| KernelTable::new(isa)).isa)
 }
 
-/// The active table (the detected tier when `init` was never called or
-/// `CLOVER_ISA` is invalid).
-pub fn active() -> &'static KernelTable {
-    ACTIVE.get_or_init(|| KernelTable::new(Isa::from_env().unwrap_or_else(|_| Isa::detect())))
+impl KernelTable {
+    /// The table of the tier this process chose ([`init`]; the detected tier
+    /// when `init` was never called or `CLOVER_ISA` is invalid). A model is
+    /// bound to it once, at load, and hands it down.
+    pub fn chosen() -> &'static KernelTable {
+        ACTIVE.get_or_init(|| KernelTable::new(Isa::from_env().unwrap_or_else(|_| Isa::detect())))
+    }
 }
 
 impl fmt::Debug for KernelTable {

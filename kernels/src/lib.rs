@@ -26,6 +26,6 @@ pub mod x86;
 
 pub use cpu::Isa;
 pub use isa::KernelTable;
-pub use matmul::{QActs, QExperts, QMatrix};
+pub use matmul::{QActs, QExperts, QMatrix, Rows};
 pub use plan::{Kernel, Mode};
 pub use types::{GgmlType, UnsupportedType};

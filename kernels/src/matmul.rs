@@ -37,6 +37,7 @@ use std::fmt;
 use rayon::prelude::*;
 
 use crate::plan::{Kernel, Layout, Mode};
+use crate::sig::{QuantizeFn, VecDotFn};
 use crate::{GgmlType, KernelTable};
 
 /// Fewest output rows one rayon task computes: below this, scheduling costs
@@ -92,14 +93,55 @@ pub struct QMatrix<'a> {
     pub n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
-    /// The same rows repacked ([`crate::repack`]), when the loader made them.
-    packed: Option<&'a [u8]>,
+    /// Where the kernels read the rows: the file's, or clover's copy.
+    rows: Rows<'a>,
     /// One routed expert of a stack ([`QExperts::expert`]): ggml's
     /// `MUL_MAT_ID`, which in llama.cpp's batch order never takes tinyBLAS.
     pub expert: bool,
-    /// The file's rows stay in memory beside the repacked copy: a mat-vec
-    /// reads them ([`QMatrix::with_file_matvec`]).
-    file_matvec: bool,
+}
+
+/// A matrix's [`Layout`] with the bytes of its copy: which rows the kernels
+/// read, and so which family of kernels [`KernelTable::plan`] picks from
+/// (each layout plans with its own method).
+#[derive(Clone, Copy, Debug)]
+pub enum Rows<'a> {
+    /// The file's rows: the tier's per-type dots, multi-row and prompt
+    /// kernels, and llama.cpp's orders.
+    File,
+    /// clover's eight-row copy ([`crate::repack`]): the packed product for
+    /// every batch size, the packed prompt kernel for long batches.
+    Packed(&'a [u8]),
+    /// The copy for batches, and the file's rows beside it for mat-vecs,
+    /// which read them in the copy's arithmetic (the same bits).
+    PackedAndFile(&'a [u8]),
+}
+
+impl<'a> Rows<'a> {
+    /// The layout `layout` with the copy `copy` (the copy is ignored for
+    /// [`Layout::FileRows`]; without one every layout is the file's rows).
+    pub fn of(layout: Layout, copy: Option<&'a [u8]>) -> Rows<'a> {
+        match (layout, copy) {
+            (Layout::FileRows, _) | (_, None) => Rows::File,
+            (Layout::Packed, Some(p)) => Rows::Packed(p),
+            (Layout::PackedAndFileRows, Some(p)) => Rows::PackedAndFile(p),
+        }
+    }
+
+    pub fn layout(&self) -> Layout {
+        match self {
+            Rows::File => Layout::FileRows,
+            Rows::Packed(_) => Layout::Packed,
+            Rows::PackedAndFile(_) => Layout::PackedAndFileRows,
+        }
+    }
+
+    /// The copy's bytes, if the rows have one.
+    pub fn copy(&self) -> Option<&'a [u8]> {
+        match *self {
+            Rows::File => None,
+            Rows::Packed(p) | Rows::PackedAndFile(p) => Some(p),
+        }
+    }
 }
 
 impl<'a> QMatrix<'a> {
@@ -127,9 +169,8 @@ impl<'a> QMatrix<'a> {
             n_out,
             row_bytes: rb,
             data: &data[..need],
-            packed: None,
+            rows: Rows::File,
             expert: false,
-            file_matvec: false,
         })
     }
 
@@ -156,14 +197,32 @@ impl<'a> QMatrix<'a> {
             )));
         }
         Ok(QMatrix {
-            packed: Some(&packed[..need]),
+            rows: Rows::Packed(&packed[..need]),
             ..self
         })
     }
 
+    /// The same matrix with its rows in `rows` (the copy checked as
+    /// [`QMatrix::with_packed`] checks it).
+    pub fn with_rows(self, rows: Rows<'a>) -> Result<Self, ShapeError> {
+        match rows {
+            Rows::File => Ok(QMatrix {
+                rows: Rows::File,
+                ..self
+            }),
+            Rows::Packed(p) => self.with_packed(p),
+            Rows::PackedAndFile(p) => Ok(self.with_packed(p)?.with_file_matvec()),
+        }
+    }
+
     /// The repacked rows, if any.
     pub fn packed(&self) -> Option<&'a [u8]> {
-        self.packed
+        self.rows.copy()
+    }
+
+    /// Where the kernels read the rows.
+    pub fn rows_layout(&self) -> Rows<'a> {
+        self.rows
     }
 
     /// The same matrix, telling the planner that its file rows stay in
@@ -173,10 +232,11 @@ impl<'a> QMatrix<'a> {
     /// AVX-512 Q6_K: its file rows stream faster from memory). Batches keep
     /// the repacked product.
     pub fn with_file_matvec(self) -> Self {
-        QMatrix {
-            file_matvec: true,
-            ..self
-        }
+        let rows = match self.rows {
+            Rows::Packed(p) => Rows::PackedAndFile(p),
+            r => r,
+        };
+        QMatrix { rows, ..self }
     }
 
     /// Repacked bytes of the `count` rows from row `o` (both multiples of 8).
@@ -326,9 +386,11 @@ impl<'a> QExperts<'a> {
             n_out: self.n_out,
             row_bytes: self.row_bytes,
             data: &self.data[e * size..(e + 1) * size],
-            packed: self.packed.map(|p| &p[e * one..(e + 1) * one]),
+            rows: match self.packed {
+                Some(p) => Rows::Packed(&p[e * one..(e + 1) * one]),
+                None => Rows::File,
+            },
             expert: true,
-            file_matvec: false,
         }
     }
 }
@@ -369,7 +431,7 @@ fn check_pair(w: &QMatrix, x_ty: GgmlType, x_n: usize) {
 /// The weight rows a task hands to a multi-row kernel: the repacked rows for
 /// [`Kernel::Packed`], else the file's.
 fn kernel_rows<'a>(k: &Kernel, w: &QMatrix<'a>, first: usize, count: usize) -> &'a [u8] {
-    match (k, w.packed) {
+    match (k, w.rows.copy()) {
         (Kernel::Packed(_) | Kernel::PackedPrompt(_), Some(p)) => w.packed_rows(p, first, count),
         _ => w.rows(first, count),
     }
@@ -441,7 +503,7 @@ pub(crate) fn dot_block(
     out_stride: usize,
 ) {
     let n = w.n_in;
-    if let (Some(g), Some(p)) = (kt.packed_gemm(w.ty, Mode::Decode), w.packed) {
+    if let (Some(g), Some(p)) = (kt.packed_gemm(w.ty, Mode::Decode), w.rows.copy()) {
         assert!(
             o.is_multiple_of(crate::repack::ROWS) && w_rows.is_multiple_of(crate::repack::ROWS),
             "repacked rows come in groups of 8"
@@ -716,7 +778,41 @@ pub fn expert_gather(
         .for_each(|(r, c, ys)| run(r, c, ys));
 }
 
+/// The kernels of attention's scores over a KV cache: each query head is
+/// converted to `q_ty` by `quantize`, and `dot` takes it with a cached K head.
+#[derive(Clone, Copy, Debug)]
+pub struct KvDot {
+    pub q_ty: GgmlType,
+    pub quantize: QuantizeFn,
+    pub dot: VecDotFn,
+}
+
 impl KernelTable {
+    /// The plan of `K·q` over cached K heads of type `ty_k`, `head_dim`
+    /// wide, for a batch of `rows` queries in `mode`: in llama.cpp's batch
+    /// order ggml hands a batch over an f16 cache to llamafile's tinyBLAS
+    /// (q converted to f16 for it; f32 q stays a strided view, which tinyBLAS
+    /// does not take); everything else takes the tier's dot of the type.
+    pub fn plan_kv(&self, ty_k: GgmlType, head_dim: usize, rows: usize, mode: Mode) -> KvDot {
+        let q_ty = ty_k.vec_dot_type();
+        let tinyblas = rows > 1 && mode == Mode::Ggml && head_dim.is_multiple_of(16);
+        let dot = match ty_k {
+            GgmlType::F16 if tinyblas => self.gemm_f16(),
+            ty => self.vec_dot(ty),
+        };
+        KvDot {
+            q_ty,
+            quantize: self.quantize(q_ty),
+            dot,
+        }
+    }
+
+    /// `Σ a·b` of two f32 vectors (as bytes) in ggml's `ggml_vec_dot_f32`
+    /// order: the attention's f32 scores and the delta rule's readouts.
+    pub fn f32_dot(&self) -> VecDotFn {
+        self.vec_dot(GgmlType::F32)
+    }
+
     /// How this tier keeps a weight of type `ty`: a plain matrix, or an
     /// expert stack (`stack`, read a few experts at a time, never kept twice).
     pub fn layout(&self, ty: GgmlType, stack: bool) -> Layout {
@@ -731,28 +827,50 @@ impl KernelTable {
         }
     }
 
-    /// The kernel for `w` times `rows` activation rows in `mode`.
+    /// The kernel for `w` times `rows` activation rows in `mode`: its
+    /// layout's plan, the copy's where the tier has a packed product in this
+    /// mode (llama.cpp's order has none), else the file rows'.
     pub fn plan(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
-        let (ty, n_out) = (w.ty, w.n_out);
-        if let Some(g) = self.packed_gemm(ty, mode).filter(|_| w.packed().is_some()) {
-            // A mat-vec on rows kept in the file's layout too: those, in the
-            // repacked product's arithmetic (the same bits).
-            if let Some(f) = self
-                .packed_order_rows(ty, mode)
-                .filter(|_| rows <= 1 && w.file_matvec)
-            {
-                return Kernel::Rows(f);
-            }
-            // A prompt batch takes the prompt kernel on the same repacked
-            // rows where the tier has one (faster for many tokens).
-            if let Some(p) = self
-                .packed_prompt_gemm(ty, mode)
-                .filter(|_| rows >= packed_prompt_min_rows(ty))
-            {
-                return Kernel::PackedPrompt(p);
-            }
-            return Kernel::Packed(g);
+        let packed = match w.rows {
+            Rows::File => None,
+            Rows::Packed(_) => self.plan_packed(w.ty, rows, mode, false),
+            Rows::PackedAndFile(_) => self.plan_packed(w.ty, rows, mode, true),
+        };
+        packed.unwrap_or_else(|| self.plan_file_rows(w, rows, mode))
+    }
+
+    /// The plan of rows kept in clover's copy (`file_rows`: the file's rows
+    /// beside it); `None` when the tier has no packed product in `mode`.
+    fn plan_packed(
+        &self,
+        ty: GgmlType,
+        rows: usize,
+        mode: Mode,
+        file_rows: bool,
+    ) -> Option<Kernel> {
+        let g = self.packed_gemm(ty, mode)?;
+        // A mat-vec on rows kept in the file's layout too: those, in the
+        // repacked product's arithmetic (the same bits).
+        if let Some(f) = self
+            .packed_order_rows(ty, mode)
+            .filter(|_| rows <= 1 && file_rows)
+        {
+            return Some(Kernel::Rows(f));
         }
+        // A prompt batch takes the prompt kernel on the same repacked
+        // rows where the tier has one (faster for many tokens).
+        if let Some(p) = self
+            .packed_prompt_gemm(ty, mode)
+            .filter(|_| rows >= packed_prompt_min_rows(ty))
+        {
+            return Some(Kernel::PackedPrompt(p));
+        }
+        Some(Kernel::Packed(g))
+    }
+
+    /// The plan of the file's rows.
+    fn plan_file_rows(&self, w: &QMatrix, rows: usize, mode: Mode) -> Kernel {
+        let (ty, n_out) = (w.ty, w.n_out);
         if rows <= 1 {
             // A mat-vec: the dot ggml uses for one token (its repacked gemv
             // where it repacks), through a multi-row kernel where one gives

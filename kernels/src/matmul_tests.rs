@@ -176,7 +176,7 @@ fn matvec_serial_equals_the_parallel_matvec_bit_for_bit() {
 
 #[test]
 fn matmul_matches_dequantised_reference_across_tiles_and_row_blocks() {
-    let kt = crate::isa::active();
+    let kt = crate::KernelTable::chosen();
     let n = 256;
     // Past one block of weight rows at ACT_TILE + 3 activation rows (past
     // one ACT_TILE).
@@ -200,7 +200,7 @@ fn matmul_matches_dequantised_reference_across_tiles_and_row_blocks() {
 
 #[test]
 fn matmul_of_many_rows_equals_row_by_row_matvec_bit_for_bit() {
-    let kt = crate::isa::active();
+    let kt = crate::KernelTable::chosen();
     let (n, n_out, rows) = (256, 300, 5);
     let mut rng = Rng(7);
     let (wb, _) = quantized(GgmlType::Q6_K, n, n_out, &mut rng);
@@ -225,7 +225,7 @@ fn matmul_of_many_rows_equals_row_by_row_matvec_bit_for_bit() {
 
 #[test]
 fn expert_gather_multiplies_each_row_by_its_own_expert() {
-    let kt = crate::isa::active();
+    let kt = crate::KernelTable::chosen();
     let (n, n_out, n_expert) = (256, 48, 5);
     for ty in [GgmlType::Q4_K, GgmlType::IQ4_XS, GgmlType::Q8_0] {
         let mut rng = Rng(200 + ty.id() as u64);
@@ -269,7 +269,7 @@ fn shapes_that_do_not_fit_their_bytes_are_rejected() {
 #[test]
 #[should_panic(expected = "Q4_K weights need Q8_K activations")]
 fn matmul_refuses_activations_of_the_wrong_type() {
-    let kt = crate::isa::active();
+    let kt = crate::KernelTable::chosen();
     let w = vec![0u32; 36];
     let m = QMatrix::new(GgmlType::Q4_K, 256, 1, bytemuck::cast_slice(&w)).unwrap();
     let a = vec![0u32; 68 * 2];

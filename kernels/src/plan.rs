@@ -89,7 +89,9 @@ impl BatchOrder {
     }
 }
 
-/// How a weight is kept in memory for the kernels of a tier.
+/// How a weight is kept in memory for the kernels of a tier
+/// (`KernelTable::layout`). A matrix carries it, with its copy's bytes, as
+/// [`crate::matmul::Rows`], and `plan` asks that layout's own planner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
     /// The file's rows only.

@@ -333,7 +333,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 
     let run = RunInfo {
         build: format!("clover {}", env!("CARGO_PKG_VERSION")),
-        cpu_info: format!("isa {}", kernels::isa::active().isa),
+        cpu_info: format!("isa {}", model.kt.isa),
         type_k: type_k.name().to_lowercase(),
         type_v: type_v.name().to_lowercase(),
         test_time: unix_time(),

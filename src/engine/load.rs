@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use kernels::GgmlType;
+use kernels::{GgmlType, KernelTable, Rows};
 
 use crate::chat::{ChatMessage, ChatTemplate, CHATML_TEMPLATE};
 use crate::gguf::{GgufError, GgufFile, Value};
@@ -91,7 +91,8 @@ pub fn load_layout(
 ) -> Vec<String> {
     use crate::model::load::{packed_plan, reads_copy_only, repack_for_kernels};
     let mut notes = Vec::new();
-    let plan = packed_plan(file);
+    let kt = KernelTable::chosen();
+    let plan = packed_plan(kt, file);
     let bytes: usize = plan.iter().map(|p| p.bytes).sum();
     let cache = super::packed_cache::dir_for(bytes)
         .filter(|_| !plan.is_empty())
@@ -141,7 +142,8 @@ pub fn load_layout(
         }
         None => {
             file.derived(|f| {
-                let copies = repack_for_kernels(f, &mut |d, t| progress(LoadPhase::Repacking, d, t));
+                let copies =
+                    repack_for_kernels(kt, f, &mut |d, t| progress(LoadPhase::Repacking, d, t));
                 if let Some(at) = cache.as_ref().filter(|_| copies.len() == plan.len()) {
                     let write = super::packed_cache::write(at, f, &plan, &copies, &mut |d, t| {
                         progress(LoadPhase::WritingLayout, d, t)
@@ -446,11 +448,10 @@ pub fn check_loadable(path: &Path) -> std::io::Result<()> {
             ty: t.ty,
             dims: t.dims.to_vec(),
             data: t.data,
-            packed: None,
-            file_matvec: false,
+            rows: Rows::File,
         })
     };
-    Model::bind(config, &lookup).map_err(|e| fail(e.to_string()))?;
+    Model::bind(config, KernelTable::chosen(), &lookup).map_err(|e| fail(e.to_string()))?;
     let spec = tokenizer_spec(&file).map_err(|e| fail(e.to_string()))?;
     Tokenizer::new(&spec).map_err(|e| fail(e.to_string()))?;
     Ok(())

@@ -26,6 +26,7 @@
 //! cache before the block plus every block row, whose K/V stay in f32
 //! scratch) and `project_out`, without the cache append.
 
+use kernels::matmul::KvDot;
 use kernels::{scalar, GgmlType, Mode};
 use rayon::prelude::*;
 
@@ -321,20 +322,17 @@ pub(super) fn attend(
         return;
     }
     let (nh, nkv, d, group, scale) = heads(cfg);
-    let k_dot_ty = kv.ty_k.vec_dot_type();
-    let q_bytes = k_dot_ty.row_bytes(d as u64).expect("head is whole blocks") as usize;
-    let quant = kt.quantize(k_dot_ty);
+    let KvDot {
+        q_ty,
+        quantize: quant,
+        dot,
+    } = kt.plan_kv(kv.ty_k, d, t, mode);
+    let q_bytes = q_ty.row_bytes(d as u64).expect("head is whole blocks") as usize;
     let ty_v = kv.ty_v;
     let n_ctx = sc.n_ctx;
     let qaw = sc.q_act_words;
     // tinyBLAS's lane order for a batch only in the ggml batch mode.
     let batch_order = t > 1 && mode == Mode::Ggml;
-    // ggml hands a batch's `K·q` to tinyBLAS when q is converted for it (an
-    // f16 cache; f32 q stays a strided view, which tinyBLAS does not take).
-    let dot = match kv.ty_k {
-        GgmlType::F16 if batch_order && d.is_multiple_of(16) => kt.gemm_f16(),
-        ty => kt.vec_dot(ty),
-    };
     // Block row j's K or V head g.
     let (bk, bv) = (&sc.k, &sc.v);
     let block_k = |j: usize, g: usize| &bk[(j * nkv + g) * d..(j * nkv + g + 1) * d];

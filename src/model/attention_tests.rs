@@ -47,7 +47,7 @@ fn run_with(
     let model = tm.model();
     let cfg = &model.config;
     let w = attn_weights(&model, il);
-    let kt = kernels::isa::active();
+    let kt = kernels::KernelTable::chosen();
     let cx = Cx { kt, mode, cfg };
     let e = cfg.n_embd;
     let t = u.len() / e;

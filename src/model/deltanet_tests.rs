@@ -160,7 +160,7 @@ fn one_token_steps_match_the_design_transcription() {
     let model = tm.model();
     let cfg = &model.config;
     let w = gdn_weights(&model, 0);
-    let kt = kernels::isa::active();
+    let kt = kernels::KernelTable::chosen();
     let mut reference = Reference::new(&tm, 0);
     let mut state = DeltaNetState::new(cfg);
     let mut sc = DeltaNetScratch::new(cfg, 1);
@@ -212,7 +212,7 @@ fn a_batch_advances_state_exactly_like_single_tokens() {
     let model = tm.model();
     let cfg = &model.config;
     let w = gdn_weights(&model, 0);
-    let kt = kernels::isa::active();
+    let kt = kernels::KernelTable::chosen();
     let e = cfg.n_embd;
     let mut r = Rng::new(4);
     let u = r.vec(5 * e, 1.0);
@@ -341,7 +341,7 @@ fn chunked_form_equals_token_by_token_across_chunk_boundaries() {
     let model = tm.model();
     let cfg = &model.config;
     let w = gdn_weights(&model, 0);
-    let kt = kernels::isa::active();
+    let kt = kernels::KernelTable::chosen();
     let e = cfg.n_embd;
     let n = 150; // chunks of 64, 64, 22
     let mut r = Rng::new(14);

@@ -481,7 +481,7 @@ fn lambda_one_gives_exactly_the_history_read_out() {
     sc.force_lambda = Some(1.0);
     let mut lin = MatScratch::new(t, c.ssm_conv_channels().max(c.n_embd));
     let mut out = vec![0.0; t * c.n_embd];
-    let kt = kernels::isa::active();
+    let kt = kernels::KernelTable::chosen();
     gdn_block(
         Cx {
             kt,
@@ -610,7 +610,10 @@ fn diffusion_needs_the_clover_tensors_and_checks_its_inputs() {
 fn a_partial_set_of_diffusion_tensors_is_a_load_error() {
     let mut tm = TinyModel::random(tiny_config(2, 2), 3);
     tm.tensors.remove("blk.0.ssm_bd_history.bias");
-    let e = Model::bind(tm.cfg.clone(), &|n| tm.lookup(n)).unwrap_err();
+    let e = Model::bind(tm.cfg.clone(), kernels::KernelTable::chosen(), &|n| {
+        tm.lookup(n)
+    })
+    .unwrap_err();
     assert_eq!(
         e,
         crate::model::WeightError::Missing("blk.0.ssm_bd_history.bias".into())

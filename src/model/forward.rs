@@ -49,10 +49,12 @@ pub struct Model<'a> {
 }
 
 impl<'a> Model<'a> {
-    /// Binds the weights through `lookup` (tensor name → bytes). A trailing
+    /// Binds the weights through `lookup` (tensor name → bytes), to run on
+    /// the kernels of `kt`. A trailing
     /// MTP block (`blk.N.nextn.eh_proj.weight` present) is skipped.
     pub fn bind(
         mut config: ModelConfig,
+        kt: &'static KernelTable,
         lookup: &dyn Fn(&str) -> Option<WeightRef<'a>>,
     ) -> Result<Model<'a>, WeightError> {
         let last = config.n_layer - 1;
@@ -64,7 +66,7 @@ impl<'a> Model<'a> {
             config,
             weights,
             order: BatchOrder::chosen(),
-            kt: kernels::isa::active(),
+            kt,
             draft_pool: 0,
         })
     }

@@ -10,7 +10,7 @@
 //! and owns the activation conversion cache.
 
 use kernels::matmul::{self as km, QActs, QMatrix};
-use kernels::{scalar, GgmlType, KernelTable, Mode};
+use kernels::{scalar, GgmlType, KernelTable, Mode, Rows};
 
 use super::observe;
 
@@ -22,11 +22,9 @@ pub struct Matrix<'a> {
     pub n_out: usize,
     row_bytes: usize,
     data: &'a [u8],
-    /// The rows repacked for the kernels (`kernels::repack`), when loaded so.
-    packed: Option<&'a [u8]>,
-    /// The file's rows stay in memory beside `packed`: mat-vecs read them
-    /// (`kernels::matmul::QMatrix::with_file_matvec`).
-    file_matvec: bool,
+    /// Where the kernels read the rows: the file's, or the loader's copy
+    /// (`kernels::repack`) alone or beside them.
+    rows: Rows<'a>,
     /// One routed expert of a stack (ggml's `MUL_MAT_ID`; see
     /// `kernels::QMatrix::expert`).
     expert: bool,
@@ -46,8 +44,7 @@ impl<'a> Matrix<'a> {
             n_out,
             row_bytes,
             data,
-            packed: None,
-            file_matvec: false,
+            rows: Rows::File,
             expert: false,
             name: "",
         }
@@ -66,22 +63,10 @@ impl<'a> Matrix<'a> {
         }
     }
 
-    /// The same matrix with its repacked rows (checked when the kernels'
-    /// view is made, [`Matrix::q`]).
-    pub fn with_packed(self, packed: &'a [u8]) -> Matrix<'a> {
-        Matrix {
-            packed: Some(packed),
-            ..self
-        }
-    }
-
-    /// The same matrix, its file rows kept in memory beside the repacked
-    /// ones for mat-vecs to read.
-    pub fn with_file_matvec(self) -> Matrix<'a> {
-        Matrix {
-            file_matvec: true,
-            ..self
-        }
+    /// The same matrix read from `rows` (a copy is checked when the
+    /// kernels' view is made, [`Matrix::q`]).
+    pub fn with_rows(self, rows: Rows<'a>) -> Matrix<'a> {
+        Matrix { rows, ..self }
     }
 
     #[inline]
@@ -99,14 +84,7 @@ impl<'a> Matrix<'a> {
         let mut q = QMatrix::new(self.ty, self.n_in, self.n_out, self.data)
             .expect("checked in new_unchecked");
         q.expert = self.expert;
-        match self.packed {
-            Some(p) if self.file_matvec => q
-                .with_packed(p)
-                .expect("repacked by the loader")
-                .with_file_matvec(),
-            Some(p) => q.with_packed(p).expect("repacked by the loader"),
-            None => q,
-        }
+        q.with_rows(self.rows).expect("repacked by the loader")
     }
 
     /// Dequantises row `o` (an embedding lookup).
@@ -354,7 +332,7 @@ mod tests {
 
     #[test]
     fn f32_matmul_equals_plain_loops_for_one_and_many_rows() {
-        let kt = kernels::isa::active();
+        let kt = kernels::KernelTable::chosen();
         let (n_in, n_out) = (13, 2100);
         let mut r = rng(1);
         let w: Vec<f32> = (0..n_in * n_out).map(|_| r()).collect();
@@ -376,7 +354,7 @@ mod tests {
 
     #[test]
     fn f16_weights_see_activations_rounded_to_f16() {
-        let kt = kernels::isa::active();
+        let kt = kernels::KernelTable::chosen();
         let n_in = 4;
         let w: Vec<f16> = [1.0f32, 1.0, 1.0, 1.0]
             .iter()
@@ -401,7 +379,7 @@ mod tests {
 
     #[test]
     fn act_cache_converts_once_per_slice_until_invalidated() {
-        let kt = kernels::isa::active();
+        let kt = kernels::KernelTable::chosen();
         let mut cache = ActCache::default();
         let mut x = [1.0f32, 2.0];
         assert_eq!(cache.get(kt, GgmlType::F32, &x, 2).row(0).len(), 8);

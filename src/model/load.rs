@@ -1,10 +1,11 @@
 //! Binding a model to a GGUF file: metadata through `ModelConfig`, tensors
 //! zero-copy through `WeightRef`s over the file's bytes.
 
-use kernels::plan::{BatchOrder, Layout};
 use std::collections::HashMap;
 
+use kernels::plan::{BatchOrder, Layout};
 use kernels::repack;
+use kernels::{KernelTable, Rows};
 use rayon::prelude::*;
 use thiserror::Error;
 
@@ -29,19 +30,19 @@ impl<'a> Model<'a> {
     /// kernel table's product when it has one ([`repack_for_kernels`]): a
     /// copy of those tensors in memory, made once per file.
     pub fn load(file: &'a GgufFile) -> Result<Model<'a>, LoadError> {
+        let kt = KernelTable::chosen();
         let config = ModelConfig::from_metadata(|k| file.get(k))?;
-        let packed = file.derived(|f| Derived::owned(repack_for_kernels(f, &mut |_, _| {})));
+        let packed = file.derived(|f| Derived::owned(repack_for_kernels(kt, f, &mut |_, _| {})));
         let lookup = |name: &str| {
             file.tensor(name).map(|t| WeightRef {
                 name: t.name,
                 ty: t.ty,
                 dims: t.dims.to_vec(),
                 data: t.data,
-                packed: packed.get(name),
-                file_matvec: packed.contains(name) && keeps_file_rows(t.ty, t.dims),
+                rows: Rows::of(kt.layout(t.ty, t.dims.len() != 2), packed.get(name)),
             })
         };
-        Ok(Model::bind(config, &lookup)?)
+        Ok(Model::bind(config, kt, &lookup)?)
     }
 }
 
@@ -56,8 +57,8 @@ impl<'a> Model<'a> {
 /// Q6_K projections and head stay in memory beside their copies, which
 /// costs memory and saves time per token where one thread does not
 /// saturate memory (figures in docs/PERFORMANCE.md).
-pub fn keeps_file_rows(ty: kernels::GgmlType, dims: &[u64]) -> bool {
-    kernels::isa::active().layout(ty, dims.len() != 2) == Layout::PackedAndFileRows
+pub fn keeps_file_rows(kt: &KernelTable, ty: kernels::GgmlType, dims: &[u64]) -> bool {
+    kt.layout(ty, dims.len() != 2) == Layout::PackedAndFileRows
 }
 
 /// Rows repacked per task.
@@ -82,15 +83,16 @@ pub struct Packed {
     pub rows: usize,
     /// Bytes of the copy as held: the layout's bytes rounded up to 8.
     pub bytes: usize,
+    /// The copy alone, or the file's rows beside it.
+    pub layout: Layout,
 }
 
 /// What [`repack_for_kernels`] repacks of `file`, in file order; empty
 /// when the active kernel table repacks nothing of it, or repacking is off
 /// (`CLOVER_REPACK=0`, or llama.cpp's batch order, which takes no repacked
 /// product). Whether the copies fit in memory is not asked here.
-pub fn packed_plan(file: &GgufFile) -> Vec<Packed> {
+pub fn packed_plan(kt: &KernelTable, file: &GgufFile) -> Vec<Packed> {
     let mode = std::env::var("CLOVER_REPACK").ok();
-    let kt = kernels::isa::active();
     if mode.as_deref() == Some("0") || BatchOrder::chosen() == BatchOrder::Ggml {
         return Vec::new();
     }
@@ -115,6 +117,7 @@ pub fn packed_plan(file: &GgufFile) -> Vec<Packed> {
                 n_in,
                 rows,
                 bytes: repack::packed_bytes(t.ty, n_in, rows).next_multiple_of(8),
+                layout: kt.layout(t.ty, t.dims.len() != 2),
             })
         })
         .collect()
@@ -122,11 +125,12 @@ pub fn packed_plan(file: &GgufFile) -> Vec<Packed> {
 
 /// Whether the loader reads tensor `t` from a repacked copy only (the file's
 /// rows are not read again once it is made): a tensor of `plan` whose file
-/// rows are not kept ([`keeps_file_rows`]), other than a tied embedding.
+/// rows are not kept ([`Layout::Packed`]), other than a tied embedding.
 pub fn reads_copy_only(plan: &[Packed], t: &TensorInfo) -> bool {
     t.name != "token_embd.weight"
-        && !keeps_file_rows(t.ty, &t.dims)
-        && plan.iter().any(|p| p.name == t.name)
+        && plan
+            .iter()
+            .any(|p| p.name == t.name && p.layout == Layout::Packed)
 }
 
 /// The repacked copies ([`packed_plan`]) in memory, in the layout of
@@ -147,11 +151,12 @@ pub fn reads_copy_only(plan: &[Packed], t: &TensorInfo) -> bool {
 /// (`MADV_HUGEPAGE`): the experts are read at random, and in 4 KiB pages
 /// every one of them is a run of TLB misses.
 pub fn repack_for_kernels(
+    kt: &KernelTable,
     file: &GgufFile,
     progress: &mut dyn FnMut(u64, u64),
 ) -> HashMap<String, Vec<u64>> {
     let mut out = HashMap::new();
-    let plan = packed_plan(file);
+    let plan = packed_plan(kt, file);
     let evict = file.is_mapped() && !crate::gguf::pages::mlock();
     let evictable = |t: &TensorInfo| evict && reads_copy_only(&plan, t);
     let total: usize = plan.iter().map(|p| p.bytes).sum();

@@ -196,7 +196,7 @@ fn run_path(tm: &TinyModel, u: &[f32], path: ExpertPath) -> (Vec<f32>, Vec<usize
 fn run_pooled(tm: &TinyModel, u: &[f32], path: ExpertPath, pool: usize) -> (Vec<f32>, Vec<usize>) {
     let model = tm.model();
     let cfg = &model.config;
-    let kt = kernels::isa::active();
+    let kt = kernels::KernelTable::chosen();
     let t = u.len() / cfg.n_embd;
     let mut sc = MoeScratch::new(cfg, t);
     sc.path = path;

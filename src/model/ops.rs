@@ -168,7 +168,7 @@ fn swiglu_row_body(g: &[f32], up: &[f32], h: &mut [f32]) {
 #[inline]
 pub fn dot_f32(kt: &KernelTable, a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    (kt.vec_dot(kernels::GgmlType::F32))(
+    (kt.f32_dot())(
         n,
         bytemuck::cast_slice(&a[..n]),
         bytemuck::cast_slice(&b[..n]),

@@ -337,8 +337,7 @@ impl TinyModel {
     pub fn lookup(&self, name: &str) -> Option<WeightRef<'_>> {
         self.tensors.get_key_value(name).map(|(name, t)| WeightRef {
             name: name.as_str(),
-            packed: None,
-            file_matvec: false,
+            rows: kernels::Rows::File,
             ty: t.ty,
             dims: t.dims.clone(),
             data: t.data(),
@@ -346,7 +345,10 @@ impl TinyModel {
     }
 
     pub fn model(&self) -> Model<'_> {
-        Model::bind(self.cfg.clone(), &|n| self.lookup(n)).expect("tiny model binds")
+        Model::bind(self.cfg.clone(), kernels::KernelTable::chosen(), &|n| {
+            self.lookup(n)
+        })
+        .expect("tiny model binds")
     }
 }
 

@@ -7,7 +7,8 @@
 //! `output.weight` absent → tied to `token_embd.weight`. The fused
 //! `ffn_gate_up_exps {in, 2·n_ff, n_expert}` holds gate rows first, then up rows.
 
-use kernels::{scalar, GgmlType};
+use kernels::plan::Layout;
+use kernels::{scalar, GgmlType, Rows};
 use thiserror::Error;
 
 use super::config::{LayerKind, ModelConfig};
@@ -21,12 +22,9 @@ pub struct WeightRef<'a> {
     pub ty: GgmlType,
     pub dims: Vec<u64>,
     pub data: &'a [u8],
-    /// The same tensor repacked for the kernels (`kernels::repack`), when
-    /// the loader made it.
-    pub packed: Option<&'a [u8]>,
-    /// With `packed`: the loader keeps the file's rows in memory too, for
-    /// mat-vecs (`load::keeps_file_rows`).
-    pub file_matvec: bool,
+    /// Where the kernels read it: the file's rows, or the loader's copy
+    /// (`kernels::repack`) alone or beside them (`load::keeps_file_rows`).
+    pub rows: Rows<'a>,
 }
 
 #[derive(Debug, Error, PartialEq)]
@@ -80,11 +78,10 @@ impl<'a> Experts<'a> {
             &self.data[e * size..(e + 1) * size],
         );
         let one = kernels::repack::packed_bytes(self.ty, self.n_in, self.n_out);
-        let m = m.as_expert().named(self.name);
-        match self.packed {
-            Some(p) => m.with_packed(&p[e * one..(e + 1) * one]),
-            None => m,
-        }
+        let copy = self.packed.map(|p| &p[e * one..(e + 1) * one]);
+        m.as_expert()
+            .named(self.name)
+            .with_rows(Rows::of(Layout::Packed, copy))
     }
 }
 
@@ -270,12 +267,9 @@ impl<'a> Binder<'_, 'a> {
 
     fn matrix(&self, name: &str, n_in: usize, n_out: usize) -> Result<Matrix<'a>, WeightError> {
         let w = self.get(name, &[n_in as u64, n_out as u64])?;
-        let m = Matrix::new_unchecked(w.ty, n_in, n_out, w.data).named(w.name);
-        Ok(match w.packed {
-            Some(p) if w.file_matvec => m.with_packed(p).with_file_matvec(),
-            Some(p) => m.with_packed(p),
-            None => m,
-        })
+        Ok(Matrix::new_unchecked(w.ty, n_in, n_out, w.data)
+            .named(w.name)
+            .with_rows(w.rows))
     }
 
     /// A `{n}` vector bound as a 1-row matrix.
@@ -299,7 +293,7 @@ impl<'a> Binder<'_, 'a> {
             n_expert,
             name: w.name,
             data: w.data,
-            packed: w.packed,
+            packed: w.rows.copy(),
         })
     }
 

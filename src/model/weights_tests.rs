@@ -8,7 +8,9 @@ use crate::model::{LogitsFor, WeightError};
 use kernels::GgmlType;
 
 fn bind(tm: &TinyModel) -> Result<Model<'_>, WeightError> {
-    Model::bind(tm.cfg.clone(), &|n| tm.lookup(n))
+    Model::bind(tm.cfg.clone(), kernels::KernelTable::chosen(), &|n| {
+        tm.lookup(n)
+    })
 }
 
 #[test]
