@@ -403,6 +403,8 @@ fn bench_size(c: &mut Criterion, bytes: usize, large: bool, best: &Best) {
                 );
             }
             g.throughput(Throughput::BytesDecimal((reps * pb) as u64));
+            // Same thread-pool loop as the file-row bench above: this one times the repacked (-r8)
+            // product under its own id and key.
             for (t, p) in &pools {
                 let id = format!("{ty}-r8/{isa}/{t}t");
                 let key = format!("{label} {ty}-r8 {isa} {t}t");

@@ -44,6 +44,8 @@ fn main() {
     let mut rnd = common::rng();
     let one = common::one_thread();
     println!("-- {n_out} x {N} weights, one thread, min of {reps}, GFLOP/s (pairs -> gemm, ratio)");
+    // The type list and weight setup as in decode_order.rs::main: each example times its own
+    // kernels over its own set of types.
     for ty in [
         GgmlType::Q4_K,
         GgmlType::Q8_0,

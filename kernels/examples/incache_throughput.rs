@@ -21,6 +21,8 @@ use std::time::Duration;
 use kernels::matmul::{matvec_serial, QMatrix};
 use kernels::{repack, scalar, GgmlType, Isa, KernelTable};
 
+// The argument parsing as in decode_order.rs::main: each example takes its own arguments and
+// defaults.
 const N: usize = 4096;
 
 fn main() {

@@ -91,6 +91,8 @@ fn main() {
         for (name, dot) in dots {
             let gbs = rate(rows * rb, || {
                 let mut s = 0f32;
+                // The timed dot loop as in legacy_throughput.rs::table: this example times each
+                // named variant through its own rate().
                 for r in wb.chunks(rb) {
                     s += dot(N, r, ab);
                 }

@@ -37,6 +37,7 @@ fn main() {
         "-- {n_out} x {N} weights, one thread, min of {reps}, GFLOP/s ({})",
         kt.isa
     );
+    // Each type packed and unpacked, alike pairs: the list states which layouts are timed.
     for (ty, packed) in [
         (GgmlType::Q3_K, true),
         (GgmlType::Q3_K, false),

@@ -47,25 +47,8 @@ fn dot_block_equals_the_tiers_vec_dot_bit_for_bit_at_awkward_shapes() {
                         (0, 8),
                         (1, 12),
                     ] {
-                        let stride = cols + 3;
-                        let mut out = vec![f32::NAN; rows_w * stride];
-                        dot_block(&kt, &m, o, rows_w, &x, t0, cols, &mut out, stride);
-                        for i in 0..rows_w {
-                            for t in 0..stride {
-                                let got = out[i * stride + t];
-                                if t >= cols {
-                                    assert!(got.is_nan(), "{isa} {ty} wrote past its columns");
-                                    continue;
-                                }
-                                let want = dot(n, m.row(o + i), x.row(t0 + t));
-                                assert_eq!(
-                                    got.to_bits(),
-                                    want.to_bits(),
-                                    "{isa} {ty} n={n} {rows_w}x{cols} at ({o},{t0}): \
-                                     out ({i},{t}) {got} vs vec_dot {want}"
-                                );
-                            }
-                        }
+                        let label = format!("{isa} {ty}");
+                        check_dot_block(&kt, &m, &x, dot, (o, rows_w), (t0, cols), &label);
                     }
                 }
             }

@@ -123,6 +123,9 @@ fn tier_gemm(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     }
 }
 
+// The tier_* lookups below share one shape (an x86-only arm, `let _ = ty` where it is compiled
+// out), but each hands out its own kernel family for its own tiers; one plain match per table entry
+// keeps visible which cfg arm serves it.
 fn tier_ggml_repack(isa: Isa, ty: GgmlType) -> Option<VecDotFn> {
     match isa {
         #[cfg(target_arch = "x86_64")]

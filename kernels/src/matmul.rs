@@ -64,6 +64,7 @@ pub fn row_block(rows: usize) -> usize {
 
 /// A shape that does not fit its bytes or its partner.
 #[derive(Clone, Debug, PartialEq, Eq)]
+// Same newtype error as cpu.rs::IsaError: each module's failure is its own type.
 pub struct ShapeError(pub String);
 
 impl fmt::Display for ShapeError {
@@ -282,6 +283,8 @@ impl<'a> QActs<'a> {
     /// Views `data` (at least `rows` rows of `ty.row_bytes(n)` bytes) as
     /// activation rows.
     pub fn new(ty: GgmlType, n: usize, rows: usize, data: &'a [u8]) -> Result<Self, ShapeError> {
+        // The same size check as QMatrix::new above, worded for activation rows: each error names
+        // its own operand.
         let rb = row_bytes(ty, n)?;
         let need = rb
             .checked_mul(rows)
@@ -483,6 +486,42 @@ pub fn matvec_serial(kt: &KernelTable, w: &QMatrix, x: &[u8], out: &mut [f32]) {
     check_row(w, x);
     let k = kt.plan(w, 1, Mode::Decode);
     matvec_rows(&k, w, 0, x, &mut out[..w.n_out]);
+}
+
+/// [`dot_block`] of weight rows `o..o + rows_w` against activation rows
+/// `t0..t0 + cols` into a NaN-filled buffer three columns wider, checked:
+/// nothing written past the columns, every cell the bits of `dot` on its
+/// pair. `label` starts the failure messages.
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_dot_block(
+    kt: &KernelTable,
+    m: &QMatrix,
+    x: &QActs,
+    dot: crate::sig::VecDotFn,
+    (o, rows_w): (usize, usize),
+    (t0, cols): (usize, usize),
+    label: &str,
+) {
+    let n = m.n_in;
+    let stride = cols + 3;
+    let mut out = vec![f32::NAN; rows_w * stride];
+    dot_block(kt, m, o, rows_w, x, t0, cols, &mut out, stride);
+    for i in 0..rows_w {
+        for t in 0..stride {
+            let got = out[i * stride + t];
+            if t >= cols {
+                assert!(got.is_nan(), "{label} n={n}: wrote past its columns");
+                continue;
+            }
+            let want = dot(n, m.row(o + i), x.row(t0 + t));
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "{label} n={n} {rows_w}x{cols} at ({o},{t0}): out ({i},{t}) {got} vs vec_dot {want}"
+            );
+        }
+    }
 }
 
 /// `out[i * out_stride + t] = W[o + i] · x[t0 + t]` for `i < w_rows`,

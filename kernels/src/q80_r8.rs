@@ -24,8 +24,6 @@
 
 use bytemuck::{Pod, Zeroable};
 
-use crate::blocks::as_blocks;
-use crate::r8::ROWS;
 use crate::scalar::q8_0::BlockQ8_0;
 
 /// Q8_0 blocks per group row and group (a group spans 256 weights).
@@ -101,15 +99,5 @@ pub fn gemm_ref(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let nb = n / 256;
-    let ab = n / 32 * size_of::<BlockQ8_0>();
-    let groups: &[Group] = as_blocks(&w[..w_rows / ROWS * nb * size_of::<Group>()]);
-    for t in 0..act_rows {
-        let y: &[BlockQ8_0] = as_blocks(&act[t * ab..(t + 1) * ab]);
-        for (gr, gs) in groups.chunks_exact(nb).enumerate() {
-            for r in 0..ROWS {
-                out[(gr * ROWS + r) * out_stride + t] = row_sum(gs, y, r);
-            }
-        }
-    }
+    crate::r8::each_output(n, w, w_rows, act, act_rows, out, out_stride, row_sum);
 }

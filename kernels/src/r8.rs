@@ -110,12 +110,25 @@ pub(crate) fn minned_row<G>(
     acc - acc_min
 }
 
+/// An activation block of the plain-Rust definitions, with its element count.
+pub(crate) trait ActBlock: bytemuck::Pod {
+    const QK: usize;
+}
+
+impl ActBlock for BlockQ8K {
+    const QK: usize = 256;
+}
+
+impl ActBlock for crate::scalar::q8_0::BlockQ8_0 {
+    const QK: usize = 32;
+}
+
 /// The loops of the plain-Rust definitions: `out[(8·gr + r)·stride + t] =
 /// row(group row gr, activation row t, r)` for every group row of the
-/// `w_rows` rows of `w` (groups of `G`) and every one of the `act_rows` Q8_K
-/// rows of `act`.
+/// `w_rows` rows of `w` (groups of `G`) and every one of the `act_rows`
+/// activation rows of `act` (Q8_K, or Q8_0 for the repacked Q8_0).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn each_output<G: bytemuck::Pod>(
+pub(crate) fn each_output<G: bytemuck::Pod, A: ActBlock>(
     n: usize,
     w: &[u8],
     w_rows: usize,
@@ -123,13 +136,13 @@ pub(crate) fn each_output<G: bytemuck::Pod>(
     act_rows: usize,
     out: &mut [f32],
     out_stride: usize,
-    row: impl Fn(&[G], &[BlockQ8K], usize) -> f32,
+    row: impl Fn(&[G], &[A], usize) -> f32,
 ) {
     let nb = n / 256;
-    let ab = nb * size_of::<BlockQ8K>();
+    let ab = n / A::QK * size_of::<A>();
     let groups: &[G] = as_blocks(&w[..w_rows / ROWS * nb * size_of::<G>()]);
     for t in 0..act_rows {
-        let y: &[BlockQ8K] = as_blocks(&act[t * ab..(t + 1) * ab]);
+        let y: &[A] = as_blocks(&act[t * ab..(t + 1) * ab]);
         for (gr, gs) in groups.chunks_exact(nb).enumerate() {
             for r in 0..ROWS {
                 out[(gr * ROWS + r) * out_stride + t] = row(gs, y, r);

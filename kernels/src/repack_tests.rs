@@ -176,6 +176,8 @@ fn every_packed_kernel_gives_the_references_bits() {
     }
 }
 
+// The tier loop and its 'nothing tested' notice as in tests/delta_rows.rs: each test counts and
+// reports its own kernel family.
 #[test]
 fn the_file_rows_kernels_in_the_packed_order_give_the_references_bits() {
     let mut tested = 0;
@@ -194,6 +196,8 @@ fn the_file_rows_kernels_in_the_packed_order_give_the_references_bits() {
                 let p = packed_of(ty, n, rows, &w);
                 let want = reference(ty, n, rows, tokens, &p, &a);
                 for take in [24, 10, 7] {
+                    // The same bit-exact check as the stride test above, here of the file-row
+                    // kernel on the first `take` rows against the packed reference.
                     let stride = tokens + 1;
                     let mut out = vec![f32::NAN; take * stride];
                     g(n, bytes(&w), take, bytes(&a), tokens, &mut out, stride);

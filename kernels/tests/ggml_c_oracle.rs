@@ -35,6 +35,8 @@ fn matches_ggml(ty: GgmlType, case: &str, weighted: bool) {
     }
 }
 
+// One test per type and fixture, alike but for the arguments: each names its type, so a failure
+// says which quantiser left ggml's bytes.
 #[test]
 fn q4_0_weighted_search_matches_ggml() {
     matches_ggml(GgmlType::Q4_0, "weighted", true);

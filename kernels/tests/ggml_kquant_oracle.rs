@@ -55,6 +55,8 @@ macro_rules! oracle_tests {
     };
 }
 
+// One named test per type and mode, alike but for the names: a failure names the quantiser that
+// left ggml's bytes.
 oracle_tests! {
     q2_k_reference_quantisation_matches_ggml_bytes => GgmlType::Q2_K, false;
     q3_k_reference_quantisation_matches_ggml_bytes => GgmlType::Q3_K, false;

@@ -99,6 +99,7 @@ fn affine_bound(nmax: f32) -> impl Fn(&[u8], &[f32], f32) -> f32 {
     }
 }
 
+// One test per type, alike to the symmetric ones above: each names its type and error bound.
 #[test]
 fn q4_1_round_trip_error_is_at_most_half_a_step() {
     check_round_trip(GgmlType::Q4_1, affine_bound(15.0));
@@ -189,6 +190,9 @@ fn check_dot_matches_dequantised(ty: GgmlType) {
     }
 }
 
+// The assert and one-test-per-type list alike to
+// ggml_c_oracle.rs::dot_matches_ggml_generic_up_to_fma: each file checks another reference (the
+// dequantised dot here, ggml's generic dot there).
 #[test]
 fn q4_0_dot_equals_dequantised_dot() {
     check_dot_matches_dequantised(GgmlType::Q4_0);

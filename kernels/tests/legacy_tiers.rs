@@ -135,6 +135,8 @@ fn simd_tiers_match_scalar_for_legacy_blocks_at_odd_lengths() {
     }
 }
 
+// Same tier loop as the block-type test above: the float types take other lengths, tie and overflow
+// cases and no random blocks.
 #[test]
 fn simd_tiers_match_scalar_for_float_types_at_odd_lengths() {
     for isa in simd_tiers() {

@@ -62,22 +62,23 @@ pub fn vec_dot_f32(n: usize, w: &[u8], act: &[u8]) -> f32 {
 /// F16 · F16: products are exact in f32 (11-bit significands), summed in f64
 /// as ggml's scalar `ggml_vec_dot_f16`.
 pub fn vec_dot_f16(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let w: &[f16] = as_blocks(&w[..n * 2]);
-    let a: &[f16] = as_blocks(&act[..n * 2]);
-    w.iter()
-        .zip(a)
-        .map(|(x, y)| (x.to_f32() * y.to_f32()) as f64)
-        .sum::<f64>() as f32
+    dot_halves(n, w, act, f16::to_f32)
 }
 
 /// BF16 · BF16: products exact in f32 (8-bit significands), summed in f64 as
 /// ggml's scalar `ggml_vec_dot_bf16`.
 pub fn vec_dot_bf16(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let w: &[bf16] = as_blocks(&w[..n * 2]);
-    let a: &[bf16] = as_blocks(&act[..n * 2]);
+    dot_halves(n, w, act, bf16::to_f32)
+}
+
+/// Σ x·y over `n` two-byte floats of type `T`: each product of the f32
+/// conversions rounded to f32, the sum kept in f64.
+fn dot_halves<T: bytemuck::Pod>(n: usize, w: &[u8], act: &[u8], to_f32: fn(T) -> f32) -> f32 {
+    let w: &[T] = as_blocks(&w[..n * 2]);
+    let a: &[T] = as_blocks(&act[..n * 2]);
     w.iter()
         .zip(a)
-        .map(|(x, y)| (x.to_f32() * y.to_f32()) as f64)
+        .map(|(&x, &y)| (to_f32(x) * to_f32(y)) as f64)
         .sum::<f64>() as f32
 }
 

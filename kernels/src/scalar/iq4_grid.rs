@@ -6,28 +6,9 @@ pub const KVALUES_IQ4NL: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
-/// Index of the grid entry nearest to `x` (ties to the lower entry), by
-/// bisection: ggml's `best_index_int8`.
+/// Index of the grid entry nearest to `x` (the upper one on a tie), by
+/// bisection: ggml's `best_index_int8` over the 16 entries.
 #[inline]
 pub fn best_index(values: &[i8; 16], x: f32) -> u8 {
-    if x <= values[0] as f32 {
-        return 0;
-    }
-    if x >= values[15] as f32 {
-        return 15;
-    }
-    let (mut ml, mut mu) = (0usize, 15usize);
-    while mu - ml > 1 {
-        let mav = (ml + mu) / 2;
-        if x < values[mav] as f32 {
-            mu = mav;
-        } else {
-            ml = mav;
-        }
-    }
-    if x - (values[mu - 1] as f32) < values[mu] as f32 - x {
-        (mu - 1) as u8
-    } else {
-        mu as u8
-    }
+    super::legacy_search::best_index_int8(values, x) as u8
 }

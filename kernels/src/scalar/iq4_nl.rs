@@ -4,8 +4,9 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
+use super::kquant_search::signed_absmax;
 use super::legacy_search::{best_index_int8, GROUP_MAX_EPS};
-use super::q8_0::BlockQ8_0;
+use super::q8_0::{rows, BlockQ8_0};
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
@@ -16,6 +17,9 @@ pub const KVALUES: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
+// Declared as every 32-element scalar/ block type is (q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, iq4_nl):
+// repr(C), Pod, an f16 scale first and a size assertion, then a dequantize over the as_blocks view;
+// each module owns its ggml layout and decodes its own levels.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockIq4Nl {
@@ -73,14 +77,7 @@ fn quantize_block(x: &[f32], qw: Option<&[f32]>, ntry: i32) -> BlockIq4Nl {
             None => x[j] * x[j],
         };
     }
-    let mut amax = 0f32;
-    let mut max = 0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, amax) = signed_absmax(x);
     let mut l = [0u8; QK];
     let mut b = BlockIq4Nl {
         d: f16::from_f32(0.0),
@@ -136,9 +133,7 @@ fn quantize_block(x: &[f32], qw: Option<&[f32]>, ntry: i32) -> BlockIq4Nl {
 
 /// `sumf += (dy·dx)·sumi` per block (ggml's `ggml_vec_dot_iq4_nl_q8_0_generic`).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = n / QK;
-    let x: &[BlockIq4Nl] = as_blocks(&w[..nb * 18]);
-    let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    let (x, y) = rows::<BlockIq4Nl, BlockQ8_0>(n, w, act);
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let d = by.d.to_f32() * bx.d.to_f32();

@@ -14,13 +14,16 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::iq4_grid::{best_index, KVALUES_IQ4NL};
-use super::kquant_search::{nearest_int, GROUP_MAX_EPS};
-use super::q8_k::BlockQ8K;
+use super::kquant_search::{nearest_int, signed_absmax, GROUP_MAX_EPS};
+use super::q8_k::rows;
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK_K: usize = 256;
 
+// Declared as every 256-element scalar/ block type is (q2_k to q8_k, iq4_xs): repr(C), Pod, a size
+// assertion and the per-element accessors; each module owns its ggml layout, so the fields and the
+// level decoding differ.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockIq4Xs {
@@ -97,14 +100,7 @@ fn quantize_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockIq4Xs) {
                 }
             }
         }
-        let mut amax = 0f32;
-        let mut max = 0f32;
-        for &v in xb {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
+        let (max, amax) = signed_absmax(xb);
         if amax < GROUP_MAX_EPS {
             scales[ib] = 0.0;
             continue;
@@ -183,15 +179,9 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 /// ggml's `ggml_vec_dot_iq4_xs_q8_K_generic`: per sub-block the integer sum of
 /// `G[q]·activation`, then `sumf += d·y.d·(ls − 32)·sum` in sub-block order.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockIq4Xs] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "IQ4_XS vec_dot length"
-    );
+    let (x, y) = rows::<BlockIq4Xs>(n, w, act);
     let mut sumf = 0f32;
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
+    for (xb, yb) in x.iter().zip(y) {
         let d4d8 = xb.d.to_f32() * yb.d;
         for ib in 0..8 {
             let dl = d4d8 * xb.scale(ib) as f32;

@@ -298,6 +298,9 @@ pub fn make_qp_quants(x: &[f32], nmax: i32, l_out: &mut [u8], qw: &[f32]) -> f32
         sumlx += w * x[i] * l as f32;
         suml2 += w * l as f32 * l as f32;
     }
+    // The five passes of coordinate descent as in make_q3_quants above, kept apart as ggml keeps
+    // them: u8 levels in [0, nmax] weighted by qw here, i8 levels in [-nmax, nmax-1] weighted by x²
+    // there, and sl2 > 0 is tested before the new level here, after it there.
     for _ in 0..5 {
         let mut n_changed = 0;
         for i in 0..n {

@@ -5,7 +5,7 @@
 
 // ggml's `GROUP_MAX_EPS` and `nearest_int` (round half to even by the
 // 1.5·2²³ trick) are the K-quants' own; one definition serves both families.
-use super::kquant_search::signed_absmax;
+use super::kquant_search::{self, make_qkx_quants, AffineSearch};
 pub use super::kquant_search::{nearest_int, GROUP_MAX_EPS};
 
 /// C's `roundf`: round half away from zero.
@@ -58,120 +58,53 @@ pub fn importance_weights(x: &[f32], qw: &[f32], sigma2: f32, out: &mut [f32]) {
 
 /// Symmetric search (`make_qx_quants` with `rmse_type = 1` and weights):
 /// levels `l ∈ [-nmax, nmax-1]` stored as `l + nmax` in `out`; returns the scale.
+/// The K-quants' [`kquant_search::make_qx_quants`] with weights `qw`.
 pub fn make_qx_quants(nmax: i32, x: &[f32], out: &mut [u8], qw: &[f32]) -> f32 {
-    let (max, amax) = signed_absmax(x);
-    if amax < GROUP_MAX_EPS {
-        out.fill(0);
-        return 0.0;
-    }
-    let level = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let sums = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0f32, 0f32);
-        for (&v, &w) in x.iter().zip(qw) {
-            let l = level(iscale, v) as f32;
-            sumlx += w * v * l;
-            suml2 += w * l * l;
-        }
-        (sumlx, suml2)
-    };
-    let mut iscale = -(nmax as f32) / max;
-    for (o, &v) in out.iter_mut().zip(x) {
-        *o = (level(iscale, v) + nmax) as u8;
-    }
-    let (sumlx, suml2) = sums(iscale);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in -9..=9 {
-        if is == 0 {
-            continue;
-        }
-        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
-        let (sumlx, suml2) = sums(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for (o, &v) in out.iter_mut().zip(x) {
-                *o = (level(iscale, v) + nmax) as u8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
+    let mut l = [0i8; 32];
+    let l = &mut l[..x.len()];
+    let scale = kquant_search::make_qx_quants(x, nmax, l, Some(qw));
+    for (o, &v) in out.iter_mut().zip(l.iter()) {
+        *o = v as u8;
     }
     scale
 }
 
 /// Asymmetric search (`make_qkx3_quants` with `rmin = -0.9`, `rdelta = 0.05`,
 /// 36 steps, squared error): levels in `[0, nmax]` in `out`; returns
-/// `(scale, min)` with `x ≈ scale·l + min` and `min ≤ 0`.
+/// `(scale, min)` with `x ≈ scale·l + min` and `min ≤ 0`. The K-quants'
+/// [`make_qkx_quants`] with these weights, its min negated.
 pub fn make_qkx3_quants(nmax: i32, x: &[f32], weights: &[f32], out: &mut [u8]) -> (f32, f32) {
-    const RMIN: f32 = -0.9;
-    const RDELTA: f32 = 0.05;
-    const NSTEP: i32 = 36;
-    let n = x.len();
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        min = min.min(x[i]);
-        max = max.max(x[i]);
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
+    const SEARCH: AffineSearch = AffineSearch {
+        rmin: -0.9,
+        rdelta: 0.05,
+        nstep: 36,
+        use_mad: false,
+    };
+    let (scale, the_min) = make_qkx_quants(x, nmax, Some(weights), out, &SEARCH, true);
+    (scale, -the_min)
+}
+
+/// The importance-weighted arm of the 32-element quantisers
+/// (`quantize_row_*_impl`): σ² of the whole row, then per block its weights
+/// `qw·sqrt(σ² + x²)` and `f(block, x, weights, levels)`, which searches and
+/// packs.
+pub fn weighted_blocks<B>(
+    blocks: &mut [B],
+    src: &[f32],
+    qw: &[f32],
+    mut f: impl FnMut(&mut B, &[f32], &[f32; 32], &mut [u8; 32]),
+) {
+    let sigma2 = row_sigma2(src);
+    let mut weight = [0f32; 32];
+    let mut l = [0u8; 32];
+    for ((b, x), w) in blocks
+        .iter_mut()
+        .zip(src.chunks_exact(32))
+        .zip(qw.chunks_exact(32))
+    {
+        importance_weights(x, w, sigma2, &mut weight);
+        f(b, x, &weight, &mut l);
     }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max <= min {
-        out.fill(0);
-        return (0.0, min);
-    }
-    let mut iscale = nmax as f32 / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_mad = 0f32;
-    for i in 0..n {
-        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        out[i] = l as u8;
-        let diff = scale * l as f32 + min - x[i];
-        best_mad += weights[i] * (diff * diff);
-    }
-    let mut aux = [0u8; 32];
-    let aux = &mut aux[..n];
-    for is in 0..=NSTEP {
-        iscale = (RMIN + RDELTA * is as f32 + nmax as f32) / (max - min);
-        // The same refit as kquant_search.rs::make_qkx_quants, kept apart as
-        // ggml keeps make_qkx3_quants: this search's min/max scan uses
-        // f32::min/max, which treats a NaN element unlike that one's `<`.
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            aux[i] = l as u8;
-            let w = weights[i];
-            let lf = l as f32;
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
-        let det = sum_w * sum_l2 - sum_l * sum_l;
-        if det > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut mad = 0f32;
-            for i in 0..n {
-                let diff = this_scale * aux[i] as f32 + this_min - x[i];
-                mad += weights[i] * (diff * diff);
-            }
-            if mad < best_mad {
-                out.copy_from_slice(aux);
-                best_mad = mad;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    (scale, min)
 }
 
 #[cfg(test)]

@@ -11,12 +11,15 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::kquant_search::{make_qkx_quants, make_qp_quants, nearest_int, pack_2bit, AffineSearch};
-use super::q8_k::BlockQ8K;
+use super::q8_k::rows;
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK_K: usize = 256;
 
+// Declared as every 256-element scalar/ block type is (q2_k to q8_k, iq4_xs): repr(C), Pod, a size
+// assertion and the per-element accessors; each module owns its ggml layout, so the fields and the
+// level decoding differ.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ2K {
@@ -138,6 +141,8 @@ fn quantize_block_weighted(x: &[f32], qw: &[f32], b: &mut BlockQ2K) {
     let mut mins = [0f32; 16];
     let mut sw = [0f32; 16];
     let mut weight = [0f32; 16];
+    // The buffers and search as in quantize_block_ref above, with ggml's _impl constants (rmin
+    // −0.9, 36 steps, squared error) instead of _ref's.
     let search = AffineSearch {
         rmin: -0.9,
         rdelta: 0.05,
@@ -195,15 +200,9 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 /// (levels × activations per 16, times the 4-bit scale; bsums × the 4-bit
 /// mins), then `dall·isum − dmin·summs` in f32.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockQ2K] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "Q2_K vec_dot length"
-    );
+    let (x, y) = rows::<BlockQ2K>(n, w, act);
     let mut sumf = 0f32;
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
+    for (xb, yb) in x.iter().zip(y) {
         let mut summs = 0i32;
         for j in 0..16 {
             summs += yb.bsums[j] as i32 * (xb.scales[j] >> 4) as i32;

@@ -13,7 +13,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::kquant_search::{make_q3_quants, make_qx_quants, nearest_int, pack_2bit};
-use super::q8_k::BlockQ8K;
+use super::q8_k::rows;
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
@@ -144,6 +144,9 @@ fn quantize_block_weighted(x: &[f32], qw: &[f32], b: &mut BlockQ3K) {
     let mut scales = [0f32; 16];
     let mut weight = [0f32; 16];
     let mut sw = [0f32; 16];
+    // The σ² and per-sub-block importance weights as in q4_k.rs::search_weighted, after ggml: 16
+    // sub-blocks of 16 here, 8 of 32 there, each followed by its own search (make_qx_quants here,
+    // make_qkx_quants there).
     let mut sumx2 = 0f32;
     for v in x {
         sumx2 += v * v;
@@ -168,6 +171,8 @@ fn quantize_block_weighted(x: &[f32], qw: &[f32], b: &mut BlockQ3K) {
     finish_block(x, b, &mut levels);
 }
 
+// Same per-block dispatch as q2_k.rs::quantize: each type calls its own two block quantisers
+// (ggml's _ref and _impl).
 pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     let blocks: &mut [BlockQ3K] = as_blocks_mut(dst);
     assert_eq!(blocks.len() * QK_K, src.len(), "Q3_K quantize length");
@@ -183,15 +188,9 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 /// `scale·level·activation`, then per super-block `sums[l] += d·aux32[l]`,
 /// and the eight lanes added at the end.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockQ3K] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "Q3_K vec_dot length"
-    );
+    let (x, y) = rows::<BlockQ3K>(n, w, act);
     let mut sums = [0f32; 8];
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
+    for (xb, yb) in x.iter().zip(y) {
         let sc = unpack_scales(&xb.scales);
         let mut aux32 = [0i32; 8];
         for i in 0..QK_K {

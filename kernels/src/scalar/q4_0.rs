@@ -5,13 +5,17 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::legacy_search::{importance_weights, make_qx_quants, row_sigma2};
-use super::q8_0::BlockQ8_0;
+use super::kquant_search::signed_absmax;
+use super::legacy_search::{make_qx_quants, weighted_blocks};
+use super::q8_0::{rows, BlockQ8_0};
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK: usize = 32;
 
+// Declared as every 32-element scalar/ block type is (q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, iq4_nl):
+// repr(C), Pod, an f16 scale first and a size assertion, then a dequantize over the as_blocks view;
+// each module owns its ggml layout and decodes its own levels.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4_0 {
@@ -40,35 +44,18 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                 *b = quantize_block_ref(x);
             }
         }
-        Some(qw) => {
-            let sigma2 = row_sigma2(src);
-            let mut weight = [0f32; QK];
-            let mut l = [0u8; QK];
-            for ((b, x), w) in blocks
-                .iter_mut()
-                .zip(src.chunks_exact(QK))
-                .zip(qw.chunks_exact(QK))
-            {
-                importance_weights(x, w, sigma2, &mut weight);
-                let d = make_qx_quants(8, x, &mut l, &weight);
-                b.d = f16::from_f32(d);
-                for j in 0..QK / 2 {
-                    b.qs[j] = l[j] | (l[j + QK / 2] << 4);
-                }
+        Some(qw) => weighted_blocks(blocks, src, qw, |b, x, weight, l| {
+            let d = make_qx_quants(8, x, l, weight);
+            b.d = f16::from_f32(d);
+            for j in 0..QK / 2 {
+                b.qs[j] = l[j] | (l[j + QK / 2] << 4);
             }
-        }
+        }),
     }
 }
 
 fn quantize_block_ref(x: &[f32]) -> BlockQ4_0 {
-    let mut amax = 0f32;
-    let mut max = 0f32;
-    for &v in x {
-        if amax < v.abs() {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (max, _) = signed_absmax(x);
     let d = max / -8.0;
     let id = if d != 0.0 { 1.0 / d } else { 0.0 };
     let mut b = BlockQ4_0 {
@@ -86,9 +73,7 @@ fn quantize_block_ref(x: &[f32]) -> BlockQ4_0 {
 /// Per block: integer dot of the centred levels with the Q8_0 levels, then
 /// `sumf += sumi·dx·dy` (ggml's `ggml_vec_dot_q4_0_q8_0_generic`).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = n / QK;
-    let x: &[BlockQ4_0] = as_blocks(&w[..nb * 18]);
-    let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    let (x, y) = rows::<BlockQ4_0, BlockQ8_0>(n, w, act);
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let (mut s0, mut s1) = (0i32, 0i32);

@@ -15,7 +15,7 @@ use super::kquant_search::{
     make_qkx_quants, make_qp_quants, nearest_int, pack_scale_min_k4, unpack_scale_min_k4,
     AffineSearch,
 };
-use super::q8_k::BlockQ8K;
+use super::q8_k::rows;
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
@@ -23,6 +23,9 @@ pub use super::kquant_search::get_scale_min_k4;
 
 pub const QK_K: usize = 256;
 
+// Declared as every 256-element scalar/ block type is (q2_k to q8_k, iq4_xs): repr(C), Pod, a size
+// assertion and the per-element accessors; each module owns its ggml layout, so the fields and the
+// level decoding differ.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ4K {
@@ -47,13 +50,61 @@ impl BlockQ4K {
 }
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    let blocks: &[BlockQ4K] = as_blocks(src);
-    assert_eq!(blocks.len() * QK_K, dst.len(), "Q4_K dequantize length");
+    dequantize_affine::<BlockQ4K>(src, dst);
+}
+
+/// What the Q4_K and Q5_K references read from a block: `d`, `dmin`, the
+/// packed 6-bit sub-block scales and mins, and the level of element `i`. One
+/// [`dequantize_affine`] and one [`vec_dot_affine`] serve both formats; each
+/// block type inlines its own `level`.
+pub(crate) trait AffineK: Pod {
+    const NAME: &'static str;
+    fn d(&self) -> f16;
+    fn dmin(&self) -> f16;
+    fn scales(&self) -> &[u8; 12];
+    fn level(&self, i: usize) -> u8;
+}
+
+/// `impl AffineK` for a block with fields `d`, `dmin`, `scales` and an
+/// inherent `level`.
+macro_rules! affine_k {
+    ($block:ty, $name:literal) => {
+        impl $crate::scalar::q4_k::AffineK for $block {
+            const NAME: &'static str = $name;
+            fn d(&self) -> half::f16 {
+                self.d
+            }
+            fn dmin(&self) -> half::f16 {
+                self.dmin
+            }
+            fn scales(&self) -> &[u8; 12] {
+                &self.scales
+            }
+            #[inline]
+            fn level(&self, i: usize) -> u8 {
+                <$block>::level(self, i)
+            }
+        }
+    };
+}
+pub(crate) use affine_k;
+
+affine_k!(BlockQ4K, "Q4_K");
+
+/// `x = d·sc·q − dmin·m` per element (Q4_K and Q5_K).
+pub(crate) fn dequantize_affine<B: AffineK>(src: &[u8], dst: &mut [f32]) {
+    let blocks: &[B] = as_blocks(src);
+    assert_eq!(
+        blocks.len() * QK_K,
+        dst.len(),
+        "{} dequantize length",
+        B::NAME
+    );
     for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
-        let d = b.d.to_f32();
-        let min = b.dmin.to_f32();
+        let d = b.d().to_f32();
+        let min = b.dmin().to_f32();
         for (j, ys) in y.chunks_exact_mut(32).enumerate() {
-            let (sc, m) = get_scale_min_k4(j, &b.scales);
+            let (sc, m) = get_scale_min_k4(j, b.scales());
             let d1 = d * sc as f32;
             let m1 = min * m as f32;
             for (l, v) in ys.iter_mut().enumerate() {
@@ -156,6 +207,9 @@ pub(crate) fn search_weighted(
     nmax: i32,
     levels: &mut [u8; 256],
 ) -> (f16, f16, [u8; 12]) {
+    // Same weighted-search steps as q2_k.rs::quantize_block_weighted, after ggml's
+    // two functions: 8 sub-blocks of 32 with 6-bit scales and 2·σ² here, 16 of 16
+    // with 4-bit scales and σ² there.
     let mut scales = [0f32; 8];
     let mut mins = [0f32; 8];
     let mut weights = [0f32; 32];
@@ -181,9 +235,6 @@ pub(crate) fn search_weighted(
             sumw += w;
         }
         sw[j] = sumw;
-        // Same weighted-search steps as q2_k.rs::quantize_block_weighted, after ggml's
-        // two functions: 8 sub-blocks of 32 with 6-bit scales and 2·σ² here, 16 of 16
-        // with 4-bit scales and σ² there.
         let (s, m) = make_qkx_quants(
             xs,
             nmax,
@@ -241,17 +292,17 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 /// `scale·level·activation`, `sums[l] += d·aux32[l]` per super-block, the mins
 /// through `bsums` subtracted as `dmin·sumi`, the lanes added last.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockQ4K] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "Q4_K vec_dot length"
-    );
+    vec_dot_affine::<BlockQ4K>(n, w, act)
+}
+
+/// [`vec_dot`]'s arithmetic for Q4_K and Q5_K (ggml's two generic dots are
+/// the same but for the level unpacking).
+pub(crate) fn vec_dot_affine<B: AffineK>(n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let (x, y) = rows::<B>(n, w, act);
     let mut sums = [0f32; 8];
     let mut sumf = 0f32;
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
-        let (sc, mins) = unpack_scale_min_k4(&xb.scales);
+    for (xb, yb) in x.iter().zip(y) {
+        let (sc, mins) = unpack_scale_min_k4(xb.scales());
         let mut sumi = 0i32;
         for j in 0..16 {
             sumi += yb.bsums[j] as i32 * mins[j / 2] as i32;
@@ -261,11 +312,11 @@ pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
             let p = yb.qs[i] as i32 * xb.level(i) as i32;
             aux32[i % 8] += sc[i / 32] as i32 * p;
         }
-        let d = xb.d.to_f32() * yb.d;
+        let d = xb.d().to_f32() * yb.d;
         for l in 0..8 {
             sums[l] += d * aux32[l] as f32;
         }
-        let dmin = xb.dmin.to_f32() * yb.d;
+        let dmin = xb.dmin().to_f32() * yb.d;
         sumf -= dmin * sumi as f32;
     }
     for s in sums {

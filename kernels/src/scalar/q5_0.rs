@@ -5,13 +5,17 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::legacy_search::{importance_weights, make_qx_quants, row_sigma2};
-use super::q8_0::BlockQ8_0;
+use super::kquant_search::signed_absmax;
+use super::legacy_search::{make_qx_quants, weighted_blocks};
+use super::q8_0::{rows, BlockQ8_0};
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK: usize = 32;
 
+// Declared as every 32-element scalar/ block type is (q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, iq4_nl):
+// repr(C), Pod, an f16 scale first and a size assertion, then a dequantize over the as_blocks view;
+// each module owns its ggml layout and decodes its own levels.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ5_0 {
@@ -62,14 +66,7 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     match imatrix {
         None => {
             for (b, x) in blocks.iter_mut().zip(src.chunks_exact(QK)) {
-                let mut amax = 0f32;
-                let mut max = 0f32;
-                for &v in x {
-                    if amax < v.abs() {
-                        amax = v.abs();
-                        max = v;
-                    }
-                }
+                let (max, _) = signed_absmax(x);
                 let d = max / -16.0;
                 let id = if d != 0.0 { 1.0 / d } else { 0.0 };
                 let mut l = [0u8; QK];
@@ -80,29 +77,17 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                 (b.qh, b.qs) = pack5(&l);
             }
         }
-        Some(qw) => {
-            let sigma2 = row_sigma2(src);
-            let mut weight = [0f32; QK];
-            let mut l = [0u8; QK];
-            for ((b, x), w) in blocks
-                .iter_mut()
-                .zip(src.chunks_exact(QK))
-                .zip(qw.chunks_exact(QK))
-            {
-                importance_weights(x, w, sigma2, &mut weight);
-                let d = make_qx_quants(16, x, &mut l, &weight);
-                b.d = f16::from_f32(d);
-                (b.qh, b.qs) = pack5(&l);
-            }
-        }
+        Some(qw) => weighted_blocks(blocks, src, qw, |b, x, weight, l| {
+            let d = make_qx_quants(16, x, l, weight);
+            b.d = f16::from_f32(d);
+            (b.qh, b.qs) = pack5(l);
+        }),
     }
 }
 
 /// `sumf += (dx·dy)·sumi` per block (ggml's `ggml_vec_dot_q5_0_q8_0_generic`).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = n / QK;
-    let x: &[BlockQ5_0] = as_blocks(&w[..nb * 22]);
-    let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    let (x, y) = rows::<BlockQ5_0, BlockQ8_0>(n, w, act);
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let q = unpack5(bx.qh, &bx.qs);

@@ -4,15 +4,19 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::legacy_search::{importance_weights, make_qkx3_quants, row_sigma2};
+use super::legacy_search::{make_qkx3_quants, weighted_blocks};
 use super::q4_1::quantize_block_ref;
 use super::q5_0::{pack5, unpack5};
+use super::q8_0::rows;
 use super::q8_1::BlockQ8_1;
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK: usize = 32;
 
+// Declared as every 32-element scalar/ block type is (q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, iq4_nl):
+// repr(C), Pod, an f16 scale first and a size assertion, then a dequantize over the as_blocks view;
+// each module owns its ggml layout and decodes its own levels.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ5_1 {
@@ -45,31 +49,21 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
                 (b.qh, b.qs) = pack5(&l);
             }
         }
-        Some(qw) => {
-            let sigma2 = row_sigma2(src);
-            let mut weight = [0f32; QK];
-            let mut l = [0u8; QK];
-            for ((b, x), w) in blocks
-                .iter_mut()
-                .zip(src.chunks_exact(QK))
-                .zip(qw.chunks_exact(QK))
-            {
-                importance_weights(x, w, sigma2, &mut weight);
-                let (d, m) = make_qkx3_quants(31, x, &weight, &mut l);
-                b.d = f16::from_f32(d);
-                b.m = f16::from_f32(m);
-                (b.qh, b.qs) = pack5(&l);
-            }
-        }
+        Some(qw) => weighted_blocks(blocks, src, qw, |b, x, weight, l| {
+            let (d, m) = make_qkx3_quants(31, x, weight, l);
+            b.d = f16::from_f32(d);
+            b.m = f16::from_f32(m);
+            (b.qh, b.qs) = pack5(l);
+        }),
     }
 }
 
 /// `sumf += (dx·dy)·sumi + mx·sy` per block (ggml's
 /// `ggml_vec_dot_q5_1_q8_1_generic`).
+// Alike to q5_0.rs::vec_dot: Q5_1 takes the levels unsigned against Q8_1 and adds m·s, Q5_0 centres
+// them (q − 16) against Q8_0; ggml keeps the two formulas apart.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = n / QK;
-    let x: &[BlockQ5_1] = as_blocks(&w[..nb * 24]);
-    let y: &[BlockQ8_1] = as_blocks(&act[..nb * 36]);
+    let (x, y) = rows::<BlockQ5_1, BlockQ8_1>(n, w, act);
     let mut sumf = 0f32;
     for (bx, by) in x.iter().zip(y) {
         let q = unpack5(bx.qh, &bx.qs);

@@ -10,14 +10,18 @@
 use bytemuck::{Pod, Zeroable};
 use half::f16;
 
-use super::kquant_search::{get_scale_min_k4, unpack_scale_min_k4, AffineSearch};
-use super::q4_k::{requantize_affine, search_ref, search_weighted};
-use super::q8_k::BlockQ8K;
+use super::kquant_search::AffineSearch;
+use super::q4_k::{
+    affine_k, dequantize_affine, requantize_affine, search_ref, search_weighted, vec_dot_affine,
+};
 use crate::assert_block_size;
-use crate::blocks::{as_blocks, as_blocks_mut};
+use crate::blocks::as_blocks_mut;
 
 pub const QK_K: usize = 256;
 
+// Declared as every 256-element scalar/ block type is (q2_k to q8_k, iq4_xs): repr(C), Pod, a size
+// assertion and the per-element accessors; each module owns its ggml layout, so the fields and the
+// level decoding differ.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ5K {
@@ -44,23 +48,14 @@ impl BlockQ5K {
     }
 }
 
+affine_k!(BlockQ5K, "Q5_K");
+
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    let blocks: &[BlockQ5K] = as_blocks(src);
-    assert_eq!(blocks.len() * QK_K, dst.len(), "Q5_K dequantize length");
-    for (b, y) in blocks.iter().zip(dst.chunks_exact_mut(QK_K)) {
-        let d = b.d.to_f32();
-        let min = b.dmin.to_f32();
-        for (j, ys) in y.chunks_exact_mut(32).enumerate() {
-            let (sc, m) = get_scale_min_k4(j, &b.scales);
-            let d1 = d * sc as f32;
-            let m1 = min * m as f32;
-            for (l, v) in ys.iter_mut().enumerate() {
-                *v = d1 * b.level(32 * j + l) as f32 - m1;
-            }
-        }
-    }
+    dequantize_affine::<BlockQ5K>(src, dst);
 }
 
+// Same driver as q4_k.rs::quantize: the search constants and nmax differ, and Q5_K packs a fifth
+// bit into qh; the shared steps are already search_ref, search_weighted and requantize_affine.
 pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     let blocks: &mut [BlockQ5K] = as_blocks_mut(dst);
     assert_eq!(blocks.len() * QK_K, src.len(), "Q5_K quantize length");
@@ -101,35 +96,5 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 
 /// ggml's `ggml_vec_dot_q5_K_q8_K_generic` (same accumulation order as Q4_K).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockQ5K] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "Q5_K vec_dot length"
-    );
-    let mut sums = [0f32; 8];
-    let mut sumf = 0f32;
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
-        let (sc, mins) = unpack_scale_min_k4(&xb.scales);
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            sumi += yb.bsums[j] as i32 * mins[j / 2] as i32;
-        }
-        let mut aux32 = [0i32; 8];
-        for i in 0..QK_K {
-            let p = yb.qs[i] as i32 * xb.level(i) as i32;
-            aux32[i % 8] += sc[i / 32] as i32 * p;
-        }
-        let d = xb.d.to_f32() * yb.d;
-        for l in 0..8 {
-            sums[l] += d * aux32[l] as f32;
-        }
-        let dmin = xb.dmin.to_f32() * yb.d;
-        sumf -= dmin * sumi as f32;
-    }
-    for s in sums {
-        sumf += s;
-    }
-    sumf
+    vec_dot_affine::<BlockQ5K>(n, w, act)
 }

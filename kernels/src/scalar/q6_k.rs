@@ -16,7 +16,7 @@ use bytemuck::{Pod, Zeroable};
 use half::f16;
 
 use super::kquant_search::{make_qx_quants, nearest_int, GROUP_MAX_EPS};
-use super::q8_k::BlockQ8K;
+use super::q8_k::rows;
 use crate::assert_block_size;
 use crate::blocks::{as_blocks, as_blocks_mut};
 
@@ -103,6 +103,8 @@ fn quantize_block(x: &[f32], qw: Option<&[f32]>, b: &mut BlockQ6K) {
     }
 }
 
+// Same per-block driver as iq4_xs.rs::quantize: each calls its own quantize_block with the block's
+// importance slice.
 pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
     let blocks: &mut [BlockQ6K] = as_blocks_mut(dst);
     assert_eq!(blocks.len() * QK_K, src.len(), "Q6_K quantize length");
@@ -115,15 +117,9 @@ pub fn quantize(src: &[f32], dst: &mut [u8], imatrix: Option<&[f32]>) {
 /// ggml's `ggml_vec_dot_q6_K_q8_K_generic`: eight i32 lane sums of
 /// `scale·level·activation`, `sums[l] += d·aux32[l]` per super-block.
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockQ6K] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "Q6_K vec_dot length"
-    );
+    let (x, y) = rows::<BlockQ6K>(n, w, act);
     let mut sums = [0f32; 8];
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
+    for (xb, yb) in x.iter().zip(y) {
         let mut aux32 = [0i32; 8];
         for i in 0..QK_K {
             let p = yb.qs[i] as i32 * xb.level(i) as i32;

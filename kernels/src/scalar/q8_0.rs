@@ -10,6 +10,9 @@ use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK: usize = 32;
 
+// Declared as every 32-element scalar/ block type is (q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, iq4_nl):
+// repr(C), Pod, an f16 scale first and a size assertion, then a dequantize over the as_blocks view;
+// each module owns its ggml layout and decodes its own levels.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ8_0 {
@@ -50,6 +53,8 @@ pub(crate) fn quantize_block(x: &[f32], qs: &mut [i8; QK]) -> f32 {
 /// (`quantize_block`, `1/d` and half away from zero) in the last bit of the
 /// multiplier and on ties, and one flipped level can move a MoE routing
 /// decision, so logits follow llama.cpp only with this form. Returns the f32 `d`.
+// Alike to quantize_block above on purpose: the multiplier (127/amax vs 1/d) and the rounding (ties
+// to even vs away from zero) are ggml's two converters (see above).
 pub(crate) fn quantize_block_act(x: &[f32], qs: &mut [i8; QK]) -> f32 {
     let mut amax = 0f32;
     for &v in x {
@@ -83,11 +88,19 @@ pub fn quantize(src: &[f32], dst: &mut [u8], _imatrix: Option<&[f32]>) {
     }
 }
 
+/// The first `n / 32` blocks of a 32-element weight row (`B`) and of its
+/// activation row (`A`): every 32-element scalar dot starts here.
+pub(crate) fn rows<'a, B: Pod, A: Pod>(n: usize, w: &'a [u8], act: &'a [u8]) -> (&'a [B], &'a [A]) {
+    let nb = n / QK;
+    (
+        as_blocks(&w[..nb * std::mem::size_of::<B>()]),
+        as_blocks(&act[..nb * std::mem::size_of::<A>()]),
+    )
+}
+
 /// `sumf += sumi·(dx·dy)` per block (ggml's `ggml_vec_dot_q8_0_q8_0_generic`).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let nb = n / QK;
-    let x: &[BlockQ8_0] = as_blocks(&w[..nb * 34]);
-    let y: &[BlockQ8_0] = as_blocks(&act[..nb * 34]);
+    let (x, y) = rows::<BlockQ8_0, BlockQ8_0>(n, w, act);
     dot_blocks(
         x.iter()
             .zip(y)

@@ -15,6 +15,9 @@ use crate::blocks::{as_blocks, as_blocks_mut};
 
 pub const QK_K: usize = 256;
 
+// Declared as every 256-element scalar/ block type is (q2_k to q8_k, iq4_xs): repr(C), Pod, a size
+// assertion and the per-element accessors; each module owns its ggml layout, so the fields and the
+// level decoding differ.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Pod, Zeroable)]
 pub struct BlockQ8K {
@@ -67,15 +70,9 @@ pub fn quantize_block(x: &[f32], b: &mut BlockQ8K) {
 
 /// Q8_K × Q8_K (not a ggml weight type; provided for completeness and tests).
 pub fn vec_dot(n: usize, w: &[u8], act: &[u8]) -> f32 {
-    let x: &[BlockQ8K] = as_blocks(w);
-    let y: &[BlockQ8K] = as_blocks(act);
-    let nb = n / QK_K;
-    assert!(
-        n.is_multiple_of(QK_K) && x.len() >= nb && y.len() >= nb,
-        "Q8_K vec_dot length"
-    );
+    let (x, y) = rows::<BlockQ8K>(n, w, act);
     let mut sumf = 0f32;
-    for (xb, yb) in x[..nb].iter().zip(&y[..nb]) {
+    for (xb, yb) in x.iter().zip(y) {
         let sumi: i32 = xb
             .qs
             .iter()

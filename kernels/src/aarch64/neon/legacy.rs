@@ -199,6 +199,8 @@ impl Block for BlockQ4_1 {
     }
 }
 
+// Same scale/min accessors as the BlockQ4_1 impl above (as in x86/avx2/legacy.rs): a trait default
+// cannot read the struct fields, and only levels() differs (Q5_1 adds the fifth bit from qh).
 impl Block for BlockQ5_1 {
     fn scale(&self) -> f32 {
         self.d.to_f32()
@@ -399,56 +401,58 @@ both!(
     36
 );
 
+/// The float dots' loop: four 4-lane FMA accumulators over 16-element
+/// chunks (`load` converts 4 values to f32), the leftovers summed in scalar
+/// order (`to_f32`), the accumulators folded `(0+1) + (2+3)`.
+///
+/// # Safety
+/// The caller must have NEON enabled: it is inlined into each
+/// `#[target_feature]` caller, which supplies its own conversion.
+#[inline(always)]
+unsafe fn dot16<T: Copy>(
+    a: &[T],
+    b: &[T],
+    load: impl Fn(&[T]) -> float32x4_t,
+    to_f32: impl Fn(T) -> f32,
+) -> f32 {
+    // SAFETY: register-only intrinsics; the loads are the caller's.
+    unsafe {
+        let mut acc = [vdupq_n_f32(0.0); 4];
+        let mut ac = a.chunks_exact(16);
+        let mut bc = b.chunks_exact(16);
+        for (x, y) in (&mut ac).zip(&mut bc) {
+            for (k, s) in acc.iter_mut().enumerate() {
+                *s = vfmaq_f32(*s, load(&x[4 * k..]), load(&y[4 * k..]));
+            }
+        }
+        let mut tail = 0f32;
+        for (&x, &y) in ac.remainder().iter().zip(bc.remainder()) {
+            tail += to_f32(x) * to_f32(y);
+        }
+        vaddvq_f32(vaddq_f32(
+            vaddq_f32(acc[0], acc[1]),
+            vaddq_f32(acc[2], acc[3]),
+        )) + tail
+    }
+}
+
 #[target_feature(enable = "neon")]
 fn f32_neon(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    let mut ac = a.chunks_exact(16);
-    let mut bc = b.chunks_exact(16);
-    for (x, y) in (&mut ac).zip(&mut bc) {
-        for (k, s) in acc.iter_mut().enumerate() {
-            // SAFETY: reads 4 floats at 4k..4k+4 of 16-element chunks.
-            *s = unsafe {
-                vfmaq_f32(
-                    *s,
-                    vld1q_f32(x[4 * k..].as_ptr()),
-                    vld1q_f32(y[4 * k..].as_ptr()),
-                )
-            };
-        }
-    }
-    let mut tail = 0f32;
-    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
-        tail += x * y;
-    }
-    vaddvq_f32(vaddq_f32(
-        vaddq_f32(acc[0], acc[1]),
-        vaddq_f32(acc[2], acc[3]),
-    )) + tail
+    // SAFETY: reads 4 floats at s..s+4 (bounds-checked by the slice).
+    let load = |s: &[f32]| unsafe { vld1q_f32(s[..4].as_ptr()) };
+    // SAFETY: NEON is enabled here.
+    unsafe { dot16(a, b, load, |v| v) }
 }
 
 #[target_feature(enable = "neon")]
 fn bf16_neon(a: &[bf16], b: &[bf16]) -> f32 {
     // bf16 → f32 is the bits shifted into the high half.
-    // SAFETY: reads 4 values at p..p+4 (bounds-checked by the slice).
+    // SAFETY: reads 4 values at s..s+4 (bounds-checked by the slice).
     let load = |s: &[bf16]| unsafe {
         vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(s[..4].as_ptr().cast())))
     };
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    let mut ac = a.chunks_exact(16);
-    let mut bc = b.chunks_exact(16);
-    for (x, y) in (&mut ac).zip(&mut bc) {
-        for (k, s) in acc.iter_mut().enumerate() {
-            *s = vfmaq_f32(*s, load(&x[4 * k..]), load(&y[4 * k..]));
-        }
-    }
-    let mut tail = 0f32;
-    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
-        tail += x.to_f32() * y.to_f32();
-    }
-    vaddvq_f32(vaddq_f32(
-        vaddq_f32(acc[0], acc[1]),
-        vaddq_f32(acc[2], acc[3]),
-    )) + tail
+    // SAFETY: NEON is enabled here.
+    unsafe { dot16(a, b, load, bf16::to_f32) }
 }
 
 /// f16 bits → f32 for 4 lanes, exactly: the exponent and mantissa moved
@@ -472,26 +476,15 @@ fn f16x4_to_f32(h: uint16x4_t) -> float32x4_t {
 
 #[target_feature(enable = "neon")]
 fn f16_neon(a: &[half::f16], b: &[half::f16]) -> f32 {
-    // SAFETY: reads 4 values at p..p+4 (bounds-checked by the slice).
+    // SAFETY: reads 4 values at s..s+4 (bounds-checked by the slice).
     let load = |s: &[half::f16]| f16x4_to_f32(unsafe { vld1_u16(s[..4].as_ptr().cast()) });
-    let mut acc = [vdupq_n_f32(0.0); 4];
-    let mut ac = a.chunks_exact(16);
-    let mut bc = b.chunks_exact(16);
-    for (x, y) in (&mut ac).zip(&mut bc) {
-        for (k, s) in acc.iter_mut().enumerate() {
-            *s = vfmaq_f32(*s, load(&x[4 * k..]), load(&y[4 * k..]));
-        }
-    }
-    let mut tail = 0f32;
-    for (x, y) in ac.remainder().iter().zip(bc.remainder()) {
-        tail += x.to_f32() * y.to_f32();
-    }
-    vaddvq_f32(vaddq_f32(
-        vaddq_f32(acc[0], acc[1]),
-        vaddq_f32(acc[2], acc[3]),
-    )) + tail
+    // SAFETY: NEON is enabled here.
+    unsafe { dot16(a, b, load, half::f16::to_f32) }
 }
 
+// Same safe entries as x86/avx2/legacy.rs::vec_dot_f32/f16/bf16: each tier wraps its own
+// #[target_feature] kernels and states its own availability check, and only one of the two compiles
+// per target.
 fn vec_dot_f16(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let (a, b): (&[half::f16], &[half::f16]) = (as_blocks(&w[..n * 2]), as_blocks(&act[..n * 2]));
     // SAFETY: handed out only when `Isa::Neon.available()`.

@@ -32,6 +32,8 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
 
 /// Every Q2_K / Q3_K dot this host can run, named (`"neon"`, `"dotprod"`),
 /// fastest last: `vec_dot_fn` takes the last, tests check them all.
+// Same head as legacy.rs::vec_dot_variants (the availability check, then variant_pair per type):
+// each family file lists its own types and kernels, and mod.rs::vec_dot_fn asks them in turn.
 pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Neon.available() {
         return Vec::new();

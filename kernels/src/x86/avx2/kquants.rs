@@ -79,6 +79,9 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
     }
 }
 
+// Same macro as aarch64/neon/kquants.rs::safe_entry and avx512/kquants.rs::safe_entry: each tier
+// states its own SAFETY argument (what its table detected), and the NEON and x86 forms compile for
+// different targets.
 macro_rules! safe_entry {
     ($name:ident, $block:ty, $body:ident) => {
         fn $name(n: usize, w: &[u8], act: &[u8]) -> f32 {

@@ -271,6 +271,8 @@ gemm_entry!(
         Some(unsafe { q4_k_rows2(x[0], x[1], y) })
     }
 );
+// One gemm_entry! per type, alike but for the block types and kernels: each names its own column
+// and rows2 kernels, and the SAFETY argument sits at each unsafe call.
 gemm_entry!(
     gemm_q8_0,
     BlockQ8_0,

@@ -118,7 +118,7 @@ fn f32_cols<const C: usize>(x: &[f32], y: [&[f32]; C]) -> [f32; C] {
 
 #[cfg(test)]
 mod tests {
-    use crate::matmul::{dot_block, matmul, matmul_tile_len, matvec_serial};
+    use crate::matmul::{check_dot_block, matmul, matmul_tile_len, matvec_serial};
     use crate::{GgmlType, Isa, KernelTable, Mode, QActs, QMatrix};
 
     /// Deterministic values in [−1, 1) (splitmix64).
@@ -174,24 +174,7 @@ mod tests {
             let x = QActs::new(GgmlType::F32, n, max_t, &xb).unwrap();
             for (o, rows_w) in [(0, 1), (1, 2), (0, 5), (2, 3)] {
                 for (t0, cols) in [(0, 1), (1, 2), (0, 3), (2, 4), (0, 5), (1, 7), (0, 9)] {
-                    let stride = cols + 3;
-                    let mut out = vec![f32::NAN; rows_w * stride];
-                    dot_block(&kt, &m, o, rows_w, &x, t0, cols, &mut out, stride);
-                    for i in 0..rows_w {
-                        for t in 0..stride {
-                            let got = out[i * stride + t];
-                            if t >= cols {
-                                assert!(got.is_nan(), "n={n}: wrote past its columns");
-                                continue;
-                            }
-                            let want = dot(n, m.row(o + i), x.row(t0 + t));
-                            assert_eq!(
-                                got.to_bits(),
-                                want.to_bits(),
-                                "n={n} {rows_w}x{cols} at ({o},{t0}): out ({i},{t}) {got} vs dot {want}"
-                            );
-                        }
-                    }
+                    check_dot_block(&kt, &m, &x, dot, (o, rows_w), (t0, cols), "f32");
                 }
             }
         }

@@ -748,6 +748,23 @@ mod tests {
     use super::*;
     use crate::scalar;
 
+    /// The IQ4_XS weights `w` against activations `a`: `a` quantised to Q8_K
+    /// (aligned words), the scalar dot, and the tolerance `1e-5·Σ|w·a|` of
+    /// the dequantised rows.
+    fn want_and_tol(w: &[u16], a: &[f32]) -> (Vec<u32>, f32, f32) {
+        let n = a.len();
+        let mut q = vec![0u32; 73 * (n / 256)];
+        scalar::quantize_row(GgmlType::Q8_K, a, bytemuck::cast_slice_mut(&mut q), None);
+        let (wb, qb): (&[u8], &[u8]) = (bytemuck::cast_slice(w), bytemuck::cast_slice(&q));
+        let want = scalar::vec_dot(GgmlType::IQ4_XS, n, wb, qb);
+        let mut wd = vec![0.0f32; n];
+        let mut ad = vec![0.0f32; n];
+        scalar::dequantize_row(GgmlType::IQ4_XS, wb, &mut wd);
+        scalar::dequantize_row(GgmlType::Q8_K, qb, &mut ad);
+        let tol: f32 = 1e-5 * wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>();
+        (q, want, tol)
+    }
+
     /// The +128 bias of the grid makes the per-lane partial sums large where
     /// the true dot is small (every level +1, activations and scales at their
     /// extremes); the kernel must still meet the tier tolerance there.
@@ -774,16 +791,8 @@ mod tests {
                 blk[8..].fill(nibbles);
             }
             for a_val in [1.0f32, -1.0] {
-                let a = vec![a_val; n];
-                let mut q = vec![0u32; 73 * nb];
-                scalar::quantize_row(GgmlType::Q8_K, &a, bytemuck::cast_slice_mut(&mut q), None);
+                let (q, want, tol) = want_and_tol(&w, &vec![a_val; n]);
                 let (wb, qb): (&[u8], &[u8]) = (bytemuck::cast_slice(&w), bytemuck::cast_slice(&q));
-                let want = scalar::vec_dot(GgmlType::IQ4_XS, n, wb, qb);
-                let mut wd = vec![0.0f32; n];
-                let mut ad = vec![0.0f32; n];
-                scalar::dequantize_row(GgmlType::IQ4_XS, wb, &mut wd);
-                scalar::dequantize_row(GgmlType::Q8_K, qb, &mut ad);
-                let tol: f32 = 1e-5 * wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>();
                 let got = vec_dot_fn(GgmlType::IQ4_XS).unwrap()(n, wb, qb);
                 assert!(
                     (got - want).abs() <= tol,
@@ -823,15 +832,8 @@ mod tests {
             let a: Vec<f32> = (0..n)
                 .map(|_| (next() % 2001) as f32 / 1000.0 - 1.0)
                 .collect();
-            let mut q = vec![0u32; 73 * nb];
-            scalar::quantize_row(GgmlType::Q8_K, &a, bytemuck::cast_slice_mut(&mut q), None);
+            let (q, want, tol) = want_and_tol(&w, &a);
             let (wb, qb): (&[u8], &[u8]) = (bytemuck::cast_slice(&w), bytemuck::cast_slice(&q));
-            let want = scalar::vec_dot(GgmlType::IQ4_XS, n, wb, qb);
-            let mut wd = vec![0.0f32; n];
-            let mut ad = vec![0.0f32; n];
-            scalar::dequantize_row(GgmlType::IQ4_XS, wb, &mut wd);
-            scalar::dequantize_row(GgmlType::Q8_K, qb, &mut ad);
-            let tol: f32 = 1e-5 * wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>();
             let got = vec_dot_iq4_xs(n, wb, qb);
             assert!(
                 (got - want).abs() <= tol,

@@ -60,8 +60,9 @@ pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
 /// Every dot product this tier has for `ty` that the host can run, named
 /// (`"bw"`, `"vnni"`, `"bf16"`): `vec_dot_fn` picks one by detection, tests
 /// and benches check them all.
-// Same shape as aarch64/neon/legacy.rs::vec_dot_variants: the tiers differ in detection
-// (VNNI vs dotprod), variant names and kernels, and only one of the two compiles per target.
+// Same shape as aarch64/neon/legacy.rs::vec_dot_variants (and neon/lowbit.rs, lowbit.rs here): the
+// tiers differ in detection (VNNI vs dotprod), variant names and kernels, and only one of the two
+// compiles per target; each family file lists its own types.
 pub fn vec_dot_variants(ty: GgmlType) -> Vec<(&'static str, VecDotFn)> {
     if !Isa::Avx512.available() {
         return Vec::new();
@@ -667,6 +668,9 @@ fn bf16_dp_avx512(a: &[bf16], b: &[bf16]) -> f32 {
 }
 
 // Same safe entries as avx2/legacy.rs::vec_dot_f32/f16/bf16: each tier wraps its own
+// #[target_feature] kernels and states its own availability check in the SAFETY line; within the
+// tier each entry casts its own element type for its own kernel (bf16_dp only where AVX-512 BF16 is
+// detected).
 // #[target_feature] kernels and states its own availability check in the SAFETY line.
 fn vec_dot_f32(n: usize, w: &[u8], act: &[u8]) -> f32 {
     let (a, b): (&[f32], &[f32]) = (as_blocks(&w[..n * 4]), as_blocks(&act[..n * 4]));

@@ -32,6 +32,10 @@ use crate::x86::avx512::kquants::fold8;
 use crate::GgmlType;
 
 /// This family's dot product for `ty` (the fastest variant the host runs).
+// Same shape as legacy.rs::vec_dot_variants in this tier and
+// aarch64/neon/lowbit.rs::vec_dot_fn/vec_dot_variants (and neon/legacy.rs) in NEON: each family
+// file lists its own types and kernels, the tiers differ in detection (VNNI vs dotprod) and variant
+// names, and only one tier compiles per target.
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     vec_dot_variants(ty).last().map(|(_, f)| *f)
 }

@@ -73,6 +73,8 @@ pub(crate) fn prefetch_rows2<T>(x0: &[T], x1: &[T], b: usize) {
 const PREFETCH_BYTES: usize = 1024;
 
 /// This tier's dot product for weight type `ty`, if it has one.
+// Same shape as aarch64/neon/mod.rs::vec_dot_fn/quantize_fn: each tier chains its own family
+// modules, and only one of the two compiles per target.
 pub fn vec_dot_fn(ty: GgmlType) -> Option<VecDotFn> {
     legacy::vec_dot_fn(ty)
         .or_else(|| kquants::vec_dot_fn(ty))

@@ -54,6 +54,8 @@ use crate::x86::avx512::lowbit::{self, gf_bit2, gf_low_pair, q3_k_levels, Q3Unpa
 use crate::GgmlType;
 
 /// This tier's prompt-batch product for weight type `ty`, if it has one.
+// Same detection and match as gemm.rs::gemm_fn: each hands out its own kernel family (PromptFn
+// here, GemmFn there).
 pub fn gemm_fn(ty: GgmlType) -> Option<crate::sig::PromptFn> {
     if !(crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni")) {
         return None;
@@ -250,6 +252,7 @@ fn the_sixteen_row_q3_k_unpack_is_the_row_unpack_transposed() {
     }
     let nb = 3;
     let n = 256 * nb;
+    // xorshift as in examples/expert_stream.rs: a library test cannot reach the examples' helpers.
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut next = move || {
         seed ^= seed << 13;

@@ -21,6 +21,8 @@ use crate::GgmlType;
 use super::repack::repacked_product;
 
 /// The repacked Q4_K product, when the host has the AVX-512 tier with VNNI.
+// gemm_fn as in every x86/avx512/*_r8.rs (iq4, q3k, q4k, q5k, q6k, q80): each states the features
+// its product needs; the product itself comes from repacked_product! or its own rows8.
 pub fn gemm_fn() -> Option<GemmFn> {
     let ok = crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni");
     ok.then_some(product as GemmFn)
@@ -123,6 +125,9 @@ pub(crate) unsafe fn minned_rows8<G: Minned, const C: usize>(
                 for q in 0..8 {
                     let w = _mm256_loadu_si256(qs[8 * k + q].as_ptr().cast());
                     let (lo, hi) = g.levels(k, q, w);
+                    // The activation broadcast and dpbusd pair as in iq4_r8.rs::rows8: the
+                    // levels come from each format's own unpacking (Q4_K nibbles here, the IQ4 grid
+                    // there) and the activation offsets differ (32 vs 16).
                     for c in 0..C {
                         let a = y[c][b].qs.as_ptr().add(64 * k + 4 * q);
                         let a_lo = _mm256_set1_epi32(a.cast::<i32>().read_unaligned());

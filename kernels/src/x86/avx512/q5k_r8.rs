@@ -17,6 +17,8 @@ use super::repack::repacked_product;
 
 /// The repacked Q5_K product, when the host has the AVX-512 tier with VNNI
 /// and GFNI.
+// gemm_fn as in every x86/avx512/*_r8.rs (iq4, q3k, q4k, q5k, q6k, q80): each states the features
+// its product needs; the product itself comes from repacked_product! or its own rows8.
 pub fn gemm_fn() -> Option<GemmFn> {
     let ok = crate::Isa::Avx512.available()
         && is_x86_feature_detected!("avx512vnni")

@@ -29,6 +29,8 @@ use super::repack::{fma_block, lanes, repacked_product};
 
 /// The repacked Q6_K product, when the host has the AVX-512 tier with VNNI
 /// and GFNI.
+// gemm_fn as in every x86/avx512/*_r8.rs (iq4, q3k, q4k, q5k, q6k, q80): each states the features
+// its product needs; the product itself comes from repacked_product! or its own rows8.
 pub fn gemm_fn() -> Option<GemmFn> {
     let ok = crate::Isa::Avx512.available()
         && is_x86_feature_detected!("avx512vnni")
@@ -87,6 +89,9 @@ pub(crate) unsafe fn levels(g: &Group, q: usize, pair: &[__m256i; 4]) -> (__m256
 }
 
 /// One group row (`gs`, one group per block) against `C` Q8_K rows.
+// Head as in q3k_r8.rs::rows8 (features, length check, accumulators): the level unpacking per block
+// below is this format's (high pairs and 6-bit levels here, low pairs and a high-bit mask there),
+// and each rows8 is its own #[target_feature] fn for repacked_product!.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,gfni,avx2,fma,f16c")]
 fn rows8<const C: usize>(gs: &[Group], y: [&[BlockQ8K]; C]) -> [[f32; ROWS]; C] {
     for yc in y {

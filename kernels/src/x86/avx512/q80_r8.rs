@@ -20,6 +20,8 @@ use crate::GgmlType;
 use super::repack::{lanes, prefetch_ahead, GroupRows};
 
 /// The repacked Q8_0 product, when the host has the AVX-512 tier with VNNI.
+// gemm_fn as in every x86/avx512/*_r8.rs (iq4, q3k, q4k, q5k, q6k, q80): each states the features
+// its product needs; the product itself comes from repacked_product! or its own rows8.
 pub fn gemm_fn() -> Option<GemmFn> {
     let ok = crate::Isa::Avx512.available() && is_x86_feature_detected!("avx512vnni");
     ok.then_some(product as GemmFn)

@@ -36,6 +36,8 @@ pub fn quantize_fn(act_ty: GgmlType) -> Option<QuantizeFn> {
     }
 }
 
+// Same safe entries as aarch64/neon/legacy.rs::quantize_q8_0/q8_1: each tier states its own
+// availability check in the SAFETY line, and only one of the two compiles per target.
 fn quantize_q8_0(src: &[f32], dst: &mut [u8]) {
     let b: &mut [BlockQ8_0] = as_blocks_mut(&mut dst[..src.len() / 32 * 34]);
     // SAFETY: handed out by `quantize_fn` only when `Isa::Avx512.available()`.
@@ -104,6 +106,8 @@ unsafe fn q8_block(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+// Same block loops as x86/avx2/legacy.rs::q8_0_quant_avx2/q8_1_quant_avx2: each is a
+// #[target_feature] fn so that its own tier's block quantiser inlines into it.
 fn q8_0_quant(src: &[f32], dst: &mut [BlockQ8_0]) {
     for (b, x) in dst.iter_mut().zip(src.chunks_exact(32)) {
         // SAFETY: this function has AVX-512F enabled.
@@ -132,6 +136,9 @@ fn q8_k_quant(src: &[f32], blocks: &mut [BlockQ8K]) {
             // SAFETY: reads 16 floats at 16g of the 256-element block.
             *vg = unsafe { load16(x, 16 * g) };
         }
+        // The amax scan, zero block and signed-max search as in
+        // aarch64/neon/lowbit.rs::q8_k_quant_neon and avx2/kquants.rs::q8_k_quantize, each in its
+        // own tier's intrinsics; only one of the NEON and x86 forms compiles per target.
         let mut m = _mm512_abs_ps(v[0]);
         for vg in &v[1..] {
             m = _mm512_max_ps(m, _mm512_abs_ps(*vg));

@@ -140,6 +140,8 @@ pub(crate) trait GroupRows: Pod {
 
 /// Evaluates `$call` with the const `$k` set to the tile width `$c` (1 ..=
 /// 8).
+// One arm per column count, alike but for the constant: each arm makes `$k` a const so the kernel
+// is monomorphised for that width; a const generic cannot take the runtime count.
 macro_rules! by_cols {
     ($c:expr, |$k:ident| $call:expr) => {
         match $c {
