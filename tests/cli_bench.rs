@@ -332,3 +332,45 @@ fn pass_costs_on_a_qwen35moe_file_fails_with_one_line() {
     let line = assert_one_line_failure(&out);
     assert!(line.contains("pass-costs"), "{line}");
 }
+
+#[test]
+fn spec_type_ngram_and_chains_run_tg_rows_with_greedys_tokens_on_a_qwen35moe_file() {
+    let out = bench(&[
+        "-p",
+        "0",
+        "-n",
+        "16",
+        "-r",
+        "2",
+        "-t",
+        "1",
+        "--spec-type",
+        "none,ngram,ngram-mod:n_max=4,ngram_size_n=2",
+        "--gen-prompt",
+        "one two three one two three one two",
+    ]);
+    let table = stdout(&out);
+    let names: Vec<String> = rows(&table).into_iter().map(|(t, _)| t).collect();
+    assert_eq!(
+        names,
+        [
+            "tg16 greedy",
+            "tg16 ngram",
+            "tg16 ngram:ngram_size_n=2,n_max=4"
+        ],
+        "{table}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("tg16 ngram: speed-up over greedy"), "{err}");
+    assert_eq!(err.matches("tokens identical").count(), 2, "{err}");
+    // A chain with draft-self needs the diffusion tensors this file lacks.
+    let out = bench(&["-p", "0", "-n", "4", "--spec-type", "ngram+draft-self"]);
+    let line = assert_one_line_failure(&out);
+    assert!(
+        line.contains("draft-self needs a clover_moe file"),
+        "{line}"
+    );
+    let out = bench(&["-p", "0", "-n", "4", "--spec-type", "ngram:size=3"]);
+    let line = assert_one_line_failure(&out);
+    assert!(line.contains("no parameter 'size'"), "{line}");
+}

@@ -306,3 +306,63 @@ fn converter_files_run_from_the_command_line() {
     );
     assert!(!out.stdout.is_empty());
 }
+
+/// A converter-made qwen35moe file speculates with n-gram drafts from the
+/// command line (alone, and as ik_llama.cpp's repeated `--spec-type`
+/// spelling), printing plain greedy's text; draft-self, which needs the
+/// block-diffusion tensors, is refused in one line.
+#[test]
+fn converter_files_speculate_with_ngram_drafts() {
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+            .args(["run", "-m"])
+            .arg(fx::file("real-f32.gguf"))
+            .args([
+                "-p",
+                "In the beginning God created the heaven and the earth. In the beginning",
+                "-n",
+                "24",
+                "--temp",
+                "0",
+                "-t",
+                "2",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, plain, err) = run(&[]);
+    assert!(ok, "{err}");
+    for extra in [
+        &["--spec-type", "ngram"][..],
+        &[
+            "--spec-type",
+            "ngram-mod:n_max=8,ngram_size_n=2",
+            "--spec-fixed",
+        ],
+        &[
+            "--spec-type",
+            "ngram:ngram_size_n=1",
+            "--spec-type",
+            "ngram",
+        ],
+    ] {
+        let (ok, text, err) = run(extra);
+        assert!(ok, "{extra:?}: {err}");
+        assert_eq!(text, plain, "{extra:?}");
+        assert!(err.contains("spec: drafted"), "{extra:?}: {err}");
+    }
+    let (ok, _, err) = run(&["--spec-type", "draft-self"]);
+    assert!(!ok);
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains("draft-self needs a clover_moe file"),
+        "{err}"
+    );
+}

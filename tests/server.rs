@@ -520,6 +520,10 @@ fn logprobs_are_the_models_own_under_batching_and_speculation() {
     for (extra, spec) in [
         (&["-np", "2"][..], false),
         (&["-np", "2", "--spec-type", "draft-self"][..], true),
+        (
+            &["-np", "2", "--spec-type", "ngram:ngram_size_n=2"][..],
+            true,
+        ),
     ] {
         let s = start(&path, extra);
         let body = format!(

@@ -320,3 +320,68 @@ fn diffusion_drafting_on_random_weights_is_measured_and_still_exact() {
         assert!(g.stats.drafts_proposed > 0);
     }
 }
+
+/// N-gram drafting (and its chain with draft-self) emits plain greedy's
+/// tokens, on a clover_moe model and on a qwen35moe file (n-gram drafting
+/// needs no diffusion path), and on a prompt that repeats itself it drafts.
+#[test]
+fn ngram_speculation_equals_plain_greedy_and_drafts_on_repeated_text() {
+    use clover::spec::SpecChoice;
+    let tm = TinyModel::random(tiny_config(4, 2), 11);
+    let model = tm.model();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("qwen.gguf");
+    synth::plan(SynthOptions {
+        arch: Arch::Qwen35Moe,
+        preset: Preset::Tiny,
+        recipe: Recipe::Q4KM,
+        seed: 3,
+    })
+    .unwrap()
+    .write(&path, Some(1))
+    .unwrap();
+    let file = GgufFile::open(&path).unwrap();
+    let qwen = Model::load(&file).unwrap();
+    assert!(!qwen.has_diffusion());
+    for (model, name) in [(&model, "tiny clover_moe"), (&qwen, "synth qwen35moe")] {
+        let v = model.n_vocab() as u32;
+        // A phrase three times over, then its start: the n-grams of the
+        // prompt predict its continuation.
+        let phrase: Vec<u32> = [5u32, 17, 3, 44, 9, 28, 61, 2]
+            .iter()
+            .map(|t| t % v)
+            .collect();
+        let mut prompt = Vec::new();
+        for _ in 0..3 {
+            prompt.extend_from_slice(&phrase);
+        }
+        prompt.extend_from_slice(&phrase[..3]);
+        for n in [1usize, 9, 30] {
+            let want = plain_greedy(model, &prompt, n);
+            let mut drafted = 0;
+            for (types, adaptive) in [
+                ("ngram", false),
+                ("ngram:ngram_size_n=2", false),
+                ("ngram", true),
+                ("ngram:n_max=3,ngram_size_n=1", false),
+            ] {
+                let choice = SpecChoice::parse_one(&[types]).unwrap();
+                let c = choice.configure(cfg(n, 15, adaptive));
+                let mut d = choice.drafter().unwrap();
+                let g = spec(model, &prompt, &c, &mut d);
+                assert_eq!(g.tokens, want, "{name}: {types}, n {n}");
+                drafted += g.stats.drafts_proposed;
+            }
+            // Thirty greedy tokens of a random model repeat themselves.
+            if n == 30 {
+                assert!(drafted > 0, "{name}: nothing drafted, n {n}");
+            }
+        }
+        if model.has_diffusion() {
+            let choice = SpecChoice::parse_one(&["ngram", "draft-self"]).unwrap();
+            let c = choice.configure(cfg(30, 15, false));
+            let g = spec(model, &prompt, &c, &mut choice.drafter().unwrap());
+            assert_eq!(g.tokens, plain_greedy(model, &prompt, 30), "{name}: chain");
+        }
+    }
+}

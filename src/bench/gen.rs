@@ -25,7 +25,7 @@ use crate::engine::generate_tokens_with;
 use crate::model::{Model, StateOptions};
 use crate::sample::{Sampler, SamplerParams};
 use crate::spec::replay::{Profile, ReplayDrafter};
-use crate::spec::{DiffusionDrafter, Drafter, SpecConfig, SpecStats, Speculator};
+use crate::spec::{DiffusionDrafter, Drafter, SpecChoice, SpecConfig, SpecStats, Speculator};
 
 use super::report::{TestResult, TestSpec};
 use super::{BenchError, Measured};
@@ -33,8 +33,8 @@ use super::{BenchError, Measured};
 /// How a generation test decodes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GenMode {
-    /// Self-speculation on (`draft-self`) or plain greedy.
-    pub draft_self: bool,
+    /// What drafts (`none`: plain decoding).
+    pub choice: SpecChoice,
     /// How drafts are made and accepted (`clover bench`'s `--spec-*` flags).
     pub spec: SpecConfig,
     /// Simulated acceptance (`--spec-replay`): the drafts' acceptance follows
@@ -96,6 +96,8 @@ pub struct GenRunner<'a, 'm> {
     prompt: &'a [u32],
     state: crate::model::State,
     speculator: Speculator,
+    /// What drafts (`None` once taken for a run, and for plain decoding).
+    drafter: Option<Box<dyn Drafter + Send>>,
     /// With replayed acceptance: the plain continuation and the profile.
     replay: Option<(Vec<u32>, Profile)>,
     first_forward_ns: u64,
@@ -128,7 +130,7 @@ impl<'a, 'm> GenRunner<'a, 'm> {
             type_v,
         })?;
         let cfg = SpecConfig {
-            enabled: mode.draft_self,
+            enabled: !mode.choice.is_none(),
             n_predict: n_gen + 1,
             stop: Vec::new(),
             ..mode.spec.clone()
@@ -148,6 +150,7 @@ impl<'a, 'm> GenRunner<'a, 'm> {
             prompt,
             state,
             speculator: Speculator::new(cfg.clone()),
+            drafter: mode.choice.drafter(),
             replay: None,
             first_forward_ns: 0,
             samples: Vec::new(),
@@ -198,7 +201,15 @@ impl<'a, 'm> GenRunner<'a, 'm> {
                 let mut d = ReplayDrafter::new(DiffusionDrafter, seq, profile, self.reps);
                 self.generate(None, &mut d)
             }
-            None => self.generate(None, &mut DiffusionDrafter),
+            None => {
+                let mut drafter = self.drafter.take();
+                let g = match drafter.as_mut() {
+                    Some(d) => self.generate(None, d),
+                    None => self.generate(None, &mut DiffusionDrafter),
+                };
+                self.drafter = drafter;
+                g
+            }
         };
         self.reps += 1;
         g

@@ -7,6 +7,8 @@
 
 use serde::Serialize;
 
+use crate::spec::SpecChoice;
+
 /// What a model row of the table says about the file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelInfo {
@@ -43,6 +45,8 @@ pub enum Decode {
     Greedy,
     /// Self-speculative greedy decoding (`--spec-type draft-self`).
     DraftSelf,
+    /// Speculation through other drafters (`--spec-type ngram`, chains).
+    Spec(&'static SpecChoice),
     /// Self-speculation with replayed acceptance (`--spec-replay`): the
     /// profile's, and a perfect drafter's (the ceiling).
     Replay,
@@ -64,6 +68,7 @@ impl TestSpec {
             Decode::Random => {}
             Decode::Greedy => s.push_str(" greedy"),
             Decode::DraftSelf => s.push_str(" draft-self"),
+            Decode::Spec(c) => s.push_str(&format!(" {c}")),
             Decode::Replay => s.push_str(" draft-self (simulated acceptance)"),
             Decode::Ceiling => s.push_str(" perfect drafter (simulated acceptance)"),
         }

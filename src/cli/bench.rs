@@ -21,12 +21,22 @@ use crate::spec::replay::Profile;
 use crate::spec::speculator::SpecConfig;
 use crate::tokenizer::Tokenizer;
 
-use super::common::{SpecArgs, SpecType};
+use crate::spec::SpecChoice;
+
+use super::common::SpecArgs;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
     Md,
     Json,
+}
+
+/// A comma list of `--spec-type` choices.
+#[derive(Clone, Debug)]
+pub struct SpecList(pub Vec<SpecChoice>);
+
+fn parse_spec_list(s: &str) -> Result<SpecList, String> {
+    SpecChoice::parse_list(s).map(SpecList)
 }
 
 #[derive(Args, Debug)]
@@ -89,9 +99,11 @@ pub struct BenchArgs {
     #[arg(long = "membw-mib", default_value_t = 1024)]
     pub membw_mib: usize,
     /// tg tests decode real text greedily, once per listed mode (comma list of
-    /// none, draft-self), instead of feeding random token ids
-    #[arg(long = "spec-type", value_enum, value_delimiter = ',')]
-    pub spec_type: Vec<SpecType>,
+    /// none, draft-self, ngram, or chains of stages joined by '+'; a stage's
+    /// parameters follow a colon: ngram:n_max=32,ngram_size_n=6), instead of
+    /// feeding random token ids
+    #[arg(long = "spec-type", value_name = "LIST", value_parser = parse_spec_list)]
+    pub spec_type: Vec<SpecList>,
     /// With --spec-type: the text prompt the tg tests continue
     #[arg(long = "gen-prompt", default_value = "In the beginning")]
     pub gen_prompt: String,
@@ -203,9 +215,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     if args.pass_costs.contains(&0) {
         bail!("--pass-costs token counts must be at least 1");
     }
+    // Every choice lives as long as the command: test specs refer to them.
+    let choices: &'static [SpecChoice] = Box::leak(
+        args.spec_type
+            .iter()
+            .flat_map(|l| l.0.iter().cloned())
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
     let replay = match &args.spec_replay {
         Some(path) => {
-            if !args.spec_type.contains(&SpecType::DraftSelf) {
+            if !choices.iter().any(SpecChoice::is_draft_self) {
                 bail!(
                     "--spec-replay needs --spec-type draft-self (e.g. --spec-type none,draft-self)"
                 );
@@ -232,15 +252,16 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 n_prompt: p,
                 ..base
             }));
-            let decodes: Vec<Decode> = if args.spec_type.is_empty() {
+            let decodes: Vec<Decode> = if choices.is_empty() {
                 vec![Decode::Random]
             } else {
-                args.spec_type
+                choices
                     .iter()
-                    .flat_map(|s| match (s, &replay) {
-                        (SpecType::None, _) => vec![Decode::Greedy],
-                        (SpecType::DraftSelf, None) => vec![Decode::DraftSelf],
-                        (SpecType::DraftSelf, Some(_)) => vec![Decode::Replay, Decode::Ceiling],
+                    .flat_map(|c| match (c, &replay) {
+                        (c, _) if c.is_none() => vec![Decode::Greedy],
+                        (c, Some(_)) if c.is_draft_self() => vec![Decode::Replay, Decode::Ceiling],
+                        (c, _) if c.to_string() == "draft-self" => vec![Decode::DraftSelf],
+                        (c, _) => vec![Decode::Spec(c)],
                     })
                     .collect()
             };
@@ -289,11 +310,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let bind_ms = ms(t_bind.elapsed().as_nanos() as u64);
     // The text prompt of the greedy tg tests, tokenized by the model's
     // tokenizer (from the same open file: the model is loaded once).
-    let gen_prompt = if args.spec_type.is_empty() {
+    let gen_prompt = if choices.is_empty() {
         Vec::new()
     } else {
-        if args.spec_type.contains(&SpecType::DraftSelf) && !model.has_diffusion() {
-            bail!("--spec-type draft-self needs a clover_moe file with the diffusion tensors");
+        for c in choices {
+            super::common::check_spec(c, &model)?;
         }
         let tok = Tokenizer::new(&tokenizer_spec(&file)?)?;
         let p = tok.encode(&args.gen_prompt, true)?;
@@ -345,9 +366,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut first_token_done = false;
     // Greedy tg results, for the speed-up line of the matching draft-self test.
     let mut greedy: Vec<GreedyRun> = Vec::new();
+    let draft_self = SpecChoice::parse_one(&["draft-self"]).expect("a known type");
+    let choice_of = |decode: Decode| match decode {
+        Decode::Random | Decode::Greedy => SpecChoice::default(),
+        Decode::Spec(c) => c.clone(),
+        Decode::DraftSelf => draft_self.clone(),
+        Decode::Replay | Decode::Ceiling => choices
+            .iter()
+            .find(|c| c.is_draft_self())
+            .cloned()
+            .unwrap_or_else(|| draft_self.clone()),
+    };
     let gen_mode = |decode: Decode| GenMode {
         temp: args.gen_temp,
-        draft_self: decode != Decode::Greedy,
+        choice: choice_of(decode),
         // The ceiling drafts the longest block every round: with every draft
         // accepted there is nothing for the adaptive controller to learn, and
         // its caution (short explorations from an uninformed prior) would
@@ -355,9 +387,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         spec: match decode {
             Decode::Ceiling => SpecConfig {
                 adaptive: false,
-                ..spec_cfg.clone()
+                ..choice_of(decode).configure(spec_cfg.clone())
             },
-            _ => spec_cfg.clone(),
+            _ => choice_of(decode).configure(spec_cfg.clone()),
         },
         replay: match decode {
             Decode::Replay => replay.clone(),

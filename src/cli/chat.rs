@@ -10,12 +10,14 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::engine::ChatSession;
+use crate::spec::SpecChoice;
 use crate::tui::demo::DemoEngine;
 use crate::tui::transcript::Transcript;
 use crate::tui::{run_lines, run_tui, ChatEngine, ChatOptions};
 
 use super::common::{
-    n_predict, read_text_file, ContextArgs, SamplingArgs, SpecArgs, SpecType, MAX_PROMPT_FILE,
+    check_spec, n_predict, parse_spec, read_text_file, spec_choice, ContextArgs, SamplingArgs,
+    SpecArgs, MAX_PROMPT_FILE,
 };
 
 #[derive(Args, Debug)]
@@ -36,10 +38,13 @@ pub struct ChatArgs {
         allow_negative_numbers = true
     )]
     pub n_predict: i64,
-    /// Decoding mode to start with (default: draft-self for the built-in model,
-    /// none with -m); F2 toggles it live
-    #[arg(long = "spec-type", value_enum)]
-    pub spec_type: Option<SpecType>,
+    /// Decoding mode to start with (default: draft-self for the built-in
+    /// model, none with -m; F2 toggles drafting live). none: plain decoding;
+    /// draft-self: block-diffusion drafts (clover_moe files); ngram: drafts
+    /// from the conversation's own n-grams (any file); parameters after a
+    /// colon, stages chained with '+' or by repeating the flag
+    #[arg(long = "spec-type", value_name = "TYPE", value_parser = parse_spec)]
+    pub spec_type: Vec<SpecChoice>,
     #[command(flatten)]
     pub spec: SpecArgs,
     /// Run the built-in demo engine (no model needed)
@@ -66,7 +71,8 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     args.context.session_options()?;
     let params = args.sampling.params()?;
     let n_predict = n_predict(args.n_predict)?;
-    let spec_cfg = args.spec.config(n_predict)?;
+    let choice = spec_choice(&args.spec_type);
+    let spec_cfg = choice.configure(args.spec.config(n_predict)?);
     let loaded = match &args.load {
         Some(path) => {
             let text = read_text_file(path, MAX_PROMPT_FILE, "saved conversation")?;
@@ -82,9 +88,9 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
             .system
             .clone()
             .or_else(|| loaded.as_ref().and_then(|t| t.system.clone())),
-        spec: match args.spec_type {
-            Some(s) => s == SpecType::DraftSelf,
-            None => args.model.is_none() && !args.demo,
+        spec: match args.spec_type.is_empty() {
+            false => !choice.is_none(),
+            true => args.model.is_none() && !args.demo,
         },
         notice: None,
         history: loaded.as_ref().map(Transcript::history).unwrap_or_default(),
@@ -114,13 +120,12 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     // The chat renders the template every turn: refuse a broken one now.
     model.template()?;
     args.spec.apply_draft_pool(&mut model.model)?;
-    if args.spec_type == Some(SpecType::DraftSelf) && !model.model.has_diffusion() {
-        anyhow::bail!(
-            "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
-        );
-    }
+    check_spec(&choice, &model.model)?;
     let session = args.context.new_session(Arc::new(model))?;
     let mut engine = ChatSession::new(session, params, n_predict);
+    if let Some(drafter) = choice.drafter() {
+        engine.set_drafter(drafter, spec_cfg.n_max);
+    }
     engine.configure_spec(&spec_cfg);
     if let Some(d) = &default {
         engine.set_display_name(d.display_name());

@@ -14,7 +14,7 @@ use anyhow::Context as _;
 
 use crate::engine::{default_model, parse_cache_type, LoadedModel, Session, SessionOptions};
 use crate::sample::SamplerParams;
-use crate::spec::SpecConfig;
+use crate::spec::{SpecChoice, SpecConfig};
 
 /// llama.cpp's multi-letter short flags and the long flags they mean.
 const LLAMA_SHORT: [(&str, &str); 6] = [
@@ -400,15 +400,36 @@ pub fn report_pages(file: &crate::gguf::GgufFile, path: &std::path::Path) {
     }
 }
 
-/// `--spec-type`: how tokens are decoded (docs/DESIGN.md §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum SpecType {
-    /// Plain autoregressive decoding.
-    None,
-    /// Self-speculation: block-diffusion drafts, verified in one batched pass
-    /// (clover_moe files).
-    DraftSelf,
+/// `--spec-type` where one decoding mode is taken: its stages (several
+/// flags chain, as ik_llama.cpp's do); `none` when none is given.
+pub fn spec_choice(values: &[SpecChoice]) -> SpecChoice {
+    SpecChoice {
+        stages: values.iter().flat_map(|c| c.stages.clone()).collect(),
+    }
 }
+
+/// Parses one `--spec-type` value of `run`, `chat` and `serve`.
+pub fn parse_spec(s: &str) -> Result<SpecChoice, String> {
+    SpecChoice::parse_one(&[s])
+}
+
+/// Checks that `choice` can draft on `model`: a draft-self stage needs the
+/// block-diffusion path.
+pub fn check_spec(choice: &SpecChoice, model: &crate::model::Model) -> anyhow::Result<()> {
+    if choice.needs_diffusion() && !model.has_diffusion() {
+        anyhow::bail!(
+            "--spec-type {choice}: draft-self needs a clover_moe file with the block-diffusion \
+             tensors (ngram drafts on any file)"
+        );
+    }
+    Ok(())
+}
+
+/// The help of `--spec-type` where one mode is taken.
+pub const SPEC_TYPE_HELP: &str = "none: plain decoding; draft-self: block-diffusion drafts \
+    (clover_moe files); ngram: drafts from the text's own n-grams (any file; ngram-mod is the \
+    same). ik_llama.cpp's parameters follow a colon (ngram:n_max=32,n_min=2,ngram_size_n=6); \
+    stages chain with '+' or by repeating the flag, the first that drafts wins";
 
 /// How self-speculation drafts and accepts (docs/DESIGN.md §4.1–4.2): the flags
 /// `run`, `chat` and `bench` share, checked before any model is loaded.

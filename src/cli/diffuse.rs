@@ -1,4 +1,4 @@
-//! `clover diffuse`: block-diffusion generation (docs/DESIGN.md §4.3), the
+//! `clover diffuse`: block-diffusion generation (docs/DESIGN.md §4.4), the
 //! llama-diffusion-cli equivalent.
 //!
 //! Per block: `[t_n, M×(B−1)]` is denoised over S diffusion passes; each

@@ -17,11 +17,11 @@ use crate::engine::SpecStep;
 use crate::engine::{generate, EngineError, GenEvent, GenOptions, Generation, PlainStep, Session};
 use crate::sample::Sampler;
 use crate::spec::replay::Profile;
-use crate::spec::{DiffusionDrafter, SpecStats};
+use crate::spec::{SpecChoice, SpecStats};
 
 use super::common::{
-    n_predict, open_model, read_text_file, ContextArgs, SamplingArgs, SpecArgs, SpecType,
-    MAX_PROMPT_FILE,
+    check_spec, n_predict, open_model, parse_spec, read_text_file, spec_choice, ContextArgs,
+    SamplingArgs, SpecArgs, MAX_PROMPT_FILE, SPEC_TYPE_HELP,
 };
 
 #[derive(Args, Debug)]
@@ -68,12 +68,11 @@ pub struct RunArgs {
     /// object continues with are masked; decodes token by token
     #[arg(long = "json-mode")]
     pub json_mode: bool,
-    /// none: plain decoding; draft-self: draft by block diffusion, verify in one pass
-    #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
-    pub spec_type: SpecType,
+    #[arg(long = "spec-type", value_name = "TYPE", value_parser = parse_spec, help = SPEC_TYPE_HELP)]
+    pub spec_type: Vec<SpecChoice>,
     #[command(flatten)]
     pub spec: SpecArgs,
-    /// With --spec-type draft-self: write the measured per-position acceptance
+    /// With --spec-type: write the measured per-position acceptance
     /// to FILE (JSON), for `clover bench --spec-replay` (best with --spec-fixed,
     /// so that every round drafts every position)
     #[arg(long = "spec-profile-out", value_name = "FILE")]
@@ -85,15 +84,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     let session_opts = args.context.session_options()?;
     let params = args.sampling.params()?;
     let n_predict = n_predict(args.n_predict)?;
-    let spec_cfg = match args.spec_type {
-        SpecType::DraftSelf => Some(args.spec.config(n_predict)?),
-        SpecType::None => None,
+    let choice = spec_choice(&args.spec_type);
+    let spec_cfg = match choice.is_none() {
+        true => None,
+        false => Some(choice.configure(args.spec.config(n_predict)?)),
     };
     if args.json_mode && spec_cfg.is_some() {
-        anyhow::bail!("--json-mode decodes token by token: drop --spec-type draft-self");
+        anyhow::bail!("--json-mode decodes token by token: drop --spec-type {choice}");
     }
     if args.spec_profile_out.is_some() && spec_cfg.is_none() {
-        anyhow::bail!("--spec-profile-out needs --spec-type draft-self");
+        anyhow::bail!("--spec-profile-out needs a --spec-type that drafts");
     }
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),
@@ -106,6 +106,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.context.apply_page_options();
     let mut model = open_model(args.model.as_deref(), args.context.no_mmap)?;
     args.spec.apply_draft_pool(&mut model.model)?;
+    check_spec(&choice, &model.model)?;
     let (prompt, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &args.system {
@@ -159,13 +160,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
     let mut spec_step = None;
-    if let Some(cfg) = spec_cfg {
-        if !session.model().model.has_diffusion() {
-            anyhow::bail!(
-                "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
-            );
-        }
-        spec_step = Some(SpecStep::new(cfg, DiffusionDrafter));
+    if let (Some(cfg), Some(drafter)) = (spec_cfg, choice.drafter()) {
+        spec_step = Some(SpecStep::new(cfg, drafter));
     }
     let step: &mut dyn crate::engine::Step = match spec_step.as_mut() {
         Some(s) => s,
@@ -235,6 +231,7 @@ fn summary(
             "accepted_relaxed": s.accepted_relaxed,
             "proposed_by_pos": s.proposed_by_pos,
             "accepted_by_pos": s.accepted_by_pos,
+            "reached_by_pos": s.reached_by_pos,
             "accepted_len_hist": s.accepted_len_hist,
             "draft_passes": s.draft_passes,
             "verify_passes": s.verify_passes,

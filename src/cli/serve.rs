@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 
-use super::common::{open_model, ContextArgs, SpecArgs, SpecType};
+use crate::spec::SpecChoice;
+
+use super::common::{check_spec, open_model, parse_spec, spec_choice, ContextArgs, SpecArgs};
 use crate::server::{serve, ServeConfig, SlotPlan};
 
 #[derive(Args, Debug)]
@@ -74,9 +76,12 @@ pub struct ServeArgs {
     /// (for A/B measurements)
     #[arg(long = "no-batching")]
     pub no_batching: bool,
-    /// none: plain decoding; draft-self: slots speculate (adaptive draft length)
-    #[arg(long = "spec-type", value_enum, default_value_t = SpecType::None)]
-    pub spec_type: SpecType,
+    /// How slots decode: none (plain), draft-self (block-diffusion drafts,
+    /// clover_moe files), ngram (drafts from each request's own n-grams, any
+    /// file); parameters after a colon, stages chained with '+' or by
+    /// repeating the flag; the draft length is adaptive
+    #[arg(long = "spec-type", value_name = "TYPE", value_parser = parse_spec)]
+    pub spec_type: Vec<SpecChoice>,
     #[command(flatten)]
     pub spec: SpecArgs,
     #[command(flatten)]
@@ -132,9 +137,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let mut session = args.context.session_options()?;
     session.n_ctx = n_ctx_slot;
     session.validate()?;
-    let spec = match args.spec_type {
-        SpecType::DraftSelf => Some(args.spec.config(None)?),
-        SpecType::None => None,
+    let choice = spec_choice(&args.spec_type);
+    let spec = match choice.is_none() {
+        true => None,
+        false => Some((choice.configure(args.spec.config(None)?), choice.clone())),
     };
     let model_name = args.alias.clone().unwrap_or_else(|| match &args.model {
         Some(p) => p
@@ -145,7 +151,6 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     });
     let (path, no_mmap) = (args.model.clone(), args.context.no_mmap);
     args.context.apply_page_options();
-    let has_spec = spec.is_some();
     let spec_args = args.spec.clone();
     let special_in_content = args.special_in_content;
     let template = match &args.chat_template_file {
@@ -163,11 +168,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // compile is refused at start.
         m.template()?;
         spec_args.apply_draft_pool(&mut m.model)?;
-        if has_spec && !m.model.has_diffusion() {
-            bail!(
-                "--spec-type draft-self needs a clover_moe file with the block-diffusion tensors"
-            );
-        }
+        check_spec(&choice, &m.model)?;
         m.model.check_memory(&crate::model::StateOptions {
             max_batch: session.n_ubatch.min(session.n_batch).min(n_ctx_slot),
             type_k: session.type_k,

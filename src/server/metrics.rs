@@ -97,7 +97,7 @@ impl Metrics {
         metric(
             "draft_tokens_total",
             "counter",
-            "Drafted tokens (--spec-type draft-self)",
+            "Drafted tokens (--spec-type)",
             one(c.drafted.to_string()),
         );
         metric(

@@ -84,7 +84,8 @@ pub struct SlotPlan {
     pub session: crate::engine::SessionOptions,
     pub n_slots: usize,
     pub max_queue: usize,
-    pub spec: Option<crate::spec::SpecConfig>,
+    /// Slots speculate: how, and what drafts.
+    pub spec: Option<(crate::spec::SpecConfig, crate::spec::SpecChoice)>,
     /// Decode the slots' next tokens in one forward pass (off: each slot
     /// runs its own, taking turns on the pool).
     pub batching: bool,

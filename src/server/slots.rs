@@ -35,7 +35,7 @@ use crate::engine::{
     StopReason,
 };
 use crate::sample::{Sampler, SamplerParams, TokenLogprob};
-use crate::spec::{DiffusionDrafter, SpecConfig};
+use crate::spec::{SpecChoice, SpecConfig};
 
 pub use super::batcher::Batcher;
 use super::batcher::{BatchPrompt, BatchStep};
@@ -225,7 +225,7 @@ pub fn start(
     model: Arc<LoadedModel>,
     opts: SessionOptions,
     n: usize,
-    spec: Option<SpecConfig>,
+    spec: Option<(SpecConfig, SpecChoice)>,
     batching: bool,
     sched: Arc<Scheduler>,
     metrics: Arc<Metrics>,
@@ -242,7 +242,11 @@ pub fn start(
         }
         let (sched, metrics) = (Arc::clone(&sched), Arc::clone(&metrics));
         let batcher = Arc::clone(&batcher);
-        let mut spec_step = spec.clone().map(|cfg| SpecStep::new(cfg, DiffusionDrafter));
+        // Each slot drafts on its own (an n-gram drafter indexes its text).
+        let mut spec_step = spec.as_ref().and_then(|(cfg, choice)| {
+            let drafter = choice.drafter()?;
+            Some(SpecStep::new(cfg.clone(), drafter))
+        });
         let h = std::thread::Builder::new()
             .name(format!("clover-slot-{i}"))
             .spawn(move || {

@@ -44,6 +44,12 @@ pub trait Drafter {
     fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError>;
 }
 
+impl<D: Drafter + ?Sized> Drafter for Box<D> {
+    fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        (**self).draft(ctx)
+    }
+}
+
 /// Self-speculation through the block-diffusion path.
 #[derive(Debug, Default)]
 pub struct DiffusionDrafter;

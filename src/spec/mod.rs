@@ -2,6 +2,8 @@
 //!
 //! - `verify`: the acceptance rules (pure functions);
 //! - `draft`: the `Drafter` trait and the diffusion / sequence / random drafters;
+//! - `ngram`: drafts from the text's own n-grams, and chains of drafters;
+//! - `choice`: `--spec-type`, parsed into the stages that draft;
 //! - `adaptive`: the draft length from measured acceptance and costs;
 //! - `stats`: counters and timings;
 //! - `replay`: replayed acceptance profiles for benchmarks (simulated acceptance);
@@ -10,13 +12,16 @@
 //! - `cost`: the rollback stash size (docs/DESIGN.md §5).
 
 pub mod adaptive;
+pub mod choice;
 pub mod cost;
 pub mod draft;
+pub mod ngram;
 pub mod replay;
 pub mod speculator;
 pub mod stats;
 pub mod verify;
 
+pub use choice::SpecChoice;
 pub use draft::{DiffusionDrafter, Draft, DraftCtx, Drafter, RandomDrafter, SequenceDrafter};
 pub use speculator::{SpecConfig, SpecError, Speculator};
 pub use stats::SpecStats;
