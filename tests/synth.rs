@@ -574,3 +574,98 @@ fn llama_cpp_loads_tiny_qwen35moe_and_its_greedy_text_matches_a_numpy_forward() 
     );
     assert!(text.contains("12 greedy tokens"), "{text}");
 }
+
+/// `--mtp` writes the multi-token-prediction block as llama.cpp's converter
+/// wrote the real-files fixture's (tests/converter_common): the same tensor
+/// names after the trunk, the `nextn.*` tensors of the same shapes in terms
+/// of the embedding width and the same types for an f32 file, and the same
+/// two metadata keys; the trunk is the file without `--mtp`, tensor for
+/// tensor, so the loader, which skips the block, computes the same tokens.
+#[test]
+fn mtp_block_is_written_as_the_converter_writes_it() {
+    use clover::gguf::{GgufFile, Value};
+    let dir = tempfile::tempdir().unwrap();
+    let (with, without) = (dir.path().join("mtp.gguf"), dir.path().join("plain.gguf"));
+    for (path, extra) in [(&with, &["--mtp"][..]), (&without, &[][..])] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_clover"))
+            .args(["synth", "--arch", "qwen35moe", "--preset", "tiny", "-o"])
+            .arg(path)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let conv_path = dir.path().join("real-f32.gguf");
+    let gz = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/converter/real-f32.gguf.gz"),
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut bytes).unwrap();
+    std::fs::write(&conv_path, bytes).unwrap();
+    let (ours, plain, conv) = (
+        GgufFile::open(&with).unwrap(),
+        GgufFile::open(&without).unwrap(),
+        GgufFile::open(&conv_path).unwrap(),
+    );
+    let u = |f: &GgufFile, k: &str| f.get(&format!("qwen35moe.{k}")).and_then(Value::as_u64);
+    let last = |f: &GgufFile| u(f, "block_count").unwrap() - 1;
+    assert_eq!(
+        u(&ours, "block_count"),
+        u(&plain, "block_count").map(|n| n + 1)
+    );
+    assert_eq!(u(&ours, "nextn_predict_layers"), Some(1));
+    assert_eq!(u(&conv, "nextn_predict_layers"), Some(1));
+    // The block's tensors, named relative to it.
+    let block = |f: &GgufFile| {
+        let prefix = format!("blk.{}.", last(f));
+        let mut v: Vec<(String, Vec<u64>, kernels::GgmlType)> = f
+            .tensors()
+            .iter()
+            .filter_map(|t| {
+                let rest = t.name.strip_prefix(&prefix)?;
+                Some((rest.to_string(), t.dims.to_vec(), t.ty))
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let (b_ours, b_conv) = (block(&ours), block(&conv));
+    let names = |b: &[(String, Vec<u64>, kernels::GgmlType)]| {
+        b.iter().map(|(n, _, _)| n.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&b_ours), names(&b_conv));
+    let width = |f: &GgufFile| u(f, "embedding_length").unwrap();
+    for ((name, d_ours, ty_ours), (_, d_conv, ty_conv)) in b_ours.iter().zip(&b_conv) {
+        assert_eq!(ty_ours, ty_conv, "{name}");
+        if name.starts_with("nextn.") {
+            let rel = |d: &[u64], e: u64| d.iter().map(|x| x / e).collect::<Vec<_>>();
+            assert_eq!(
+                rel(d_ours, width(&ours)),
+                rel(d_conv, width(&conv)),
+                "{name}"
+            );
+        }
+    }
+    // The trunk: the plain file's tensors, byte for byte.
+    for t in plain.tensors() {
+        let (o, p) = (ours.tensor(&t.name).unwrap(), plain.tensor(&t.name).unwrap());
+        assert_eq!((o.ty, o.dims), (p.ty, p.dims), "{}", t.name);
+        assert!(o.data == p.data, "{}", t.name);
+    }
+    let run = |path: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_clover"))
+            .args(["run", "-p", "In the beginning", "-n", "8", "--temp", "0", "-m"])
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    assert_eq!(run(&with), run(&without));
+}

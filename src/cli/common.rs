@@ -418,8 +418,8 @@ pub fn parse_spec(s: &str) -> Result<SpecChoice, String> {
 pub fn check_spec(choice: &SpecChoice, model: &crate::model::Model) -> anyhow::Result<()> {
     if choice.needs_diffusion() && !model.has_diffusion() {
         anyhow::bail!(
-            "--spec-type {choice}: draft-self needs a clover_moe file with the block-diffusion \
-             tensors (ngram drafts on any file)"
+            "--spec-type {choice} needs a clover_moe file with the block-diffusion tensors \
+             (draft-self drafts through them; ngram drafts on any file)"
         );
     }
     Ok(())

@@ -37,6 +37,11 @@ pub struct SynthArgs {
     /// (which rotate every rope pair), e.g. 4,2,2,0
     #[arg(long, value_name = "S0,S1,S2,S3", value_delimiter = ',')]
     pub rope_sections: Option<Vec<i32>>,
+    /// After the trunk, a multi-token-prediction block (`blk.N.nextn.*` and
+    /// a gated-attention layer with its MoE, `nextn_predict_layers = 1`), as
+    /// llama.cpp's converter writes a checkpoint's
+    #[arg(long)]
+    pub mtp: bool,
     /// Output file: written to a temporary file beside it and renamed into
     /// place when complete. A symlink is followed to its regular target (the
     /// link is kept); a directory, device, FIFO or socket is refused
@@ -51,12 +56,16 @@ pub struct SynthArgs {
 }
 
 pub fn run(args: SynthArgs) -> anyhow::Result<()> {
-    let mut plan = synth::plan(SynthOptions {
+    let options = SynthOptions {
         arch: args.arch,
         preset: args.preset,
         recipe: args.recipe,
         seed: args.seed,
-    })?;
+    };
+    let mut plan = match args.mtp {
+        true => synth::plan_mtp(options)?,
+        false => synth::plan(options)?,
+    };
     if let Some(fill) = args.fill {
         plan.fill = fill;
     }

@@ -72,9 +72,23 @@ pub struct Plan {
 
 /// Plans a file: nothing is generated or written.
 pub fn plan(options: SynthOptions) -> Result<Plan, SynthError> {
+    plan_blocks(options, false)
+}
+
+/// Plans a file whose trunk is followed by a multi-token-prediction block,
+/// as llama.cpp's converter writes a checkpoint's (`--mtp`). The trunk's
+/// tensors and values are those of [`plan`]'s file.
+pub fn plan_mtp(options: SynthOptions) -> Result<Plan, SynthError> {
+    plan_blocks(options, true)
+}
+
+fn plan_blocks(options: SynthOptions, mtp: bool) -> Result<Plan, SynthError> {
     let dims = Dims::for_preset(options.preset, options.arch);
     let vocab = tokenizer_gen::build_vocab(dims.vocab).map_err(SynthError::Tokenizer)?;
-    let specs = tensors::tensor_specs(options.arch, &dims);
+    let mut specs = tensors::tensor_specs(options.arch, &dims);
+    if mtp {
+        specs.extend(tensors::mtp_block_specs(options.arch, &dims));
+    }
     let types: Vec<GgmlType> = specs
         .iter()
         .map(|t| {
@@ -86,6 +100,11 @@ pub fn plan(options: SynthOptions) -> Result<Plan, SynthError> {
         .collect();
     let mut writer = GgufWriter::new();
     set_metadata(&mut writer, &options, &dims, &vocab);
+    if mtp {
+        let k = |s: &str| format!("{}.{s}", options.arch.name());
+        writer.set(k("block_count"), Value::U32(dims.n_layer as u32 + 1));
+        writer.set(k("nextn_predict_layers"), Value::U32(1));
+    }
     for (t, ty) in specs.iter().zip(&types) {
         writer.add_tensor(t.name.clone(), *ty, &t.ne);
     }

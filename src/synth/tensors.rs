@@ -116,87 +116,113 @@ impl TensorSpec {
 
 /// Every tensor of the model, in file order: globals, then each block.
 pub fn tensor_specs(arch: Arch, d: &Dims) -> Vec<TensorSpec> {
-    let mut out = Vec::new();
-    let mut push = |name: String, role: Role, layer: Option<usize>, ne: &[usize]| {
-        out.push(TensorSpec {
-            name,
-            role,
-            layer,
-            ne: ne.iter().map(|&x| x as u64).collect(),
-        });
-    };
     let e = d.d_model;
-    push(
-        "token_embd.weight".into(),
-        Role::TokenEmbd,
-        None,
-        &[e, d.vocab],
-    );
-    push("output_norm.weight".into(), Role::OutputNorm, None, &[e]);
-    push("output.weight".into(), Role::Output, None, &[e, d.vocab]);
-
+    let mut out = vec![
+        spec(
+            "token_embd.weight".into(),
+            Role::TokenEmbd,
+            None,
+            &[e, d.vocab],
+        ),
+        spec("output_norm.weight".into(), Role::OutputNorm, None, &[e]),
+        spec("output.weight".into(), Role::Output, None, &[e, d.vocab]),
+    ];
     for il in 0..d.n_layer {
-        let mut p = |suffix: &str, role: Role, ne: &[usize]| {
-            push(format!("blk.{il}.{suffix}"), role, Some(il), ne);
-        };
-        p("attn_norm.weight", Role::AttnNorm, &[e]);
-        if d.is_attention(il) {
-            let q_out = 2 * d.n_head * d.head_dim;
-            let kv = d.n_head_kv * d.head_dim;
-            p("attn_q.weight", Role::AttnQ, &[e, q_out]);
-            p("attn_k.weight", Role::AttnK, &[e, kv]);
-            p("attn_v.weight", Role::AttnV, &[e, kv]);
-            p(
-                "attn_output.weight",
-                Role::AttnOutput,
-                &[d.n_head * d.head_dim, e],
-            );
-            p("attn_q_norm.weight", Role::AttnQNorm, &[d.head_dim]);
-            p("attn_k_norm.weight", Role::AttnKNorm, &[d.head_dim]);
-        } else {
-            let ch = d.conv_channels();
-            let vh = d.ssm_v_heads;
-            p("attn_qkv.weight", Role::Qkv, &[e, ch]);
-            p("attn_gate.weight", Role::AttnGate, &[e, d.ssm_inner()]);
-            p("ssm_beta.weight", Role::SsmBeta, &[e, vh]);
-            p("ssm_alpha.weight", Role::SsmAlpha, &[e, vh]);
-            p("ssm_conv1d.weight", Role::Conv, &[d.conv_left, ch]);
-            p("ssm_dt.bias", Role::DtBias, &[vh]);
-            p("ssm_a", Role::SsmA, &[vh]);
-            p("ssm_norm.weight", Role::SsmNorm, &[d.ssm_state]);
-            p("ssm_out.weight", Role::SsmOut, &[d.ssm_inner(), e]);
-            if arch.is_clover() {
-                p(
-                    "ssm_conv1d.weight_right",
-                    Role::ConvRight,
-                    &[d.conv_right, ch],
-                );
-                p("ssm_bd_logit_scale.weight", Role::BdLogitScale, &[vh]);
-                p("ssm_bd_history.weight", Role::BdHistoryWeight, &[vh]);
-                p("ssm_bd_history.bias", Role::BdHistoryBias, &[vh]);
-            }
-        }
-        p("post_attention_norm.weight", Role::PostAttnNorm, &[e]);
-        p("ffn_gate_inp.weight", Role::Router, &[e, d.n_expert]);
-        p(
-            "ffn_gate_exps.weight",
-            Role::GateExps,
-            &[e, d.ff_exp, d.n_expert],
-        );
-        p(
-            "ffn_up_exps.weight",
-            Role::UpExps,
-            &[e, d.ff_exp, d.n_expert],
-        );
-        p(
-            "ffn_down_exps.weight",
-            Role::DownExps,
-            &[d.ff_exp, e, d.n_expert],
-        );
-        p("ffn_gate_inp_shexp.weight", Role::ShexpGate, &[e]);
-        p("ffn_gate_shexp.weight", Role::GateShexp, &[e, d.ff_shexp]);
-        p("ffn_up_shexp.weight", Role::UpShexp, &[e, d.ff_shexp]);
-        p("ffn_down_shexp.weight", Role::DownShexp, &[d.ff_shexp, e]);
+        block_specs(&mut out, arch, d, il, d.is_attention(il));
     }
     out
+}
+
+/// A multi-token-prediction block after the trunk, as llama.cpp's converter
+/// writes one (`blk.N`, N the trunk's layer count, with
+/// `nextn_predict_layers = 1`): the projection of the joined embedding and
+/// hidden state, its three norms, then a gated-attention layer and its MoE
+/// (docs/DESIGN.md §1.2).
+pub fn mtp_block_specs(arch: Arch, d: &Dims) -> Vec<TensorSpec> {
+    let (e, il) = (d.d_model, d.n_layer);
+    let nextn = |suffix: &str, role: Role, ne: &[usize]| {
+        spec(format!("blk.{il}.nextn.{suffix}"), role, Some(il), ne)
+    };
+    let mut out = vec![nextn("eh_proj.weight", Role::NextnEhProj, &[2 * e, e])];
+    block_specs(&mut out, arch, d, il, true);
+    for norm in ["shared_head_norm", "enorm", "hnorm"] {
+        out.push(nextn(&format!("{norm}.weight"), Role::NextnNorm, &[e]));
+    }
+    out
+}
+
+fn spec(name: String, role: Role, layer: Option<usize>, ne: &[usize]) -> TensorSpec {
+    TensorSpec {
+        name,
+        role,
+        layer,
+        ne: ne.iter().map(|&x| x as u64).collect(),
+    }
+}
+
+/// Block `il`'s tensors: its mixer (gated attention when `attention`, else
+/// Gated DeltaNet) and its MoE.
+fn block_specs(out: &mut Vec<TensorSpec>, arch: Arch, d: &Dims, il: usize, attention: bool) {
+    let e = d.d_model;
+    let mut p = |suffix: &str, role: Role, ne: &[usize]| {
+        out.push(spec(format!("blk.{il}.{suffix}"), role, Some(il), ne));
+    };
+    p("attn_norm.weight", Role::AttnNorm, &[e]);
+    if attention {
+        let q_out = 2 * d.n_head * d.head_dim;
+        let kv = d.n_head_kv * d.head_dim;
+        p("attn_q.weight", Role::AttnQ, &[e, q_out]);
+        p("attn_k.weight", Role::AttnK, &[e, kv]);
+        p("attn_v.weight", Role::AttnV, &[e, kv]);
+        p(
+            "attn_output.weight",
+            Role::AttnOutput,
+            &[d.n_head * d.head_dim, e],
+        );
+        p("attn_q_norm.weight", Role::AttnQNorm, &[d.head_dim]);
+        p("attn_k_norm.weight", Role::AttnKNorm, &[d.head_dim]);
+    } else {
+        let ch = d.conv_channels();
+        let vh = d.ssm_v_heads;
+        p("attn_qkv.weight", Role::Qkv, &[e, ch]);
+        p("attn_gate.weight", Role::AttnGate, &[e, d.ssm_inner()]);
+        p("ssm_beta.weight", Role::SsmBeta, &[e, vh]);
+        p("ssm_alpha.weight", Role::SsmAlpha, &[e, vh]);
+        p("ssm_conv1d.weight", Role::Conv, &[d.conv_left, ch]);
+        p("ssm_dt.bias", Role::DtBias, &[vh]);
+        p("ssm_a", Role::SsmA, &[vh]);
+        p("ssm_norm.weight", Role::SsmNorm, &[d.ssm_state]);
+        p("ssm_out.weight", Role::SsmOut, &[d.ssm_inner(), e]);
+        if arch.is_clover() {
+            p(
+                "ssm_conv1d.weight_right",
+                Role::ConvRight,
+                &[d.conv_right, ch],
+            );
+            p("ssm_bd_logit_scale.weight", Role::BdLogitScale, &[vh]);
+            p("ssm_bd_history.weight", Role::BdHistoryWeight, &[vh]);
+            p("ssm_bd_history.bias", Role::BdHistoryBias, &[vh]);
+        }
+    }
+    p("post_attention_norm.weight", Role::PostAttnNorm, &[e]);
+    p("ffn_gate_inp.weight", Role::Router, &[e, d.n_expert]);
+    p(
+        "ffn_gate_exps.weight",
+        Role::GateExps,
+        &[e, d.ff_exp, d.n_expert],
+    );
+    p(
+        "ffn_up_exps.weight",
+        Role::UpExps,
+        &[e, d.ff_exp, d.n_expert],
+    );
+    p(
+        "ffn_down_exps.weight",
+        Role::DownExps,
+        &[d.ff_exp, e, d.n_expert],
+    );
+    p("ffn_gate_inp_shexp.weight", Role::ShexpGate, &[e]);
+    p("ffn_gate_shexp.weight", Role::GateShexp, &[e, d.ff_shexp]);
+    p("ffn_up_shexp.weight", Role::UpShexp, &[e, d.ff_shexp]);
+    p("ffn_down_shexp.weight", Role::DownShexp, &[d.ff_shexp, e]);
 }
