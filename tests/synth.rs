@@ -587,7 +587,7 @@ fn mtp_block_is_written_as_the_converter_writes_it() {
     let dir = tempfile::tempdir().unwrap();
     let (with, without) = (dir.path().join("mtp.gguf"), dir.path().join("plain.gguf"));
     for (path, extra) in [(&with, &["--mtp"][..]), (&without, &[][..])] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_clover"))
+        let out = clover()
             .args(["synth", "--arch", "qwen35moe", "--preset", "tiny", "-o"])
             .arg(path)
             .args(extra)
@@ -654,17 +654,33 @@ fn mtp_block_is_written_as_the_converter_writes_it() {
     }
     // The trunk: the plain file's tensors, byte for byte.
     for t in plain.tensors() {
-        let (o, p) = (ours.tensor(&t.name).unwrap(), plain.tensor(&t.name).unwrap());
+        let (o, p) = (
+            ours.tensor(&t.name).unwrap(),
+            plain.tensor(&t.name).unwrap(),
+        );
         assert_eq!((o.ty, o.dims), (p.ty, p.dims), "{}", t.name);
         assert!(o.data == p.data, "{}", t.name);
     }
     let run = |path: &std::path::Path| {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_clover"))
-            .args(["run", "-p", "In the beginning", "-n", "8", "--temp", "0", "-m"])
+        let out = clover()
+            .args([
+                "run",
+                "-p",
+                "In the beginning",
+                "-n",
+                "8",
+                "--temp",
+                "0",
+                "-m",
+            ])
             .arg(path)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     };
     assert_eq!(run(&with), run(&without));

@@ -93,7 +93,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
         anyhow::bail!("--json-mode decodes token by token: drop --spec-type {choice}");
     }
     if args.spec_profile_out.is_some() && spec_cfg.is_none() {
-        anyhow::bail!("--spec-profile-out needs a --spec-type that drafts");
+        anyhow::bail!(
+            "--spec-profile-out needs --spec-type draft-self (or another type that drafts)"
+        );
     }
     let text = match (&args.prompt, &args.file) {
         (Some(p), _) => p.clone(),

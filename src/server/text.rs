@@ -3,7 +3,8 @@
 //! decided) and Qwen-style tool calls (`<tool_call>{"name": …, "arguments":
 //! …}</tool_call>` in the content become `tool_calls`).
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 /// Cuts the stream at the first stop string.
 #[derive(Debug, Default)]
@@ -153,14 +154,31 @@ impl ToolCallParser {
     }
 }
 
+/// OpenAI's `tool_calls` entry of a response.
+#[derive(Serialize)]
+struct ToolCall<'a> {
+    index: usize,
+    id: String,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
 /// OpenAI's `tool_calls` entry for call number `i` of a response.
 pub fn tool_call_json(id: &str, i: usize, name: &str, arguments: &str) -> Value {
-    json!({
-        "index": i,
-        "id": format!("call_{id}_{i}"),
-        "type": "function",
-        "function": {"name": name, "arguments": arguments},
-    })
+    let call = ToolCall {
+        index: i,
+        id: format!("call_{id}_{i}"),
+        kind: "function",
+        function: Function { name, arguments },
+    };
+    serde_json::to_value(call).unwrap_or_default()
 }
 
 #[cfg(test)]
