@@ -172,6 +172,34 @@ fn chat_rejects_draft_self_on_a_file_without_diffusion() {
     assert!(out.stdout.is_empty());
 }
 
+/// A file without the diffusion path speculates in the chat with n-gram
+/// drafts (alone and chained): the greedy replies are plain decoding's.
+#[test]
+fn chat_speculates_with_ngram_drafts_on_a_file_without_diffusion() {
+    let path = tiny(Arch::Qwen35Moe);
+    let mut args = model_args(&path);
+    args.extend(["-n", "24"]);
+    let input = b"say it again and again\nagain\n";
+    let plain = chat(&args, input);
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    for spec in ["ngram", "ngram:ngram_size_n=1,n_max=4"] {
+        let mut a = args.clone();
+        a.extend(["--spec-type", spec]);
+        let out = chat(&a, input);
+        assert!(
+            out.status.success(),
+            "{spec}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(paragraphs(&out.stdout), paragraphs(&plain.stdout), "{spec}");
+        assert_eq!(paragraphs(&out.stdout).len(), 2);
+    }
+}
+
 #[test]
 fn chat_load_continues_a_saved_conversation_and_rejects_a_bad_file() {
     let path = tiny(Arch::CloverMoe);

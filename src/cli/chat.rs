@@ -39,7 +39,8 @@ pub struct ChatArgs {
     )]
     pub n_predict: i64,
     /// Decoding mode to start with (default: draft-self for the built-in
-    /// model, none with -m; F2 toggles drafting live). none: plain decoding;
+    /// model, none with -m; F2 toggles drafting live, by n-gram drafting on
+    /// a file without the block-diffusion path). none: plain decoding;
     /// draft-self: block-diffusion drafts (clover_moe files); ngram: drafts
     /// from the conversation's own n-grams (any file); parameters after a
     /// colon, stages chained with '+' or by repeating the flag
@@ -123,7 +124,15 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     check_spec(&choice, &model.model)?;
     let session = args.context.new_session(Arc::new(model))?;
     let mut engine = ChatSession::new(session, params, n_predict);
-    if let Some(drafter) = choice.drafter() {
+    // What F2 turns on: the chosen drafter; without one, the model's own
+    // diffusion drafter, or n-gram drafting on a file without that path.
+    let drafter = match choice.is_none() && !engine.info().spec_available {
+        true => SpecChoice::parse_one(&["ngram"])
+            .expect("a known type")
+            .drafter(),
+        false => choice.drafter(),
+    };
+    if let Some(drafter) = drafter {
         engine.set_drafter(drafter, spec_cfg.n_max);
     }
     engine.configure_spec(&spec_cfg);
