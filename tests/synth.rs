@@ -53,6 +53,17 @@ fn clover() -> Command {
     Command::new(env!("CARGO_BIN_EXE_clover"))
 }
 
+/// Runs `cmd`, which must succeed (its stderr is the failure message).
+fn output_ok(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// Value of a `name: value` line of the dry-run output.
 fn line_value(out: &str, name: &str) -> String {
     out.lines()
@@ -62,19 +73,12 @@ fn line_value(out: &str, name: &str) -> String {
 }
 
 fn dry_run(arch: &str) -> String {
-    let out = clover()
-        .args([
-            "synth", "--arch", arch, "--preset", "full", "--recipe", "q4_k_m",
-        ])
-        .args(["--seed", "1", "--dry-run"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let mut cmd = clover();
+    cmd.args([
+        "synth", "--arch", arch, "--preset", "full", "--recipe", "q4_k_m",
+    ])
+    .args(["--seed", "1", "--dry-run"]);
+    String::from_utf8(output_ok(&mut cmd).stdout).unwrap()
 }
 
 #[test]
@@ -587,16 +591,11 @@ fn mtp_block_is_written_as_the_converter_writes_it() {
     let dir = tempfile::tempdir().unwrap();
     let (with, without) = (dir.path().join("mtp.gguf"), dir.path().join("plain.gguf"));
     for (path, extra) in [(&with, &["--mtp"][..]), (&without, &[][..])] {
-        let out = clover()
-            .args(["synth", "--arch", "qwen35moe", "--preset", "tiny", "-o"])
-            .arg(path)
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        output_ok(
+            clover()
+                .args(["synth", "--arch", "qwen35moe", "--preset", "tiny", "-o"])
+                .arg(path)
+                .args(extra),
         );
     }
     let conv_path = dir.path().join("real-f32.gguf");
@@ -662,26 +661,17 @@ fn mtp_block_is_written_as_the_converter_writes_it() {
         assert!(o.data == p.data, "{}", t.name);
     }
     let run = |path: &std::path::Path| {
-        let out = clover()
-            .args([
-                "run",
-                "-p",
-                "In the beginning",
-                "-n",
-                "8",
-                "--temp",
-                "0",
-                "-m",
-            ])
-            .arg(path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
+        let args = [
+            "run",
+            "-p",
+            "In the beginning",
+            "-n",
+            "8",
+            "--temp",
+            "0",
+            "-m",
+        ];
+        output_ok(clover().args(args).arg(path)).stdout
     };
     assert_eq!(run(&with), run(&without));
 }

@@ -260,7 +260,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     .flat_map(|c| match (c, &replay) {
                         (c, _) if c.is_none() => vec![Decode::Greedy],
                         (c, Some(_)) if c.is_draft_self() => vec![Decode::Replay, Decode::Ceiling],
-                        (c, _) if c.to_string() == "draft-self" => vec![Decode::DraftSelf],
+                        (c, _) if *c == SpecChoice::draft_self() => vec![Decode::DraftSelf],
                         (c, _) => vec![Decode::Spec(c)],
                     })
                     .collect()
@@ -366,7 +366,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut first_token_done = false;
     // Greedy tg results, for the speed-up line of the matching draft-self test.
     let mut greedy: Vec<GreedyRun> = Vec::new();
-    let draft_self = SpecChoice::parse_one(&["draft-self"]).expect("a known type");
+    let draft_self = SpecChoice::draft_self();
     let choice_of = |decode: Decode| match decode {
         Decode::Random | Decode::Greedy => SpecChoice::default(),
         Decode::Spec(c) => c.clone(),

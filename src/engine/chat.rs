@@ -44,6 +44,7 @@ use crate::model::profile::{self, Op};
 use crate::model::ForwardError;
 use crate::model::Stats;
 use crate::sample::{Sampler, SamplerParams};
+use crate::spec::ngram::{self, NgramDrafter};
 use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats};
 
 use super::spec_step::SpecStep;
@@ -169,16 +170,21 @@ impl ChatSession {
             spec: None,
             since_probe: None,
         };
-        if chat.session.model().model.has_diffusion() {
-            chat.set_drafter(Box::new(DiffusionDrafter), SpecConfig::default().n_max);
-        }
+        // What F2 turns on unless the command line chose: the model's own
+        // diffusion drafter, or n-gram drafting on a file without that path.
+        let drafter: Box<dyn Drafter + Send> = match chat.session.model().model.has_diffusion() {
+            true => Box::new(DiffusionDrafter),
+            false => Box::new(NgramDrafter::new(ngram::DEFAULT_N)),
+        };
+        chat.set_drafter(drafter, SpecConfig::default().n_max);
         chat
     }
 
     /// Speculates with `drafter`, drafting at most `max_draft` tokens per round
     /// (exact acceptance; the adaptive controller chooses the length, plain
     /// decoding when no length pays). The default is the diffusion drafter on
-    /// models that have the diffusion path; a test drafter works on any model.
+    /// models that have the diffusion path and n-gram drafting on the others;
+    /// a test drafter works on any model.
     pub fn set_drafter(&mut self, drafter: Box<dyn Drafter + Send>, max_draft: usize) {
         let cfg = SpecConfig {
             enabled: true,

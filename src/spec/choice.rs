@@ -214,12 +214,24 @@ impl SpecChoice {
         self.stages.is_empty()
     }
 
-    /// Whether a stage drafts through the block-diffusion path.
-    /// Whether this is draft-self alone.
+    /// draft-self alone, with the command's caps.
+    pub fn draft_self() -> SpecChoice {
+        SpecChoice {
+            stages: vec![Stage {
+                kind: StageKind::DraftSelf,
+                n_max: None,
+                n_min: None,
+                p_min: None,
+            }],
+        }
+    }
+
+    /// Whether this is draft-self alone (with or without its own caps).
     pub fn is_draft_self(&self) -> bool {
         matches!(self.stages.as_slice(), [s] if s.kind == StageKind::DraftSelf)
     }
 
+    /// Whether a stage drafts through the block-diffusion path.
     pub fn needs_diffusion(&self) -> bool {
         self.stages.iter().any(|s| s.kind == StageKind::DraftSelf)
     }

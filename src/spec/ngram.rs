@@ -65,8 +65,8 @@ impl NgramDrafter {
         for i in from..history.len().saturating_sub(n) {
             self.next.insert(key(&history[i..i + n]), history[i + n]);
         }
-        self.seen.clear();
-        self.seen.extend_from_slice(history);
+        let known = self.seen.len();
+        self.seen.extend_from_slice(&history[known..]);
     }
 
     /// Up to `n_max` tokens following `history` by rolling lookups.
