@@ -82,6 +82,21 @@ fn draft_self_on_a_qwen35moe_file_is_one_clear_error() {
 }
 
 #[test]
+fn mtp_on_a_file_without_the_block_is_one_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.gguf");
+    write(Arch::Qwen35Moe, &path);
+    let out = run(&path, &["--spec-type", "mtp"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("mtp needs a file with a multi-token-prediction block"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_draft_expert_pool_smaller_than_k_is_one_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.gguf");

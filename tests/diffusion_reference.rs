@@ -385,21 +385,40 @@ fn moe(r: &Reference, il: usize, x: &[f64]) -> Vec<f64> {
     out
 }
 
+fn embedding(r: &Reference, id: u32) -> Vec<f64> {
+    let (e, id) = (r.cfg.n_embd, id as usize);
+    r.get("token_embd.weight").v[id * e..(id + 1) * e]
+        .iter()
+        .map(|v| *v as f64)
+        .collect()
+}
+
+fn output(r: &Reference) -> &W {
+    r.w.get("output.weight")
+        .unwrap_or_else(|| r.get("token_embd.weight"))
+}
+
 /// Logits of every block row: the prefix by §2, the block by §3.
 fn reference_logits(r: &Reference, prefix: &[u32], block: &[u32]) -> Vec<f64> {
     let c = &r.cfg;
-    let (e, eps, n) = (c.n_embd, c.rms_eps as f64, prefix.len());
-    let embd = r.get("token_embd.weight");
+    let (eps, n) = (c.rms_eps as f64, prefix.len());
+    let x = trunk(r, prefix, block);
+    let on = &r.get("output_norm.weight").v;
+    x[n..]
+        .iter()
+        .flat_map(|row| matvec(output(r), &rmsnorm(row, on, eps)))
+        .collect()
+}
+
+/// The residual stream after the last layer: the prefix by §2, the block by
+/// §3.
+fn trunk(r: &Reference, prefix: &[u32], block: &[u32]) -> Vec<Vec<f64>> {
+    let c = &r.cfg;
+    let (eps, n) = (c.rms_eps as f64, prefix.len());
     let mut x: Vec<Vec<f64>> = prefix
         .iter()
         .chain(block)
-        .map(|&id| {
-            let id = id as usize;
-            embd.v[id * e..(id + 1) * e]
-                .iter()
-                .map(|v| *v as f64)
-                .collect()
-        })
+        .map(|&id| embedding(r, id))
         .collect();
     for il in 0..c.n_layer {
         let an = &r.layer(il, "attn_norm.weight").v;
@@ -415,24 +434,49 @@ fn reference_logits(r: &Reference, prefix: &[u32], block: &[u32]) -> Vec<f64> {
             row.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
         }
     }
-    let on = &r.get("output_norm.weight").v;
-    let out =
-        r.w.get("output.weight")
-            .unwrap_or_else(|| r.get("token_embd.weight"));
-    x[n..]
-        .iter()
-        .flat_map(|row| matvec(out, &rmsnorm(row, on, eps)))
-        .collect()
+    x
 }
 
-fn write(dir: &Path, preset: Preset, recipe: Recipe) -> std::path::PathBuf {
+/// §2.7: the MTP block's output `g` of every entry, entry p fed `tokens[p]`
+/// and `hidden[p]` (causal attention over the entries, at positions p).
+fn mtp_rows(r: &Reference, tokens: &[u32], hidden: &[Vec<f64>]) -> Vec<Vec<f64>> {
+    let c = &r.cfg;
+    let (eps, il) = (c.rms_eps as f64, c.n_layer);
+    let l = |s: &str| r.layer(il, s);
+    let mut x: Vec<Vec<f64>> = tokens
+        .iter()
+        .zip(hidden)
+        .map(|(&id, h)| {
+            let mut cat = rmsnorm(&embedding(r, id), &l("nextn.enorm.weight").v, eps);
+            cat.extend(rmsnorm(h, &l("nextn.hnorm.weight").v, eps));
+            matvec(l("nextn.eh_proj.weight"), &cat)
+        })
+        .collect();
+    let an = &l("attn_norm.weight").v;
+    let xn: Vec<Vec<f64>> = x.iter().map(|row| rmsnorm(row, an, eps)).collect();
+    let y = attention(r, il, &xn, xn.len());
+    let pn = &l("post_attention_norm.weight").v;
+    let sn = &l("nextn.shared_head_norm.weight").v;
+    for (row, yr) in x.iter_mut().zip(&y) {
+        row.iter_mut().zip(yr).for_each(|(a, b)| *a += b);
+        let m = moe(r, il, &rmsnorm(row, pn, eps));
+        row.iter_mut().zip(&m).for_each(|(a, b)| *a += b);
+    }
+    x.iter().map(|row| rmsnorm(row, sn, eps)).collect()
+}
+
+fn write(dir: &Path, preset: Preset, recipe: Recipe, mtp: bool) -> std::path::PathBuf {
     let path = dir.join(format!("{preset}-{recipe}.gguf"));
-    synth::plan(SynthOptions {
+    let options = SynthOptions {
         arch: Arch::CloverMoe,
         preset,
         recipe,
         seed: 5,
-    })
+    };
+    match mtp {
+        true => synth::plan_mtp(options),
+        false => synth::plan(options),
+    }
     .unwrap()
     .write(&path, None)
     .unwrap();
@@ -442,7 +486,7 @@ fn write(dir: &Path, preset: Preset, recipe: Recipe) -> std::path::PathBuf {
 /// Max |Δlogit| over the block rows for each D, and the largest |logit|.
 fn compare(preset: Preset, recipe: Recipe, ds: &[usize]) -> Vec<(usize, f64, f64)> {
     let dir = tempfile::tempdir().unwrap();
-    let file = GgufFile::open(&write(dir.path(), preset, recipe)).unwrap();
+    let file = GgufFile::open(&write(dir.path(), preset, recipe, false)).unwrap();
     let model = Model::load(&file).unwrap();
     let r = Reference::new(&file);
     let vocab = model.n_vocab() as u32;
@@ -500,4 +544,81 @@ fn diffusion_matches_the_plain_reference_on_the_tiny_q4_k_m_file() {
 #[test]
 fn diffusion_matches_the_plain_reference_on_the_small_q4_k_m_file() {
     check(Preset::Small, Recipe::Q4KM, 1.5);
+}
+
+/// Max |Δlogit| of the MTP block's first draft and two chained steps
+/// (`Model::mtp_sync`, `Model::mtp_step`) against §2.7 in f64, and the
+/// largest |logit|.
+fn compare_mtp(preset: Preset, recipe: Recipe) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = GgufFile::open(&write(dir.path(), preset, recipe, true)).unwrap();
+    let mut model = Model::load(&file).unwrap();
+    model.mtp = true;
+    assert!(model.has_mtp());
+    let r = Reference::new(&file);
+    let c = &r.cfg;
+    let (vocab, eps) = (model.n_vocab() as u32, c.rms_eps as f64);
+    // Prefix t_0 … t_{n−1} in the trunk, the anchor t_n, then two drafts.
+    let history: Vec<u32> = (0..7u32).map(|i| (i * 89 + 11) % (vocab - 8)).collect();
+    let chain = [(vocab / 3), (vocab / 5)];
+    let n = history.len() - 1;
+    let mut o = StateOptions::new(64);
+    o.max_batch = 4;
+    let mut st = model.new_state(o).unwrap();
+    model
+        .forward(&mut st, &history[..n], 0, LogitsFor::Last)
+        .unwrap();
+    let mut got = vec![model.mtp_sync(&mut st, &history).unwrap().to_vec()];
+    for &t in &chain {
+        got.push(model.mtp_step(&mut st, t).unwrap().to_vec());
+    }
+    let on = &r.get("output_norm.weight").v;
+    let mut hidden = vec![vec![0.0; c.n_embd]];
+    hidden.extend(
+        trunk(&r, &history[..n], &[])
+            .iter()
+            .map(|x| rmsnorm(x, on, eps)),
+    );
+    let mut tokens = history.clone();
+    let mut want = Vec::new();
+    for step in 0..=chain.len() {
+        let g = mtp_rows(&r, &tokens, &hidden);
+        let last = g.last().unwrap();
+        want.push(matvec(output(&r), last));
+        if let Some(&t) = chain.get(step) {
+            tokens.push(t);
+            hidden.push(last.clone());
+        }
+    }
+    let (mut err, mut big) = (0.0f64, 0.0f64);
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(g.len(), w.len());
+        for (a, b) in g.iter().zip(w) {
+            err = err.max((*a as f64 - b).abs());
+            big = big.max(b.abs());
+        }
+    }
+    eprintln!("{preset} {recipe} MTP: max |Δlogit| {err:.2e} (max |logit| {big:.2})");
+    (err, big)
+}
+
+#[test]
+fn mtp_matches_the_plain_reference_on_the_tiny_f32_file() {
+    let (err, big) = compare_mtp(Preset::Tiny, Recipe::F32);
+    assert!(big > 0.5, "logits all near zero");
+    assert!(err < 1e-4, "max |Δlogit| {err:e}");
+}
+
+#[test]
+fn mtp_matches_the_plain_reference_on_the_small_f32_file() {
+    let (err, big) = compare_mtp(Preset::Small, Recipe::F32);
+    assert!(big > 0.5, "logits all near zero");
+    assert!(err < 1e-4, "max |Δlogit| {err:e}");
+}
+
+#[test]
+fn mtp_matches_the_plain_reference_on_the_tiny_q4_k_m_file() {
+    let (err, big) = compare_mtp(Preset::Tiny, Recipe::Q4KM);
+    assert!(big > 0.5, "logits all near zero");
+    assert!(err < 0.15, "max |Δlogit| {err:e}");
 }

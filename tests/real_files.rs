@@ -307,12 +307,13 @@ fn converter_files_run_from_the_command_line() {
     assert!(!out.stdout.is_empty());
 }
 
-/// A converter-made qwen35moe file speculates with n-gram drafts from the
-/// command line (alone, and as ik_llama.cpp's repeated `--spec-type`
+/// A converter-made qwen35moe file speculates with n-gram drafts and with
+/// its MTP block from the command line (alone, with ik_llama.cpp's
+/// parameters, and chained as ik_llama.cpp's repeated `--spec-type`
 /// spelling), printing plain greedy's text; draft-self, which needs the
 /// block-diffusion tensors, is refused in one line.
 #[test]
-fn converter_files_speculate_with_ngram_drafts() {
+fn converter_files_speculate_with_ngram_and_mtp_drafts() {
     let run = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_clover"))
             .args(["run", "-m"])
@@ -351,6 +352,10 @@ fn converter_files_speculate_with_ngram_drafts() {
             "--spec-type",
             "ngram",
         ],
+        &["--spec-type", "mtp", "--spec-fixed"],
+        &["--spec-type", "mtp:n_max=1,p_min=0.0"],
+        &["--spec-type", "mtp:n_max=3", "--spec-fixed"],
+        &["--spec-type", "ngram", "--spec-type", "mtp", "--spec-fixed"],
     ] {
         let (ok, text, err) = run(extra);
         assert!(ok, "{extra:?}: {err}");

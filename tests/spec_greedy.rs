@@ -385,3 +385,97 @@ fn ngram_speculation_equals_plain_greedy_and_drafts_on_repeated_text() {
         }
     }
 }
+
+/// A synth file with an MTP block, its states keeping the block's cache.
+fn mtp_model(dir: &std::path::Path, arch: Arch, recipe: Recipe) -> GgufFile {
+    let path = dir.join(format!("{}-mtp.gguf", arch.name()));
+    synth::plan_mtp(SynthOptions {
+        arch,
+        preset: Preset::Tiny,
+        recipe,
+        seed: 7,
+    })
+    .unwrap()
+    .write(&path, Some(1))
+    .unwrap();
+    GgufFile::open(&path).unwrap()
+}
+
+/// MTP drafting (alone, capped, adaptive, and behind n-grams as
+/// ik_llama.cpp's two-stage chain) emits plain greedy's tokens on a
+/// qwen35moe and a clover_moe file with an MTP block; afterwards the MTP
+/// cache, kept across accepted and rejected rounds, gives the first draft's
+/// logits that one built from scratch over the same tokens gives.
+#[test]
+fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
+    use clover::spec::mtp::MtpDrafter;
+    use clover::spec::SpecChoice;
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, recipe) in [
+        (Arch::Qwen35Moe, Recipe::Q4KM),
+        (Arch::CloverMoe, Recipe::F32),
+    ] {
+        let file = mtp_model(dir.path(), arch, recipe);
+        let mut model = Model::load(&file).unwrap();
+        model.mtp = true;
+        assert!(model.has_mtp(), "{arch:?}");
+        let v = model.n_vocab() as u32;
+        for prompt in PROMPTS {
+            let prompt: Vec<u32> = prompt.iter().map(|t| t % v).collect();
+            for n in [1usize, 9, 30] {
+                let want = plain_greedy(&model, &prompt, n);
+                let mut drafted = 0;
+                for (types, adaptive) in [
+                    ("mtp", false),
+                    ("mtp:n_max=1", false),
+                    ("mtp:n_max=3", false),
+                    ("mtp", true),
+                    ("ngram+mtp", false),
+                ] {
+                    let choice = SpecChoice::parse_one(&[types]).unwrap();
+                    let c = choice.configure(cfg(n, 15, adaptive));
+                    let mut d = choice.drafter().unwrap();
+                    let g = spec(&model, &prompt, &c, &mut d);
+                    assert_eq!(g.tokens, want, "{arch:?}: {types}, n {n}");
+                    drafted += g.stats.drafts_proposed;
+                }
+                if n > 1 {
+                    assert!(drafted > 0, "{arch:?}: nothing drafted, n {n}");
+                }
+            }
+        }
+        // The cache after a run of rounds against one built from scratch.
+        let prompt: Vec<u32> = [3u32, 17, 42, 0, 31].iter().map(|t| t % v).collect();
+        let mut st = model.new_state(opts()).unwrap();
+        let mut sampler = Sampler::new(SamplerParams::greedy());
+        let c = cfg(40, 4, false);
+        let g = generate(
+            &model,
+            &mut st,
+            &prompt,
+            &c,
+            &mut sampler,
+            &mut MtpDrafter,
+            &mut |_| true,
+        )
+        .unwrap();
+        assert!(g.stats.drafts_proposed > 0);
+        let mut history = prompt.clone();
+        history.extend_from_slice(&g.tokens);
+        assert_eq!(st.n_past() + 1, history.len());
+        let kept = model.mtp_sync(&mut st, &history).unwrap().to_vec();
+        let mut fresh = model.new_state(opts()).unwrap();
+        let n = history.len() - 1;
+        model
+            .forward(&mut fresh, &history[..n], 0, LogitsFor::Last)
+            .unwrap();
+        let built = model.mtp_sync(&mut fresh, &history).unwrap();
+        let worst = kept
+            .iter()
+            .zip(built)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        // Only summation order differs (verify rows against a prompt batch).
+        assert!(worst < 2e-3, "{arch:?}: MTP logits differ by {worst}");
+    }
+}

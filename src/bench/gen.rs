@@ -128,6 +128,7 @@ impl<'a, 'm> GenRunner<'a, 'm> {
             max_batch: spec.n_ubatch.min(spec.n_batch).max(mode.spec.n_max + 1),
             type_k,
             type_v,
+            mtp: mode.choice.needs_mtp(),
         })?;
         let cfg = SpecConfig {
             enabled: !mode.choice.is_none(),

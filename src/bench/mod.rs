@@ -86,6 +86,7 @@ pub fn run_test(
         max_batch: spec.n_ubatch.min(spec.n_batch).max(1),
         type_k,
         type_v,
+        mtp: false,
     })?;
     let mut rng = TokenRng::new(seed);
 

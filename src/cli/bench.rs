@@ -314,7 +314,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Vec::new()
     } else {
         for c in choices {
-            super::common::check_spec(c, &model)?;
+            super::common::check_spec(c, &mut model)?;
         }
         let tok = Tokenizer::new(&tokenizer_spec(&file)?)?;
         let p = tok.encode(&args.gen_prompt, true)?;

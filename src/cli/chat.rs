@@ -121,18 +121,17 @@ pub fn run(args: ChatArgs) -> anyhow::Result<()> {
     // The chat renders the template every turn: refuse a broken one now.
     model.template()?;
     args.spec.apply_draft_pool(&mut model.model)?;
-    check_spec(&choice, &model.model)?;
+    check_spec(&choice, &mut model.model)?;
+    // F2 drafts through the MTP block on files that have one (and no
+    // diffusion path): the state keeps its cache from the first prompt.
+    if choice.is_none() && !model.model.has_diffusion() && model.model.has_mtp() {
+        model.model.mtp = true;
+    }
     let session = args.context.new_session(Arc::new(model))?;
     let mut engine = ChatSession::new(session, params, n_predict);
-    // What F2 turns on: the chosen drafter; without one, the model's own
-    // diffusion drafter, or n-gram drafting on a file without that path.
-    let drafter = match choice.is_none() && !engine.info().spec_available {
-        true => SpecChoice::parse_one(&["ngram"])
-            .expect("a known type")
-            .drafter(),
-        false => choice.drafter(),
-    };
-    if let Some(drafter) = drafter {
+    // What F2 turns on: the chosen drafter, else the engine's default (the
+    // model's diffusion path, its MTP block, or the text's n-grams).
+    if let Some(drafter) = choice.drafter() {
         engine.set_drafter(drafter, spec_cfg.n_max);
     }
     engine.configure_spec(&spec_cfg);

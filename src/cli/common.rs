@@ -414,20 +414,34 @@ pub fn parse_spec(s: &str) -> Result<SpecChoice, String> {
 }
 
 /// Checks that `choice` can draft on `model`: a draft-self stage needs the
-/// block-diffusion path.
-pub fn check_spec(choice: &SpecChoice, model: &crate::model::Model) -> anyhow::Result<()> {
+/// block-diffusion path, an mtp stage a whole MTP block (whose cache the
+/// model's states then keep: `Model::mtp`).
+pub fn check_spec(choice: &SpecChoice, model: &mut crate::model::Model) -> anyhow::Result<()> {
     if choice.needs_diffusion() && !model.has_diffusion() {
         anyhow::bail!(
             "--spec-type {choice} needs a clover_moe file with the block-diffusion tensors \
              (draft-self drafts through them; ngram drafts on any file)"
         );
     }
+    if choice.needs_mtp() {
+        if let Some(e) = &model.weights.mtp_unusable {
+            anyhow::bail!("--spec-type {choice}: the file's MTP block cannot run: {e}");
+        }
+        if !model.has_mtp() {
+            anyhow::bail!(
+                "--spec-type {choice} needs a file with a multi-token-prediction block \
+                 (nextn_predict_layers; converted with it kept); ngram drafts on any file"
+            );
+        }
+        model.mtp = true;
+    }
     Ok(())
 }
 
 /// The help of `--spec-type` where one mode is taken.
 pub const SPEC_TYPE_HELP: &str = "none: plain decoding; draft-self: block-diffusion drafts \
-    (clover_moe files); ngram: drafts from the text's own n-grams (any file; ngram-mod is the \
+    (clover_moe files); mtp: drafts from the model's multi-token-prediction block (files that \
+    carry one); ngram: drafts from the text's own n-grams (any file; ngram-mod is the \
     same). ik_llama.cpp's parameters follow a colon (ngram:n_max=32,n_min=2,ngram_size_n=6); \
     stages chain with '+' or by repeating the flag, the first that drafts wins";
 

@@ -108,7 +108,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<()> {
     args.context.apply_page_options();
     let mut model = open_model(args.model.as_deref(), args.context.no_mmap)?;
     args.spec.apply_draft_pool(&mut model.model)?;
-    check_spec(&choice, &model.model)?;
+    check_spec(&choice, &mut model.model)?;
     let (prompt, starts_thinking) = if args.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &args.system {

@@ -168,7 +168,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         // compile is refused at start.
         m.template()?;
         spec_args.apply_draft_pool(&mut m.model)?;
-        check_spec(&choice, &m.model)?;
+        check_spec(&choice, &mut m.model)?;
         m.model.check_memory(&crate::model::StateOptions {
             max_batch: session.n_ubatch.min(session.n_batch).min(n_ctx_slot),
             type_k: session.type_k,

@@ -44,6 +44,7 @@ use crate::model::profile::{self, Op};
 use crate::model::ForwardError;
 use crate::model::Stats;
 use crate::sample::{Sampler, SamplerParams};
+use crate::spec::mtp::MtpDrafter;
 use crate::spec::ngram::{self, NgramDrafter};
 use crate::spec::{DiffusionDrafter, Draft, DraftCtx, Drafter, SpecConfig, SpecStats};
 
@@ -171,10 +172,14 @@ impl ChatSession {
             since_probe: None,
         };
         // What F2 turns on unless the command line chose: the model's own
-        // diffusion drafter, or n-gram drafting on a file without that path.
-        let drafter: Box<dyn Drafter + Send> = match chat.session.model().model.has_diffusion() {
-            true => Box::new(DiffusionDrafter),
-            false => Box::new(NgramDrafter::new(ngram::DEFAULT_N)),
+        // diffusion drafter, its MTP block when the state keeps that cache,
+        // or n-gram drafting.
+        let drafter: Box<dyn Drafter + Send> = if chat.session.model().model.has_diffusion() {
+            Box::new(DiffusionDrafter)
+        } else if chat.session.state.mtp.is_some() {
+            Box::new(MtpDrafter)
+        } else {
+            Box::new(NgramDrafter::new(ngram::DEFAULT_N))
         };
         chat.set_drafter(drafter, SpecConfig::default().n_max);
         chat

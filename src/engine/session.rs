@@ -205,6 +205,8 @@ impl Session {
             max_batch: opts.n_ubatch.min(opts.n_batch).min(opts.n_ctx),
             type_k: opts.type_k,
             type_v: opts.type_v,
+            // `Model::mtp` decides (`Model::new_state`).
+            mtp: false,
         };
         // Checked before anything is allocated: an absurd -c is an error, not an
         // abort in the allocator.

@@ -81,6 +81,7 @@ fn reference_greedy(path: &Path, p: &[u32], n: usize) -> Vec<u32> {
             max_batch: 256,
             type_k: GgmlType::F16,
             type_v: GgmlType::F16,
+            mtp: false,
         })
         .unwrap();
     let mut t = argmax(model.forward(&mut st, p, 0, LogitsFor::Last).unwrap());
@@ -150,6 +151,7 @@ fn a_prompt_extending_the_held_tokens_evaluates_only_the_new_ones() {
             max_batch: 256,
             type_k: GgmlType::F16,
             type_v: GgmlType::F16,
+            mtp: false,
         })
         .unwrap();
     model.forward(&mut st, &p1, 0, LogitsFor::Last).unwrap();

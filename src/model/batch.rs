@@ -26,7 +26,7 @@
 
 use super::forward::{set_head_rows, LogitsFor, Model};
 use super::ops::all_finite;
-use super::pass::{Group, Mixing};
+use super::pass::{Feed, Group, Mixing};
 use super::state::{Scratch, State};
 use super::ForwardError;
 
@@ -149,6 +149,8 @@ impl Model<'_> {
         let chunked = !groups.is_empty();
         if n > 0 {
             groups.push(Group {
+                // Each state logs its own row for MTP (`Net::end`).
+                feed: Feed::Tokens { log: None },
                 mode,
                 head_mode: mode,
                 tokens,

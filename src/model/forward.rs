@@ -46,6 +46,9 @@ pub struct Model<'a> {
     /// most probable experts (`--spec-draft-experts`; 0: every row routes
     /// freely). Verification is unaffected, so output stays exact.
     pub draft_pool: usize,
+    /// States made by `new_state` keep an MTP cache when the file has the
+    /// block (`--spec-type mtp`; docs/DESIGN.md §2.7).
+    pub mtp: bool,
 }
 
 impl<'a> Model<'a> {
@@ -68,6 +71,7 @@ impl<'a> Model<'a> {
             order: BatchOrder::chosen(),
             kt,
             draft_pool: 0,
+            mtp: false,
         })
     }
 
@@ -79,6 +83,7 @@ impl<'a> Model<'a> {
     /// before anything is allocated, so an absurd context is an error, not
     /// an abort).
     pub fn check_memory(&self, opts: &StateOptions) -> Result<(), StateError> {
+        let opts = &self.with_mtp(*opts);
         let needed = State::bytes_needed(&self.config, self.n_vocab(), opts);
         match available_memory() {
             Some(available) if needed > available as u128 => Err(StateError::OutOfMemory {
@@ -92,7 +97,15 @@ impl<'a> Model<'a> {
 
     /// A fresh, empty sequence state for this model.
     pub fn new_state(&self, opts: StateOptions) -> Result<State, StateError> {
-        State::new(&self.config, self.n_vocab(), opts)
+        State::new(&self.config, self.n_vocab(), self.with_mtp(opts))
+    }
+
+    /// `opts` with an MTP cache when this model keeps one.
+    fn with_mtp(&self, opts: StateOptions) -> StateOptions {
+        StateOptions {
+            mtp: opts.mtp || (self.mtp && self.has_mtp()),
+            ..opts
+        }
     }
 
     /// Runs `tokens` at positions `pos0..` (the state must hold exactly

@@ -27,6 +27,7 @@ pub mod kv;
 pub mod linear;
 pub mod load;
 pub mod moe;
+pub mod mtp;
 pub mod observe;
 pub mod ops;
 pub mod pass;
@@ -100,6 +101,8 @@ pub enum ForwardError {
     KeepTooMany { n_keep: usize, n: usize },
     #[error("this model has no block-diffusion tensors (a clover_moe file is needed)")]
     NoDiffusion,
+    #[error("this state keeps no MTP cache, or the model has no MTP block")]
+    NoMtp,
     #[error("a diffusion block of {n} tokens exceeds the batch size {max_batch}")]
     BlockTooLong { n: usize, max_batch: usize },
     #[error(

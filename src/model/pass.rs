@@ -28,11 +28,12 @@ use super::deltanet;
 use super::diffusion::{gdn_block, GdnBlockScratch};
 use super::kv::KvCache;
 use super::moe;
+use super::mtp::HiddenLog;
 use super::observe::{self, Observer, Op, Seen};
 use super::ops::{add_into, all_finite, norm_rows, rmsnorm};
 use super::recurrent::{DeltaNetState, VerifyStash};
 use super::state::{LayerSlot, Scratch, State, Stats};
-use super::weights::{MixerWeights, Weights};
+use super::weights::{LayerWeights, MixerWeights, MtpWeights, Weights};
 
 /// What every pass reads: the model's numbers, its weights, the kernel tier.
 #[derive(Clone, Copy)]
@@ -72,8 +73,27 @@ pub(crate) enum Mixing<'p, 'q> {
     Slots { states: &'p mut [&'q mut State] },
 }
 
+/// What a group's rows start from.
+pub(crate) enum Feed<'p> {
+    /// Their tokens' embeddings: the trunk's layers and output head run.
+    Tokens {
+        /// Where the trunk's normed last hidden rows go while the sequence
+        /// has MTP on (docs/DESIGN.md §2.7).
+        log: Option<&'p mut HiddenLog>,
+    },
+    /// The MTP block's rows: `eh_proj` over each token's normed embedding
+    /// and normed `hidden` row (`[T][n_embd]`, `cat` its scratch); then the
+    /// block's layer and the output head behind `shared_head_norm`.
+    Mtp {
+        hidden: &'p [f32],
+        cat: &'p mut [f32],
+    },
+}
+
 /// Rows of a pass that share a numerics and a [`Mixing`].
 pub(crate) struct Group<'p, 'q> {
+    /// Where the rows start, and so which layers and head they run.
+    pub feed: Feed<'p>,
     pub mode: Mode,
     /// The output head's numerics (decoding's, except for a long draft
     /// block).
@@ -107,9 +127,13 @@ impl<'p, 'q> Group<'p, 'q> {
             slots,
             scratch,
             verify: stash,
+            mtp,
             ..
         } = state;
         Group {
+            feed: Feed::Tokens {
+                log: mtp.as_mut().map(|m| &mut m.log),
+            },
             mode,
             head_mode,
             tokens,
@@ -135,6 +159,7 @@ impl<'p, 'q> Group<'p, 'q> {
         reverse_queries: bool,
     ) -> Group<'p, 'q> {
         Group {
+            feed: Feed::Tokens { log: None },
             mode,
             head_mode: mode,
             tokens,
@@ -149,6 +174,41 @@ impl<'p, 'q> Group<'p, 'q> {
             },
             s: &mut state.scratch,
             stats: Some(&mut state.stats),
+        }
+    }
+}
+
+impl<'p> Group<'p, '_> {
+    /// `tokens` through `state`'s MTP block at positions `pos0..` of its
+    /// cache, with the hidden rows the caller put in `MtpState::hidden`.
+    pub(crate) fn mtp(
+        state: &'p mut State,
+        tokens: &'p [u32],
+        pos0: usize,
+        [mode, head_mode]: [Mode; 2],
+    ) -> Group<'p, 'static> {
+        let t = tokens.len();
+        let m = state.mtp.as_mut().expect("the caller checks MTP is on");
+        let e = m.hidden.len() / state.max_batch;
+        Group {
+            feed: Feed::Mtp {
+                hidden: &m.hidden[..t * e],
+                cat: &mut m.cat[..2 * t * e],
+            },
+            mode,
+            head_mode,
+            tokens,
+            s: &mut state.scratch,
+            // The statistics count the trunk's layers.
+            stats: None,
+            mixing: Mixing::Sequence {
+                kv: &mut m.kv,
+                recurrent: &mut [],
+                slots: &m.slots,
+                verify: None,
+                pos0,
+            },
+            first_bad: None,
         }
     }
 }
@@ -177,24 +237,25 @@ impl Group<'_, '_> {
     }
 }
 
-impl Net<'_, '_> {
+impl<'m> Net<'_, 'm> {
     /// Runs `groups` through the embedding, every layer and the output head
     /// (each group's `s.head_rows`), and keeps the positions of its
     /// `Sequence` and `Slots` groups.
     pub(crate) fn run(&self, groups: &mut [Group]) {
         let _warm = super::warm::keep_warm();
-        let e = self.cfg.n_embd;
+        let mtp = matches!(groups.first().map(|g| &g.feed), Some(Feed::Mtp { .. }));
+        assert!(
+            groups
+                .iter()
+                .all(|g| matches!(g.feed, Feed::Mtp { .. }) == mtp),
+            "a pass runs the trunk or the MTP block"
+        );
         for g in groups.iter_mut() {
-            let (t, s) = (g.tokens.len(), &mut *g.s);
-            let x = &mut s.x[..t * e];
-            for (row, &id) in x.chunks_exact_mut(e).zip(g.tokens) {
-                self.weights.token_embd.dequantize_row(id as usize, row);
-            }
-            if !all_finite(x) {
-                g.first_bad = Some(None);
-            }
+            self.embed(g);
         }
-        for il in 0..self.cfg.n_layer {
+        let n = self.cfg.n_layer;
+        let layers = if mtp { n..n + 1 } else { 0..n };
+        for il in layers {
             observe::set_layer(il);
             for g in groups.iter_mut() {
                 self.mixer(g, il);
@@ -208,11 +269,61 @@ impl Net<'_, '_> {
         }
     }
 
+    /// The rows' first residual stream: their tokens' embeddings, or for
+    /// the MTP block `eh_proj · [enorm(embedding) ; hnorm(hidden)]`.
+    fn embed(&self, g: &mut Group) {
+        let (e, t, s) = (self.cfg.n_embd, g.tokens.len(), &mut *g.s);
+        let x = &mut s.x[..t * e];
+        for (row, &id) in x.chunks_exact_mut(e).zip(g.tokens) {
+            self.weights.token_embd.dequantize_row(id as usize, row);
+        }
+        if let Feed::Mtp { hidden, cat } = &mut g.feed {
+            let w = self.mtp();
+            let eps = self.cfg.rms_eps;
+            {
+                let _p = observe::enter(Op::Norm);
+                for ((xr, hr), cr) in x
+                    .chunks_exact(e)
+                    .zip(hidden.chunks_exact(e))
+                    .zip(cat.chunks_exact_mut(2 * e))
+                {
+                    let (ce, ch) = cr.split_at_mut(e);
+                    rmsnorm(xr, &w.enorm, eps, ce);
+                    rmsnorm(hr, &w.hnorm, eps, ch);
+                }
+            }
+            let _p = observe::enter(Op::AttnProj);
+            s.lin.new_input();
+            s.lin.project(self.kt, g.mode, &w.eh_proj, cat, x);
+            observe::tensor("mtp_fused", self.cfg.n_layer as isize, t, x);
+        }
+        if !all_finite(x) {
+            g.first_bad = Some(None);
+        }
+    }
+
+    /// The MTP block's weights (a pass over it is made only when bound).
+    fn mtp(&self) -> &MtpWeights<'m> {
+        self.weights
+            .mtp
+            .as_ref()
+            .expect("an MTP pass checks the block is bound")
+    }
+
+    /// Layer `il`'s weights: a trunk layer, or at the trunk's layer count
+    /// the MTP block's.
+    fn layer(&self, il: usize) -> &LayerWeights<'m> {
+        match self.weights.layers.get(il) {
+            Some(l) => l,
+            None => &self.mtp().layer,
+        }
+    }
+
     /// `x += Mixer(rmsnorm(x) ⊙ attn_norm)` for layer `il`.
     fn mixer(&self, g: &mut Group, il: usize) {
         let (cfg, kt, mode, t) = (self.cfg, self.kt, g.mode, g.t());
         let e = cfg.n_embd;
-        let lw = &self.weights.layers[il];
+        let lw = self.layer(il);
         let t0 = g.clock();
         let s = &mut *g.s;
         {
@@ -337,7 +448,7 @@ impl Net<'_, '_> {
     fn moe(&self, g: &mut Group, il: usize) {
         let (cfg, t) = (self.cfg, g.t());
         let e = cfg.n_embd;
-        let fw = &self.weights.layers[il].ffn;
+        let fw = &self.layer(il).ffn;
         let t0 = g.clock();
         let s = &mut *g.s;
         {
@@ -386,20 +497,29 @@ impl Net<'_, '_> {
     /// group added, and the output head runs on the group's head rows (a
     /// `Slots` group's row i becomes `states[i]`'s logits).
     fn end(&self, g: &mut Group) {
-        let t = g.t();
+        let (t, e, eps) = (g.t(), self.cfg.n_embd, self.cfg.rms_eps);
+        let on = &self.weights.output_norm;
         match &mut g.mixing {
             Mixing::Sequence { kv, pos0, .. } => {
                 kv.set_len(*pos0 + t);
                 if let Some(stats) = g.stats.as_mut() {
                     stats.tokens += t as u64;
                 }
+                if let Feed::Tokens { log: Some(log) } = &mut g.feed {
+                    let _p = observe::enter(Op::Norm);
+                    norm_rows(&g.s.x[..t * e], on, eps, log.rows_for(*pos0, t));
+                }
             }
             Mixing::Block { .. } => {}
             Mixing::Slots { states } => {
-                for st in states.iter_mut() {
+                for (i, st) in states.iter_mut().enumerate() {
                     let pos = st.n_past();
                     st.kv.set_len(pos + 1);
                     st.stats.tokens += 1;
+                    if let Some(m) = st.mtp.as_mut() {
+                        let row = &g.s.x[i * e..(i + 1) * e];
+                        rmsnorm(row, on, eps, m.log.rows_for(pos, 1));
+                    }
                 }
                 let rows = &mut g.s.head_rows;
                 rows.clear();
@@ -407,7 +527,11 @@ impl Net<'_, '_> {
             }
         }
         let t0 = g.clock();
-        self.head(g.head_mode, g.s);
+        let norm = match g.feed {
+            Feed::Tokens { .. } => on,
+            Feed::Mtp { .. } => &self.mtp().shared_head_norm,
+        };
+        self.head(g.head_mode, norm, g.s);
         if let Some(t0) = t0 {
             g.see("head", -1, Seen::Time(t0.elapsed().as_nanos() as u64));
         }
@@ -419,8 +543,9 @@ impl Net<'_, '_> {
         }
     }
 
-    /// Logits of the rows in `s.head_rows` (`(output row, batch row)`).
-    fn head(&self, mode: Mode, s: &mut Scratch) {
+    /// Logits of the rows in `s.head_rows` (`(output row, batch row)`),
+    /// normed by `norm` first (`s.head_in` keeps the normed rows).
+    fn head(&self, mode: Mode, norm: &[f32], s: &mut Scratch) {
         let r = s.head_rows.len();
         if r == 0 {
             return;
@@ -434,7 +559,7 @@ impl Net<'_, '_> {
         for (i, &(_, bt)) in s.head_rows.iter().enumerate() {
             rmsnorm(
                 &s.x[bt * e..(bt + 1) * e],
-                &self.weights.output_norm,
+                norm,
                 self.cfg.rms_eps,
                 &mut s.head_in[i * e..(i + 1) * e],
             );

@@ -15,6 +15,7 @@ use super::deltanet::DeltaNetScratch;
 use super::kv::KvCache;
 use super::linear::MatScratch;
 use super::moe::MoeScratch;
+use super::mtp::MtpState;
 use super::observe::{Observer, Seen};
 use super::recurrent::VerifyStash;
 use super::StateError;
@@ -163,6 +164,10 @@ pub struct StateOptions {
     pub max_batch: usize,
     pub type_k: GgmlType,
     pub type_v: GgmlType,
+    /// Keep an MTP cache and log the trunk's hidden rows for it
+    /// (docs/DESIGN.md §2.7; `Model::new_state` sets it when the model's
+    /// `mtp` is on and it has the block).
+    pub mtp: bool,
 }
 
 impl StateOptions {
@@ -172,6 +177,7 @@ impl StateOptions {
             max_batch: 64,
             type_k: GgmlType::F32,
             type_v: GgmlType::F32,
+            mtp: false,
         }
     }
 }
@@ -196,6 +202,8 @@ pub struct State {
     pub(crate) max_batch: usize,
     /// The stash of verify passes, created by the first one.
     pub(crate) verify: Option<VerifyStash>,
+    /// The MTP block's cache and inputs (`StateOptions::mtp`).
+    pub mtp: Option<MtpState>,
 }
 
 impl State {
@@ -235,6 +243,10 @@ impl State {
             scratch: Scratch::new(cfg, n_vocab, opts.max_batch, opts.n_ctx),
             max_batch: opts.max_batch,
             verify: None,
+            mtp: match opts.mtp {
+                true => Some(MtpState::new(cfg, &opts)?),
+                false => None,
+            },
         })
     }
 
@@ -265,7 +277,11 @@ impl State {
         // Activations of a batch (a generous count of row buffers), the
         // attention scores over the context, and the logits.
         let scratch = 4 * (t * width * 16 + n(cfg.n_head) * n(opts.n_ctx) + 2 * n(n_vocab));
-        kv + recurrent + scratch
+        let mtp = match opts.mtp {
+            true => MtpState::bytes_needed(cfg, opts),
+            false => 0,
+        };
+        kv + recurrent + scratch + mtp
     }
 
     /// Whether a verify pass awaits `Model::commit_verify`.
@@ -291,6 +307,9 @@ impl State {
         }
         for r in &mut self.recurrent {
             r.reset();
+        }
+        if let Some(m) = &mut self.mtp {
+            m.reset();
         }
     }
 }

@@ -178,12 +178,33 @@ pub struct LayerWeights<'a> {
     pub ffn: FfnWeights<'a>,
 }
 
+/// The multi-token-prediction block (docs/DESIGN.md §2.7): the
+/// `blk.N.nextn.*` tensors and block N's gated attention and MoE, N being the
+/// trunk's layer count. It runs after the trunk and shares its embedding and
+/// output head.
+#[derive(Debug)]
+pub struct MtpWeights<'a> {
+    /// `{2·n_embd, n_embd}` over `[enorm(embedding) ; hnorm(hidden)]`.
+    pub eh_proj: Matrix<'a>,
+    pub enorm: Vec<f32>,
+    pub hnorm: Vec<f32>,
+    /// The norm before the output head (the trunk's `output_norm`'s place).
+    pub shared_head_norm: Vec<f32>,
+    /// Block N: `attn_norm`, gated attention, `post_attention_norm`, MoE.
+    pub layer: LayerWeights<'a>,
+}
+
 #[derive(Debug)]
 pub struct Weights<'a> {
     pub token_embd: Matrix<'a>,
     pub output_norm: Vec<f32>,
     pub output: Matrix<'a>,
     pub layers: Vec<LayerWeights<'a>>,
+    /// The MTP block, when the file has a whole one (`nextn_predict_layers`).
+    pub mtp: Option<MtpWeights<'a>>,
+    /// Why the file's MTP block cannot run (a tensor missing or misshapen):
+    /// the trunk still loads, and `--spec-type mtp` reports this.
+    pub mtp_unusable: Option<WeightError>,
     pub n_vocab: usize,
 }
 
@@ -348,27 +369,57 @@ impl<'a> Weights<'a> {
         };
         let output_norm = b.vector("output_norm.weight", &[e as u64])?;
         let layers = (0..cfg.n_layer)
-            .map(|il| bind_layer(&b, cfg, il))
+            .map(|il| bind_layer(&b, cfg, il, cfg.layer_kinds[il]))
             .collect::<Result<Vec<_>, _>>()?;
+        let (mtp, mtp_unusable) = match bind_mtp(&b, cfg) {
+            Ok(m) => (m, None),
+            Err(e) => (None, Some(e)),
+        };
         Ok(Weights {
             token_embd,
             output_norm,
             output,
             layers,
+            mtp,
+            mtp_unusable,
             n_vocab,
         })
     }
+}
+
+/// The MTP block after the trunk's `n_layer` blocks: all of it when
+/// `eh_proj` is there (a missing or misshapen tensor is then an error
+/// naming it), none otherwise.
+fn bind_mtp<'a>(
+    b: &Binder<'_, 'a>,
+    cfg: &ModelConfig,
+) -> Result<Option<MtpWeights<'a>>, WeightError> {
+    let il = cfg.n_layer;
+    let n = |s: &str| format!("blk.{il}.nextn.{s}");
+    if (b.lookup)(&n("eh_proj.weight")).is_none() {
+        return Ok(None);
+    }
+    let e = cfg.n_embd;
+    let norm = |s: &str| b.vector(&n(s), &[e as u64]);
+    Ok(Some(MtpWeights {
+        eh_proj: b.matrix(&n("eh_proj.weight"), 2 * e, e)?,
+        enorm: norm("enorm.weight")?,
+        hnorm: norm("hnorm.weight")?,
+        shared_head_norm: norm("shared_head_norm.weight")?,
+        layer: bind_layer(b, cfg, il, LayerKind::Attention)?,
+    }))
 }
 
 fn bind_layer<'a>(
     b: &Binder<'_, 'a>,
     cfg: &ModelConfig,
     il: usize,
+    kind: LayerKind,
 ) -> Result<LayerWeights<'a>, WeightError> {
     let n = |s: &str| format!("blk.{il}.{s}");
     let e = cfg.n_embd;
     let attn_norm = b.vector(&n("attn_norm.weight"), &[e as u64])?;
-    let mixer = match cfg.layer_kinds[il] {
+    let mixer = match kind {
         LayerKind::DeltaNet => {
             let ch = cfg.ssm_conv_channels();
             let inner = cfg.ssm_inner();

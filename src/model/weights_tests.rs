@@ -102,6 +102,10 @@ fn a_trailing_mtp_block_is_skipped() {
     let model = tm.model();
     assert_eq!(model.config.n_layer, 4);
     assert_eq!(model.weights.layers.len(), 4);
+    // The block is not whole: the trunk runs, and MTP drafting says why not.
+    assert!(model.weights.mtp.is_none());
+    let why = model.weights.mtp_unusable.as_ref().unwrap().to_string();
+    assert!(why.contains("blk.4."), "{why}");
 }
 
 #[test]

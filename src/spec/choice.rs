@@ -3,8 +3,9 @@
 //!
 //! A choice is `none` (plain decoding) or one or more drafting stages,
 //! tried in order (ik_llama.cpp's chains): `draft-self` (block diffusion,
-//! clover_moe files), `ngram` (the text's own n-grams; `ngram-mod` is the
-//! same drafter under ik_llama.cpp's name). A stage may carry ik_llama.cpp's
+//! clover_moe files), `mtp` (the model's multi-token-prediction block,
+//! files that carry one), `ngram` (the text's own n-grams; `ngram-mod` is
+//! the same drafter under ik_llama.cpp's name). A stage may carry ik_llama.cpp's
 //! parameters after a colon: `ngram:n_max=32,n_min=2,ngram_size_n=6`.
 //! Stages chain with `+` (or, where one mode is taken, by repeating
 //! `--spec-type`); `bench` compares several choices separated by commas.
@@ -12,6 +13,7 @@
 use std::fmt;
 
 use super::draft::{DiffusionDrafter, Draft, DraftCtx, Drafter};
+use super::mtp::MtpDrafter;
 use super::ngram::{ChainDrafter, NgramDrafter, DEFAULT_N, MAX_N};
 use super::SpecConfig;
 use crate::model::ForwardError;
@@ -20,6 +22,7 @@ use crate::model::ForwardError;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum StageKind {
     DraftSelf,
+    Mtp,
     /// `n`: the n-gram length keyed on (`ngram_size_n`).
     Ngram {
         n: usize,
@@ -48,10 +51,11 @@ impl Stage {
     fn new(name: &str) -> Result<Stage, String> {
         let kind = match name.replace('_', "-").as_str() {
             "draft-self" => StageKind::DraftSelf,
+            "mtp" => StageKind::Mtp,
             "ngram" | "ngram-mod" => StageKind::Ngram { n: DEFAULT_N },
             other => {
                 return Err(format!(
-                    "unknown --spec-type '{other}' (none, draft-self, ngram, ngram-mod)"
+                    "unknown --spec-type '{other}' (none, draft-self, mtp, ngram, ngram-mod)"
                 ))
             }
         };
@@ -98,7 +102,7 @@ impl Stage {
                     self.kind,
                     match self.kind {
                         StageKind::Ngram { .. } => ", ngram_size_n",
-                        StageKind::DraftSelf => "",
+                        StageKind::DraftSelf | StageKind::Mtp => "",
                     }
                 ))
             }
@@ -111,6 +115,7 @@ impl fmt::Display for StageKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StageKind::DraftSelf => f.write_str("draft-self"),
+            StageKind::Mtp => f.write_str("mtp"),
             StageKind::Ngram { .. } => f.write_str("ngram"),
         }
     }
@@ -236,6 +241,19 @@ impl SpecChoice {
         self.stages.iter().any(|s| s.kind == StageKind::DraftSelf)
     }
 
+    /// Whether a stage drafts through the MTP block (states then keep its
+    /// cache: `Model::mtp`).
+    pub fn needs_mtp(&self) -> bool {
+        self.stages.iter().any(|s| s.kind == StageKind::Mtp)
+    }
+
+    /// MTP alone, with the command's caps.
+    pub fn mtp() -> SpecChoice {
+        SpecChoice {
+            stages: vec![Stage::new("mtp").expect("a known stage")],
+        }
+    }
+
     /// `cfg` with this choice's caps: a one-stage choice's `n_min` and
     /// `p_min` replace the command's; `n_max` is the largest any stage may
     /// draft.
@@ -257,6 +275,7 @@ impl SpecChoice {
         let one = |s: &Stage| -> Box<dyn Drafter + Send> {
             let inner: Box<dyn Drafter + Send> = match s.kind {
                 StageKind::DraftSelf => Box::new(DiffusionDrafter),
+                StageKind::Mtp => Box::new(MtpDrafter),
                 StageKind::Ngram { n } => Box::new(NgramDrafter::new(n)),
             };
             Box::new(Capped {

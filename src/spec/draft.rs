@@ -74,29 +74,49 @@ impl Drafter for DiffusionDrafter {
                 .forward_diffusion(ctx.state, &block, ctx.pos, LogitsFor::Indices(&rows))?;
         let mut out = Draft::default();
         for row in logits.chunks_exact(v).take(d) {
-            if ctx.sampling {
-                let q = dense(&ctx.sampler.probs(row, ctx.history), v);
-                let sparse: Vec<(u32, f32)> = q
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, &x)| x > 0.0)
-                    .map(|(i, &x)| (i as u32, x))
-                    .collect();
-                let tok = ctx.sampler.sample_from(&sparse);
-                if q[tok as usize] < ctx.p_min {
-                    break;
-                }
-                out.tokens.push(tok);
-                out.dists.push(q);
-            } else {
-                let tok = crate::sample::argmax(row);
-                if ctx.p_min > 0.0 && softmax(row)[tok as usize] < ctx.p_min {
-                    break;
-                }
-                out.tokens.push(tok);
+            if !out.pick(row, ctx.sampler, ctx.history, ctx.sampling, ctx.p_min) {
+                break;
             }
         }
         Ok(out)
+    }
+}
+
+impl Draft {
+    /// Appends the draft of one logits row: its argmax (greedy) or a draw
+    /// from the sampler's distribution, whose dense q is kept (sampling).
+    /// Returns false, appending nothing, when the token's probability is
+    /// below `p_min`.
+    pub fn pick(
+        &mut self,
+        row: &[f32],
+        sampler: &mut Sampler,
+        history: &[u32],
+        sampling: bool,
+        p_min: f32,
+    ) -> bool {
+        if sampling {
+            let q = dense(&sampler.probs(row, history), row.len());
+            let sparse: Vec<(u32, f32)> = q
+                .iter()
+                .enumerate()
+                .filter(|(_, &x)| x > 0.0)
+                .map(|(i, &x)| (i as u32, x))
+                .collect();
+            let tok = sampler.sample_from(&sparse);
+            if q[tok as usize] < p_min {
+                return false;
+            }
+            self.tokens.push(tok);
+            self.dists.push(q);
+        } else {
+            let tok = crate::sample::argmax(row);
+            if p_min > 0.0 && softmax(row)[tok as usize] < p_min {
+                return false;
+            }
+            self.tokens.push(tok);
+        }
+        true
     }
 }
 

@@ -3,6 +3,7 @@
 //! - `verify`: the acceptance rules (pure functions);
 //! - `draft`: the `Drafter` trait and the diffusion / sequence / random drafters;
 //! - `ngram`: drafts from the text's own n-grams, and chains of drafters;
+//! - `mtp`: drafts from the model's multi-token-prediction block;
 //! - `choice`: `--spec-type`, parsed into the stages that draft;
 //! - `adaptive`: the draft length from measured acceptance and costs;
 //! - `stats`: counters and timings;
@@ -15,6 +16,7 @@ pub mod adaptive;
 pub mod choice;
 pub mod cost;
 pub mod draft;
+pub mod mtp;
 pub mod ngram;
 pub mod replay;
 pub mod speculator;
