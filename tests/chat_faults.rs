@@ -17,12 +17,17 @@ fn tiny(arch: Arch) -> PathBuf {
     let path = dir.path().join(format!("tiny-{}.gguf", arch.name()));
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     if !path.exists() {
-        synth::plan(SynthOptions {
+        let options = SynthOptions {
             arch,
             preset: Preset::Tiny,
             recipe: Recipe::Q8_0,
             seed: 5,
-        })
+        };
+        // qwen35moe files carry an MTP block, as converted checkpoints do.
+        match arch {
+            Arch::Qwen35Moe => synth::plan_mtp(options),
+            Arch::CloverMoe => synth::plan(options),
+        }
         .unwrap()
         .write(&path, Some(1))
         .unwrap();
@@ -173,9 +178,11 @@ fn chat_rejects_draft_self_on_a_file_without_diffusion() {
 }
 
 /// A file without the diffusion path speculates in the chat with n-gram
-/// drafts (alone and chained): the greedy replies are plain decoding's.
+/// drafts and with its MTP block (alone and chained): the greedy replies
+/// are plain decoding's, over two turns (the MTP cache follows the
+/// conversation).
 #[test]
-fn chat_speculates_with_ngram_drafts_on_a_file_without_diffusion() {
+fn chat_speculates_with_ngram_and_mtp_drafts_on_a_file_without_diffusion() {
     let path = tiny(Arch::Qwen35Moe);
     let mut args = model_args(&path);
     args.extend(["-n", "24"]);
@@ -186,7 +193,13 @@ fn chat_speculates_with_ngram_drafts_on_a_file_without_diffusion() {
         "{}",
         String::from_utf8_lossy(&plain.stderr)
     );
-    for spec in ["ngram", "ngram:ngram_size_n=1,n_max=4"] {
+    for spec in [
+        "ngram",
+        "ngram:ngram_size_n=1,n_max=4",
+        "mtp",
+        "mtp:n_max=2",
+        "ngram+mtp",
+    ] {
         let mut a = args.clone();
         a.extend(["--spec-type", spec]);
         let out = chat(&a, input);

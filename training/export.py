@@ -39,57 +39,86 @@ def load(ckpt_path: Path) -> CloverModel:
     return model, ck
 
 
-def tensors(model: CloverModel) -> list[tuple[str, np.ndarray, bool]]:
-    """(name, array in numpy row-major order = reversed ggml ne, quantizable)."""
-    f = lambda t: t.detach().to(torch.float32).cpu().numpy()
-    out = [("token_embd.weight", f(model.embed.weight), True),
-           ("output_norm.weight", f(1 + model.out_norm), False)]
-    for i, b in enumerate(model.blocks):
-        n = lambda s: f"blk.{i}.{s}"
-        out.append((n("attn_norm.weight"), f(1 + b.attn_norm), False))
-        m = b.mixer
-        if model.cfg.is_attention(i):
-            out += [(n("attn_q.weight"), f(m.q.weight), True),
-                    (n("attn_k.weight"), f(m.k.weight), True),
-                    (n("attn_v.weight"), f(m.v.weight), True),
-                    (n("attn_output.weight"), f(m.o.weight), True),
-                    (n("attn_q_norm.weight"), f(1 + m.q_norm), False),
-                    (n("attn_k_norm.weight"), f(1 + m.k_norm), False)]
-        else:
-            out += [(n("attn_qkv.weight"), f(m.qkv.weight), True),
-                    (n("attn_gate.weight"), f(m.z.weight), True),
-                    (n("ssm_beta.weight"), f(m.beta.weight), True),
-                    (n("ssm_alpha.weight"), f(m.alpha.weight), True),
-                    (n("ssm_conv1d.weight"), f(m.conv), False),
-                    (n("ssm_dt.bias"), f(m.dt_bias), False),
-                    (n("ssm_a"), f(-m.a_log.exp()), False),
-                    (n("ssm_norm.weight"), f(m.norm), False),
-                    (n("ssm_out.weight"), f(m.out.weight), True),
-                    (n("ssm_conv1d.weight_right"), f(m.conv_right), False),
-                    (n("ssm_bd_logit_scale.weight"), f(m.bd_scale), False),
-                    (n("ssm_bd_history.weight"), f(m.bd_hist_w), False),
-                    (n("ssm_bd_history.bias"), f(m.bd_hist_b), False)]
-        e = b.moe
-        out += [(n("post_attention_norm.weight"), f(1 + b.post_norm), False),
-                (n("ffn_gate_inp.weight"), f(e.router.weight), False),
-                (n("ffn_gate_exps.weight"), f(e.gate_exps), True),
-                (n("ffn_up_exps.weight"), f(e.up_exps), True),
-                (n("ffn_down_exps.weight"), f(e.down_exps), True),
-                (n("ffn_gate_inp_shexp.weight"), f(e.shexp_gate_inp), False),
-                (n("ffn_gate_shexp.weight"), f(e.gate_sh.weight), True),
-                (n("ffn_up_shexp.weight"), f(e.up_sh.weight), True),
-                (n("ffn_down_shexp.weight"), f(e.down_sh.weight), True)]
+# How a parameter is stored: as is, zero-centred norm (+1 baked in), or
+# ssm_a = −exp(A_log).
+AS_IS, NORM, NEG_EXP = "as_is", "norm", "neg_exp"
+DIFFUSION = ("ssm_conv1d.weight_right", "ssm_bd_logit_scale.weight",
+             "ssm_bd_history.weight", "ssm_bd_history.bias")
+
+
+def block_params(i: int, b, attention: bool) -> list[tuple[str, torch.Tensor, str, bool]]:
+    """Block i's (tensor name, parameter, storage, quantizable)."""
+    n = lambda s: f"blk.{i}.{s}"
+    out = [(n("attn_norm.weight"), b.attn_norm, NORM, False)]
+    m = b.mixer
+    if attention:
+        out += [(n("attn_q.weight"), m.q.weight, AS_IS, True),
+                (n("attn_k.weight"), m.k.weight, AS_IS, True),
+                (n("attn_v.weight"), m.v.weight, AS_IS, True),
+                (n("attn_output.weight"), m.o.weight, AS_IS, True),
+                (n("attn_q_norm.weight"), m.q_norm, NORM, False),
+                (n("attn_k_norm.weight"), m.k_norm, NORM, False)]
+    else:
+        out += [(n("attn_qkv.weight"), m.qkv.weight, AS_IS, True),
+                (n("attn_gate.weight"), m.z.weight, AS_IS, True),
+                (n("ssm_beta.weight"), m.beta.weight, AS_IS, True),
+                (n("ssm_alpha.weight"), m.alpha.weight, AS_IS, True),
+                (n("ssm_conv1d.weight"), m.conv, AS_IS, False),
+                (n("ssm_dt.bias"), m.dt_bias, AS_IS, False),
+                (n("ssm_a"), m.a_log, NEG_EXP, False),
+                (n("ssm_norm.weight"), m.norm, AS_IS, False),
+                (n("ssm_out.weight"), m.out.weight, AS_IS, True),
+                (n("ssm_conv1d.weight_right"), m.conv_right, AS_IS, False),
+                (n("ssm_bd_logit_scale.weight"), m.bd_scale, AS_IS, False),
+                (n("ssm_bd_history.weight"), m.bd_hist_w, AS_IS, False),
+                (n("ssm_bd_history.bias"), m.bd_hist_b, AS_IS, False)]
+    e = b.moe
+    out += [(n("post_attention_norm.weight"), b.post_norm, NORM, False),
+            (n("ffn_gate_inp.weight"), e.router.weight, AS_IS, False),
+            (n("ffn_gate_exps.weight"), e.gate_exps, AS_IS, True),
+            (n("ffn_up_exps.weight"), e.up_exps, AS_IS, True),
+            (n("ffn_down_exps.weight"), e.down_exps, AS_IS, True),
+            (n("ffn_gate_inp_shexp.weight"), e.shexp_gate_inp, AS_IS, False),
+            (n("ffn_gate_shexp.weight"), e.gate_sh.weight, AS_IS, True),
+            (n("ffn_up_shexp.weight"), e.up_sh.weight, AS_IS, True),
+            (n("ffn_down_shexp.weight"), e.down_sh.weight, AS_IS, True)]
     return out
 
 
-def export_gguf(model: CloverModel, tok: Tokenizer, path: Path, qtype: str, name: str) -> None:
+def params(model: CloverModel) -> list[tuple[str, torch.Tensor, str, bool]]:
+    """Every parameter of the model with its tensor name and storage."""
+    out = [("token_embd.weight", model.embed.weight, AS_IS, True),
+           ("output_norm.weight", model.out_norm, NORM, False)]
+    for i, b in enumerate(model.blocks):
+        out += block_params(i, b, model.cfg.is_attention(i))
+    return out
+
+
+def stored(p: torch.Tensor, how: str) -> np.ndarray:
+    """A parameter as the file stores it (numpy row-major = reversed ggml ne)."""
+    t = {AS_IS: p, NORM: 1 + p, NEG_EXP: -p.exp()}[how]
+    return t.detach().to(torch.float32).cpu().numpy()
+
+
+def tensors(model: CloverModel) -> list[tuple[str, np.ndarray, bool]]:
+    """(name, array in numpy row-major order = reversed ggml ne, quantizable)."""
+    return [(name, stored(p, how), q) for name, p, how, q in params(model)]
+
+
+def export_gguf(model: CloverModel, tok: Tokenizer, path: Path, qtype: str, name: str,
+                arch: str = ARCH, extra: list | None = None) -> None:
+    """Writes `model` as a `clover_moe` file, or as `qwen35moe` (no diffusion
+    tensors or keys); `extra`: the tensors of an MTP block after the trunk
+    (`block_count` + 1, `nextn_predict_layers` 1)."""
     cfg = model.cfg
-    w = gguf.GGUFWriter(str(path), ARCH)
-    k = lambda s: f"{ARCH}.{s}"
+    w = gguf.GGUFWriter(str(path), arch)
+    k = lambda s: f"{arch}.{s}"
     w.add_string("general.name", name)
     w.add_uint32("general.alignment", 32)
     w.add_uint32("general.file_type", 0 if qtype == "f32" else 7)
-    w.add_uint32(k("block_count"), cfg.n_layer)
+    w.add_uint32(k("block_count"), cfg.n_layer + (1 if extra else 0))
+    if extra:
+        w.add_uint32(k("nextn_predict_layers"), 1)
     w.add_uint32(k("context_length"), cfg.context_length)
     w.add_uint32(k("embedding_length"), cfg.d_model)
     w.add_uint32(k("attention.head_count"), cfg.n_head)
@@ -111,8 +140,9 @@ def export_gguf(model: CloverModel, tok: Tokenizer, path: Path, qtype: str, name
     w.add_uint32(k("ssm.time_step_rank"), cfg.ssm_nv)
     w.add_uint32(k("ssm.inner_size"), cfg.ssm_inner)
     w.add_uint32(k("full_attention_interval"), cfg.attn_interval)
-    w.add_uint32(k("ssm.conv_kernel_right"), cfg.conv_right)
-    w.add_uint32(k("diffusion.block_size"), cfg.block)
+    if arch == ARCH:
+        w.add_uint32(k("ssm.conv_kernel_right"), cfg.conv_right)
+        w.add_uint32(k("diffusion.block_size"), cfg.block)
     tokens, types, merges = vocab_for_gguf(tok)
     w.add_string("tokenizer.ggml.model", "gpt2")
     w.add_string("tokenizer.ggml.pre", "qwen35")
@@ -125,7 +155,8 @@ def export_gguf(model: CloverModel, tok: Tokenizer, path: Path, qtype: str, name
     w.add_uint32("tokenizer.ggml.mask_token_id", tok.token_to_id("<|mask|>"))
     w.add_bool("tokenizer.ggml.add_bos_token", False)
     w.add_string("tokenizer.chat_template", CHAT_TEMPLATE)
-    for tname, arr, quantizable in tensors(model):
+    trunk = [t for t in tensors(model) if arch == ARCH or not t[0].endswith(DIFFUSION)]
+    for tname, arr, quantizable in trunk + (extra or []):
         if qtype == "q8_0" and quantizable and arr.shape[-1] % 32 == 0:
             q = gguf.quants.quantize(arr, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(tname, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)

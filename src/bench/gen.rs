@@ -199,8 +199,16 @@ impl<'a, 'm> GenRunner<'a, 'm> {
     fn run_once(&mut self) -> Result<crate::engine::TokenGeneration, BenchError> {
         let g = match self.replay.clone() {
             Some((seq, profile)) => {
-                let mut d = ReplayDrafter::new(DiffusionDrafter, seq, profile, self.reps);
-                self.generate(None, &mut d)
+                // The choice's own drafter runs for its cost (draft-self's
+                // diffusion pass, the MTP block's steps).
+                let inner: Box<dyn Drafter + Send> = match self.drafter.take() {
+                    Some(d) => d,
+                    None => Box::new(DiffusionDrafter),
+                };
+                let mut d = ReplayDrafter::new(inner, seq, profile, self.reps);
+                let g = self.generate(None, &mut d);
+                self.drafter = Some(d.inner);
+                g
             }
             None => {
                 let mut drafter = self.drafter.take();

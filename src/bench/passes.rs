@@ -1,8 +1,10 @@
 //! Per-pass costs of self-speculation: a plain one-token decode step against
 //! a verify pass (`forward_verify` over k tokens, then `commit_verify` of
-//! one) and a draft pass (`forward_diffusion` over the anchor and k − 1
-//! masks, logits of the k − 1 drafts, with a diffusion model), each at the
-//! same context depth.
+//! one), a draft pass (`forward_diffusion` over the anchor and k − 1
+//! masks, logits of the k − 1 drafts, with a diffusion model) and an MTP
+//! draft of k tokens (with an MTP block: the anchor's entry, then k − 1
+//! chained steps, the block's cache otherwise up to date), each at the same
+//! context depth.
 //!
 //! Every repetition times every pass kind and length once, interleaved, so
 //! a machine whose load changes during the run skews all of them alike.
@@ -24,6 +26,9 @@ pub enum PassKind {
     Verify,
     /// `forward_diffusion` over the anchor and k − 1 masks.
     Draft,
+    /// k drafts through the MTP block: `mtp_sync` of the anchor's entry,
+    /// k − 1 `mtp_step`s.
+    Mtp,
 }
 
 impl PassKind {
@@ -32,6 +37,7 @@ impl PassKind {
             PassKind::Plain => "plain",
             PassKind::Verify => "verify",
             PassKind::Draft => "draft",
+            PassKind::Mtp => "mtp",
         }
     }
 }
@@ -67,11 +73,11 @@ pub fn median(v: &[u64]) -> f64 {
     }
 }
 
-/// Times the plain step and, per k in `lengths`, the verify and draft
-/// passes, `reps` times interleaved, after `depth` random tokens of context
-/// (call inside the thread pool to measure with). With `profile`, each timed
-/// pass also runs under the op profiler ([`prof`]), collected per kind and
-/// length.
+/// Times the plain step and, per k in `lengths`, the verify pass and the
+/// drafts the model can make (diffusion, MTP), `reps` times interleaved,
+/// after `depth` random tokens of context (call inside the thread pool to
+/// measure with). With `profile`, each timed pass also runs under the op
+/// profiler ([`prof`]), collected per kind and length.
 pub fn pass_costs(
     model: &Model,
     lengths: &[usize],
@@ -80,10 +86,13 @@ pub fn pass_costs(
     seed: u64,
     profile: bool,
 ) -> Result<Vec<PassCost>, BenchError> {
-    let mask = model
-        .config
-        .mask_token_id
-        .ok_or(ForwardError::NoDiffusion)?;
+    let mask = model.config.mask_token_id.filter(|_| model.has_diffusion());
+    let mut kinds = vec![PassKind::Verify];
+    kinds.extend(mask.map(|_| PassKind::Draft));
+    kinds.extend(model.has_mtp().then_some(PassKind::Mtp));
+    if kinds.len() == 1 {
+        return Err(ForwardError::NoDiffusion.into());
+    }
     let kmax = lengths.iter().copied().max().unwrap_or(1).max(1);
     let n_vocab = model.n_vocab();
     let mut rng = TokenRng::new(seed);
@@ -93,10 +102,12 @@ pub fn pass_costs(
     let n_ctx = depth.max(1) + 2 * kmax + (reps + 1) * (2 * lengths.len() + 1) + 1;
     let mut state = model.new_state(StateOptions {
         max_batch: 2 * kmax + 1,
+        mtp: model.has_mtp(),
         ..StateOptions::new(n_ctx)
     })?;
-    let ctx = rng.tokens(depth.max(1), n_vocab);
-    model.forward(&mut state, &ctx, 0, LogitsFor::Last)?;
+    // Every token the state holds, for the MTP block's cache.
+    let mut hist = rng.tokens(depth.max(1), n_vocab);
+    model.forward(&mut state, &hist, 0, LogitsFor::Last)?;
     let mut out = vec![PassCost {
         kind: PassKind::Plain,
         tokens: 1,
@@ -104,7 +115,7 @@ pub fn pass_costs(
         profile: None,
     }];
     for &k in lengths {
-        for kind in [PassKind::Verify, PassKind::Draft] {
+        for &kind in &kinds {
             out.push(PassCost {
                 kind,
                 tokens: k,
@@ -127,6 +138,7 @@ pub fn pass_costs(
                     let tok = rng.next_token(n_vocab);
                     let t = Instant::now();
                     model.forward(&mut state, &[tok], pos, LogitsFor::Last)?;
+                    hist.push(tok);
                     t.elapsed().as_nanos() as u64
                 }
                 PassKind::Verify => {
@@ -134,9 +146,26 @@ pub fn pass_costs(
                     let t = Instant::now();
                     model.forward_verify(&mut state, &toks, pos, LogitsFor::All)?;
                     model.commit_verify(&mut state, 1)?;
+                    hist.push(toks[0]);
                     t.elapsed().as_nanos() as u64
                 }
+                PassKind::Mtp => {
+                    // The cache up to the position before the anchor, as the
+                    // loop leaves it after a round; then the timed draft.
+                    hist.push(rng.next_token(n_vocab));
+                    model.mtp_sync(&mut state, &hist)?;
+                    let t = Instant::now();
+                    let mut tok = crate::sample::argmax(model.mtp_sync(&mut state, &hist)?);
+                    for _ in 1..k {
+                        tok = crate::sample::argmax(model.mtp_step(&mut state, tok)?);
+                    }
+                    model.mtp_truncate(&mut state, pos + 1);
+                    let ns = t.elapsed().as_nanos() as u64;
+                    hist.pop();
+                    ns
+                }
                 PassKind::Draft => {
+                    let mask = mask.expect("a draft kind only with the diffusion path");
                     let mut block = vec![mask; k];
                     block[0] = rng.next_token(n_vocab);
                     let rows: Vec<usize> = (0..k.saturating_sub(1)).collect();

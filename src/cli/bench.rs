@@ -119,15 +119,16 @@ pub struct BenchArgs {
     /// With --spec-type: how drafts are made and accepted
     #[command(flatten)]
     pub spec: SpecArgs,
-    /// With --spec-type draft-self: SIMULATED acceptance. The draft, verify and
+    /// With --spec-type draft-self or mtp: SIMULATED acceptance. The draft, verify and
     /// commit passes run for real, but which drafts are accepted follows this
     /// profile (per-position conditional acceptance, as written by `clover run
     /// --spec-profile-out`); a perfect-drafter row (the ceiling) is added
     #[arg(long = "spec-replay", value_name = "PROFILE")]
     pub spec_replay: Option<PathBuf>,
     /// Instead of the tests: time a plain decode step and verify and draft
-    /// passes of these token counts (comma list), interleaved over -r
-    /// repetitions, per -t, at the first -d depth (at least 1; clover_moe files)
+    /// passes of these token counts (comma list: diffusion drafts on
+    /// clover_moe files, MTP drafts on files with the block), interleaved
+    /// over -r repetitions, per -t, at the first -d depth (at least 1)
     #[arg(long = "pass-costs", value_delimiter = ',')]
     pub pass_costs: Vec<usize>,
     /// Also print, for each pp and tg test (with --pass-costs: each pass
@@ -225,9 +226,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
     );
     let replay = match &args.spec_replay {
         Some(path) => {
-            if !choices.iter().any(SpecChoice::is_draft_self) {
+            if !choices.iter().any(SpecChoice::replays) {
                 bail!(
-                    "--spec-replay needs --spec-type draft-self (e.g. --spec-type none,draft-self)"
+                    "--spec-replay needs --spec-type draft-self or mtp (e.g. --spec-type \
+                     none,draft-self)"
                 );
             }
             Some(Profile::load(path).map_err(|e| anyhow::anyhow!("--spec-replay {e}"))?)
@@ -259,7 +261,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     .iter()
                     .flat_map(|c| match (c, &replay) {
                         (c, _) if c.is_none() => vec![Decode::Greedy],
-                        (c, Some(_)) if c.is_draft_self() => vec![Decode::Replay, Decode::Ceiling],
+                        (c, Some(_)) if c.replays() => vec![Decode::Replay, Decode::Ceiling],
                         (c, _) if *c == SpecChoice::draft_self() => vec![Decode::DraftSelf],
                         (c, _) => vec![Decode::Spec(c)],
                     })
@@ -323,8 +325,11 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         }
         p
     };
-    if !args.pass_costs.is_empty() && !model.has_diffusion() {
-        bail!("--pass-costs needs a clover_moe file with the diffusion tensors");
+    if !args.pass_costs.is_empty() && !model.has_diffusion() && !model.has_mtp() {
+        bail!(
+            "--pass-costs needs a file that drafts: a clover_moe file with the diffusion \
+             tensors, or one with an MTP block"
+        );
     }
     let info = model_info(&file, &model, path);
     // The tensors the loader repacked for the kernels (a second copy).
@@ -373,7 +378,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Decode::DraftSelf => draft_self.clone(),
         Decode::Replay | Decode::Ceiling => choices
             .iter()
-            .find(|c| c.is_draft_self())
+            .find(|c| c.replays())
             .cloned()
             .unwrap_or_else(|| draft_self.clone()),
     };

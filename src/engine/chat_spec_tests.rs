@@ -344,3 +344,39 @@ fn by_default_the_chat_drafts_only_when_it_pays_and_says_why() {
     // Every plain step was the controller's choice: no probes.
     assert_eq!(stats.plain_passes, stats.plain_chosen);
 }
+
+/// On a qwen35moe file with an MTP block, a chat whose model keeps the
+/// block's cache drafts through it (what F2 turns on there): the rounds keep
+/// the contract and both turns' replies are plain decoding's.
+#[test]
+fn the_chat_drafts_through_the_mtp_block_on_a_file_that_has_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q-mtp.gguf");
+    synth::plan_mtp(SynthOptions {
+        arch: Arch::Qwen35Moe,
+        preset: Preset::Tiny,
+        recipe: Recipe::F32,
+        seed: 9,
+    })
+    .unwrap()
+    .write(&path, Some(1))
+    .unwrap();
+    let mut lm = LoadedModel::open(&path).unwrap();
+    lm.model.mtp = true;
+    let m = Arc::new(lm);
+    let msgs = [UiMessage::new(Role::User, "Tell me about foxes.")];
+    let plain = spec_turn(&mut chat_engine(&m), &msgs, false, None);
+    let mut e = chat_engine(&m);
+    e.configure_spec(&fixed(3));
+    let spec = spec_turn(&mut e, &msgs, true, None);
+    let (rejected, full, _) = check_contract(&spec);
+    assert!(rejected + full > 0, "no MTP round ran: {spec:?}");
+    assert_eq!(reply_text(&spec), reply_text(&plain));
+    let mut msgs2 = msgs.to_vec();
+    msgs2.push(UiMessage::new(Role::Assistant, reply_text(&plain).trim()));
+    msgs2.push(UiMessage::new(Role::User, "And dogs?"));
+    let second = spec_turn(&mut e, &msgs2, true, None);
+    check_contract(&second);
+    let second_plain = spec_turn(&mut chat_engine(&m), &msgs2, false, None);
+    assert_eq!(reply_text(&second), reply_text(&second_plain));
+}

@@ -231,9 +231,11 @@ impl SpecChoice {
         }
     }
 
-    /// Whether this is draft-self alone (with or without its own caps).
-    pub fn is_draft_self(&self) -> bool {
-        matches!(self.stages.as_slice(), [s] if s.kind == StageKind::DraftSelf)
+    /// Whether `--spec-replay` can replay this choice: one stage that drafts
+    /// through the model (draft-self or mtp), whose passes run for their
+    /// cost while a profile decides acceptance.
+    pub fn replays(&self) -> bool {
+        matches!(self.stages.as_slice(), [s] if matches!(s.kind, StageKind::DraftSelf | StageKind::Mtp))
     }
 
     /// Whether a stage drafts through the block-diffusion path.
