@@ -1,5 +1,6 @@
-//! `clover run --spec-type draft-self`: greedy output identical to plain
-//! `clover run`, the speculation statistics on stderr, and clear errors.
+//! `clover run --spec-type draft-self` (and `mtp`): greedy output identical
+//! to plain `clover run`, the speculation statistics on stderr, replayed
+//! profiles in `clover bench`, and clear errors.
 
 use std::path::Path;
 use std::process::Command;
@@ -418,4 +419,62 @@ fn bench_generation_tests_can_sample() {
         assert_eq!(err.lines().count(), 1, "{err}");
         assert!(err.contains("--gen-temp"), "{err}");
     }
+}
+
+/// MTP drafting on a qwen35moe file with the block: its measured profile
+/// replays in `clover bench` as simulated acceptance, with the ceiling, and
+/// both rows emit plain greedy's tokens.
+#[test]
+fn an_mtp_profile_replays_in_bench_as_simulated_acceptance() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q-mtp.gguf");
+    synth::plan_mtp(SynthOptions {
+        arch: Arch::Qwen35Moe,
+        preset: Preset::Tiny,
+        recipe: Recipe::Q4KM,
+        seed: 4,
+    })
+    .unwrap()
+    .write(&path, Some(1))
+    .unwrap();
+    let profile = dir.path().join("p.json");
+    let profile_arg = profile.to_str().unwrap();
+    let out = run(
+        &path,
+        &[
+            "--spec-type",
+            "mtp",
+            "--spec-fixed",
+            "--spec-draft-n-max",
+            "3",
+            "--spec-profile-out",
+            profile_arg,
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let p = clover::spec::replay::Profile::load(&profile).unwrap();
+    assert!(p.rounds > 0 && !p.conditional.is_empty(), "{p:?}");
+    let out = Command::new(env!("CARGO_BIN_EXE_clover"))
+        .args(["bench", "-m"])
+        .arg(&path)
+        .args(["-t", "1", "-p", "0", "-n", "12", "-r", "1"])
+        .args(["--spec-type", "none,mtp", "--spec-replay", profile_arg])
+        .output()
+        .unwrap();
+    let (stdout, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(
+        stdout.contains("tg12 mtp (simulated acceptance)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("tg12 perfect mtp drafter (simulated acceptance)"),
+        "{stdout}"
+    );
+    assert_eq!(err.matches("tokens identical").count(), 2, "{err}");
+    assert!(!err.contains("DIFFER"), "{err}");
 }

@@ -47,10 +47,11 @@ pub enum Decode {
     DraftSelf,
     /// Speculation through other drafters (`--spec-type ngram`, chains).
     Spec(&'static SpecChoice),
-    /// Self-speculation with replayed acceptance (`--spec-replay`): the
-    /// profile's, and a perfect drafter's (the ceiling).
-    Replay,
-    Ceiling,
+    /// Speculation through a model-drafting choice (draft-self, mtp) with
+    /// replayed acceptance (`--spec-replay`): the profile's, and a perfect
+    /// drafter's (the ceiling).
+    Replay(&'static SpecChoice),
+    Ceiling(&'static SpecChoice),
 }
 
 impl TestSpec {
@@ -69,8 +70,14 @@ impl TestSpec {
             Decode::Greedy => s.push_str(" greedy"),
             Decode::DraftSelf => s.push_str(" draft-self"),
             Decode::Spec(c) => s.push_str(&format!(" {c}")),
-            Decode::Replay => s.push_str(" draft-self (simulated acceptance)"),
-            Decode::Ceiling => s.push_str(" perfect drafter (simulated acceptance)"),
+            Decode::Replay(c) => s.push_str(&format!(" {c} (simulated acceptance)")),
+            // draft-self's ceiling keeps its first name.
+            Decode::Ceiling(c) if c.needs_diffusion() => {
+                s.push_str(" perfect drafter (simulated acceptance)")
+            }
+            Decode::Ceiling(c) => {
+                s.push_str(&format!(" perfect {c} drafter (simulated acceptance)"))
+            }
         }
         s
     }

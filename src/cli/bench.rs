@@ -261,7 +261,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                     .iter()
                     .flat_map(|c| match (c, &replay) {
                         (c, _) if c.is_none() => vec![Decode::Greedy],
-                        (c, Some(_)) if c.replays() => vec![Decode::Replay, Decode::Ceiling],
+                        (c, Some(_)) if c.replays() => vec![Decode::Replay(c), Decode::Ceiling(c)],
                         (c, _) if *c == SpecChoice::draft_self() => vec![Decode::DraftSelf],
                         (c, _) => vec![Decode::Spec(c)],
                     })
@@ -376,11 +376,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         Decode::Random | Decode::Greedy => SpecChoice::default(),
         Decode::Spec(c) => c.clone(),
         Decode::DraftSelf => draft_self.clone(),
-        Decode::Replay | Decode::Ceiling => choices
-            .iter()
-            .find(|c| c.replays())
-            .cloned()
-            .unwrap_or_else(|| draft_self.clone()),
+        Decode::Replay(c) | Decode::Ceiling(c) => c.clone(),
     };
     let gen_mode = |decode: Decode| GenMode {
         temp: args.gen_temp,
@@ -390,15 +386,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
         // its caution (short explorations from an uninformed prior) would
         // hide what a perfect drafter makes of these pass costs.
         spec: match decode {
-            Decode::Ceiling => SpecConfig {
+            Decode::Ceiling(_) => SpecConfig {
                 adaptive: false,
                 ..choice_of(decode).configure(spec_cfg.clone())
             },
             _ => choice_of(decode).configure(spec_cfg.clone()),
         },
         replay: match decode {
-            Decode::Replay => replay.clone(),
-            Decode::Ceiling => Some(Profile::perfect(spec_cfg.n_max)),
+            Decode::Replay(_) => replay.clone(),
+            Decode::Ceiling(_) => Some(Profile::perfect(spec_cfg.n_max)),
             _ => None,
         },
     };
@@ -472,7 +468,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
                 });
             } else {
                 let basis = match (&replayed, spec.decode) {
-                    (Some(p), Decode::Replay) => format!(
+                    (Some(p), Decode::Replay(_)) => format!(
                         "SIMULATED acceptance replayed from {} ({}, {} rounds; by position {})",
                         args.spec_replay
                             .as_deref()

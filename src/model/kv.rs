@@ -76,6 +76,23 @@ impl KvCache {
         })
     }
 
+    /// `n_layers` layers of the model's KV heads, sized and typed as `opts`
+    /// asks.
+    pub(crate) fn for_state(
+        n_layers: usize,
+        cfg: &super::ModelConfig,
+        opts: &super::StateOptions,
+    ) -> Result<KvCache, StateError> {
+        KvCache::new(
+            n_layers,
+            opts.n_ctx,
+            cfg.n_head_kv,
+            cfg.head_dim,
+            opts.type_k,
+            opts.type_v,
+        )
+    }
+
     /// Positions held.
     pub fn len(&self) -> usize {
         self.len

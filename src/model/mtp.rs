@@ -101,16 +101,8 @@ impl MtpState {
         opts: &StateOptions,
     ) -> Result<MtpState, StateError> {
         let e = cfg.n_embd;
-        let kv = KvCache::new(
-            1,
-            opts.n_ctx,
-            cfg.n_head_kv,
-            cfg.head_dim,
-            opts.type_k,
-            opts.type_v,
-        )?;
         Ok(MtpState {
-            kv,
+            kv: KvCache::for_state(1, cfg, opts)?,
             slots: vec![LayerSlot::Attention(0); cfg.n_layer + 1],
             log: HiddenLog::new(e),
             tokens: Vec::new(),

@@ -227,16 +227,8 @@ impl State {
                 }
             }
         }
-        let kv = KvCache::new(
-            n_attn,
-            opts.n_ctx,
-            cfg.n_head_kv,
-            cfg.head_dim,
-            opts.type_k,
-            opts.type_v,
-        )?;
         Ok(State {
-            kv,
+            kv: KvCache::for_state(n_attn, cfg, &opts)?,
             recurrent: (0..n_gdn).map(|_| DeltaNetState::new(cfg)).collect(),
             stats: Stats::new(cfg),
             slots,
