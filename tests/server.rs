@@ -517,15 +517,20 @@ fn logprobs_are_the_models_own_under_batching_and_speculation() {
     let text =
         |id: usize| String::from_utf8_lossy(m.tokenizer.piece(id as u32).unwrap()).to_string();
 
-    for (extra, spec) in [
-        (&["-np", "2"][..], false),
-        (&["-np", "2", "--spec-type", "draft-self"][..], true),
+    // The trunk of the default model's qwen35moe sibling is the default
+    // model's, bit for bit: the same reference holds with its MTP block.
+    let sibling = Path::new(env!("CARGO_MANIFEST_DIR")).join("models/clover-tiny-kjv-mtp.gguf");
+    for (file, extra, spec) in [
+        (&path, &["-np", "2"][..], false),
+        (&path, &["-np", "2", "--spec-type", "draft-self"][..], true),
         (
+            &path,
             &["-np", "2", "--spec-type", "ngram:ngram_size_n=2"][..],
             true,
         ),
+        (&sibling, &["-np", "2", "--spec-type", "mtp"][..], true),
     ] {
-        let s = start(&path, extra);
+        let s = start(file, extra);
         let body = format!(
             r#"{{"prompt":"{prompt}","max_tokens":{n},"temperature":0,"ignore_eos":true,"logprobs":{top}}}"#
         );

@@ -455,7 +455,7 @@ fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
             &prompt,
             &c,
             &mut sampler,
-            &mut MtpDrafter,
+            &mut MtpDrafter::default(),
             &mut |_| true,
         )
         .unwrap();

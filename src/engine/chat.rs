@@ -87,6 +87,10 @@ impl Drafter for Recorder {
             .extend_from_slice(&d.tokens[..d.tokens.len().min(n_max)]);
         Ok(d)
     }
+
+    fn take_catch_up_ns(&mut self) -> u64 {
+        self.inner.take_catch_up_ns()
+    }
 }
 
 /// The drafts of the last step (empty: it did not speculate) and, after a step of
@@ -177,7 +181,7 @@ impl ChatSession {
         let drafter: Box<dyn Drafter + Send> = if chat.session.model().model.has_diffusion() {
             Box::new(DiffusionDrafter)
         } else if chat.session.state.mtp.is_some() {
-            Box::new(MtpDrafter)
+            Box::new(MtpDrafter::default())
         } else {
             Box::new(NgramDrafter::new(ngram::DEFAULT_N))
         };

@@ -143,6 +143,41 @@ impl Model<'_> {
         state: &'s mut State,
         history: &[u32],
     ) -> Result<&'s [f32], ForwardError> {
+        let n = history.len().saturating_sub(1);
+        self.mtp_run(state, history, n + 1)?;
+        Ok(&state.scratch.logits[..self.n_vocab()])
+    }
+
+    /// How many entries `mtp_sync(state, history)` would run: the anchor's
+    /// and those behind it that the cache lacks or holds for other tokens.
+    pub fn mtp_behind(&self, state: &State, history: &[u32]) -> usize {
+        let n = history.len().saturating_sub(1);
+        let same = state.mtp.as_ref().map_or(0, |m| {
+            m.tokens
+                .iter()
+                .zip(history)
+                .take_while(|(a, b)| a == b)
+                .count()
+        });
+        n + 1 - same.min(n)
+    }
+
+    /// The first `k` of the entries `mtp_sync` would run, without logits
+    /// (catching up on positions decoded without drafting).
+    pub fn mtp_catch_up(
+        &self,
+        state: &mut State,
+        history: &[u32],
+        k: usize,
+    ) -> Result<(), ForwardError> {
+        let upto = history.len() - self.mtp_behind(state, history) + k;
+        self.mtp_run(state, history, upto.min(history.len().saturating_sub(1)))
+    }
+
+    /// Runs the entries from the first stale one up to `upto` (exclusive;
+    /// `history.len()`: the anchor's entry too, whose logits are left in
+    /// the state's logits).
+    fn mtp_run(&self, state: &mut State, history: &[u32], upto: usize) -> Result<(), ForwardError> {
         let n = state.n_past();
         if state.verify_pending() {
             return Err(ForwardError::VerifyPending);
@@ -165,18 +200,18 @@ impl Model<'_> {
         m.kv.truncate(keep);
         m.tokens.truncate(keep);
         let mut p0 = keep;
-        while p0 <= n {
-            let t = state.max_batch.min(n + 1 - p0);
+        while p0 < upto {
+            let t = state.max_batch.min(upto - p0);
             let last = p0 + t == n + 1;
             self.mtp_pass(state, &history[p0..p0 + t], p0, last, Hidden::Trunk)?;
             p0 += t;
         }
         let m = self.mtp_state(state)?;
-        m.tokens.extend_from_slice(&history[keep..=n]);
+        m.tokens.extend_from_slice(&history[keep..upto.max(keep)]);
         // Entry n + 1 needs h_n, which the next trunk pass logs; h_{n−1}
         // stays for a second draft from the same position.
-        m.log.forget_before(n.saturating_sub(1));
-        Ok(&state.scratch.logits[..self.n_vocab()])
+        m.log.forget_before(upto.saturating_sub(2));
+        Ok(())
     }
 
     /// One chained MTP step: `token` at the cache's next position with the

@@ -277,7 +277,7 @@ impl SpecChoice {
         let one = |s: &Stage| -> Box<dyn Drafter + Send> {
             let inner: Box<dyn Drafter + Send> = match s.kind {
                 StageKind::DraftSelf => Box::new(DiffusionDrafter),
-                StageKind::Mtp => Box::new(MtpDrafter),
+                StageKind::Mtp => Box::new(MtpDrafter::default()),
                 StageKind::Ngram { n } => Box::new(NgramDrafter::new(n)),
             };
             Box::new(Capped {
@@ -311,6 +311,10 @@ impl Drafter for Capped {
         ctx.n_max = self.n_max.map_or(ctx.n_max, |n| n.min(ctx.n_max));
         ctx.p_min = self.p_min.unwrap_or(ctx.p_min);
         self.inner.draft(ctx)
+    }
+
+    fn take_catch_up_ns(&mut self) -> u64 {
+        self.inner.take_catch_up_ns()
     }
 }
 

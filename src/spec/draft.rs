@@ -40,13 +40,26 @@ pub struct DraftCtx<'c, 'm> {
 }
 
 pub trait Drafter {
-    /// Proposes at most `ctx.n_max` drafts. Must leave `ctx.state` as it was.
+    /// Proposes at most `ctx.n_max` drafts. Must leave `ctx.state` as it was
+    /// (a drafter's own cache in it, as the MTP block's, may advance).
     fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError>;
+
+    /// Nanoseconds of the last `draft` call spent catching up on positions
+    /// decoded without it (the MTP block's cache after plain steps): real
+    /// time, but not a price of drafting, so the adaptive controller leaves
+    /// it out of a draft's cost. Taking it resets it.
+    fn take_catch_up_ns(&mut self) -> u64 {
+        0
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
     fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
         (**self).draft(ctx)
+    }
+
+    fn take_catch_up_ns(&mut self) -> u64 {
+        (**self).take_catch_up_ns()
     }
 }
 

@@ -3,7 +3,14 @@
 //! cache up to the anchor (`Model::mtp_sync`), each further one from a
 //! chained step on the block's own output (`Model::mtp_step`); the chained
 //! positions are dropped before the verify pass, so the block's cache only
-//! ever holds the committed tokens.
+//! ever holds committed tokens.
+//!
+//! After rounds decoded plainly the cache lags by those positions. Catching
+//! up on them is a pass of its own, timed apart (`take_catch_up_ns`): the
+//! adaptive controller prices a draft at what drafting costs round after
+//! round (the previous round's tokens and the anchor), not at the lag.
+
+use std::time::Instant;
 
 use crate::model::ForwardError;
 
@@ -11,7 +18,12 @@ use super::draft::{Draft, DraftCtx, Drafter};
 
 /// Drafts through the MTP block (a state made with `StateOptions::mtp`).
 #[derive(Debug, Default)]
-pub struct MtpDrafter;
+pub struct MtpDrafter {
+    /// Drafts proposed by the previous call: the round after it committed
+    /// at most that many plus one positions.
+    last: usize,
+    catch_up_ns: u64,
+}
 
 impl Drafter for MtpDrafter {
     fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
@@ -20,6 +32,15 @@ impl Drafter for MtpDrafter {
             return Ok(out);
         }
         let (model, state) = (ctx.model, ctx.state);
+        // A round's own share: the previous round's drafts, its last token
+        // and the anchor. Anything further behind is catch-up.
+        let behind = model.mtp_behind(state, ctx.history);
+        let own = self.last + 2;
+        if behind > own {
+            let t0 = Instant::now();
+            model.mtp_catch_up(state, ctx.history, behind - own)?;
+            self.catch_up_ns += t0.elapsed().as_nanos() as u64;
+        }
         let result = (|| {
             let mut logits = model.mtp_sync(state, ctx.history)?;
             loop {
@@ -35,6 +56,11 @@ impl Drafter for MtpDrafter {
             Ok(())
         })();
         model.mtp_truncate(state, ctx.pos + 1);
+        self.last = out.tokens.len();
         result.map(|()| out)
+    }
+
+    fn take_catch_up_ns(&mut self) -> u64 {
+        std::mem::take(&mut self.catch_up_ns)
     }
 }

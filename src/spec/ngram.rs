@@ -153,6 +153,13 @@ impl Drafter for ChainDrafter {
         }
         Ok(Draft::default())
     }
+
+    fn take_catch_up_ns(&mut self) -> u64 {
+        self.stages
+            .iter_mut()
+            .map(|(s, _)| s.take_catch_up_ns())
+            .sum()
+    }
 }
 
 #[cfg(test)]

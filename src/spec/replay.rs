@@ -145,6 +145,10 @@ impl<D: Drafter> Drafter for ReplayDrafter<D> {
             dists: Vec::new(),
         })
     }
+
+    fn take_catch_up_ns(&mut self) -> u64 {
+        self.inner.take_catch_up_ns()
+    }
 }
 
 #[cfg(test)]

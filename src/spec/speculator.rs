@@ -169,7 +169,10 @@ impl Speculator {
             let ns = t0.elapsed().as_nanos() as u64;
             stats.draft_ns += ns;
             stats.draft_passes += 1;
-            adaptive.record_draft(d_want + 1, ns);
+            // A drafter catching up on plain steps did not pay that for
+            // drafting: the controller prices the draft without it.
+            let catch_up = drafter.take_catch_up_ns().min(ns);
+            adaptive.record_draft(d_want + 1, ns - catch_up);
             if drafts.tokens.len() < cfg.n_min.max(1) {
                 drafts.tokens.clear();
             }
