@@ -120,6 +120,19 @@ impl MtpState {
         opts.n_ctx as u128 * (per_pos + 4 * e) + 12 * opts.max_batch as u128 * e
     }
 
+    /// The entries kept for `history` (its last token the anchor, at n):
+    /// those whose token still matches, at most n, since the anchor's entry
+    /// is always run again (its logits are the first draft).
+    fn kept(&self, history: &[u32]) -> usize {
+        let same = self
+            .tokens
+            .iter()
+            .zip(history)
+            .take_while(|(a, b)| a == b)
+            .count();
+        same.min(history.len().saturating_sub(1))
+    }
+
     pub(crate) fn reset(&mut self) {
         self.kv.clear();
         self.tokens.clear();
@@ -151,15 +164,7 @@ impl Model<'_> {
     /// How many entries `mtp_sync(state, history)` would run: the anchor's
     /// and those behind it that the cache lacks or holds for other tokens.
     pub fn mtp_behind(&self, state: &State, history: &[u32]) -> usize {
-        let n = history.len().saturating_sub(1);
-        let same = state.mtp.as_ref().map_or(0, |m| {
-            m.tokens
-                .iter()
-                .zip(history)
-                .take_while(|(a, b)| a == b)
-                .count()
-        });
-        n + 1 - same.min(n)
+        history.len() - state.mtp.as_ref().map_or(0, |m| m.kept(history))
     }
 
     /// The first `k` of the entries `mtp_sync` would run, without logits
@@ -170,8 +175,12 @@ impl Model<'_> {
         history: &[u32],
         k: usize,
     ) -> Result<(), ForwardError> {
-        let upto = history.len() - self.mtp_behind(state, history) + k;
-        self.mtp_run(state, history, upto.min(history.len().saturating_sub(1)))
+        let kept = state.mtp.as_ref().map_or(0, |m| m.kept(history));
+        self.mtp_run(
+            state,
+            history,
+            (kept + k).min(history.len().saturating_sub(1)),
+        )
     }
 
     /// Runs the entries from the first stale one up to `upto` (exclusive;
@@ -189,14 +198,7 @@ impl Model<'_> {
             });
         }
         let m = self.mtp_state(state)?;
-        let same = m
-            .tokens
-            .iter()
-            .zip(history)
-            .take_while(|(a, b)| a == b)
-            .count();
-        // Entry n is always run again: its logits are the answer.
-        let keep = same.min(n);
+        let keep = m.kept(history);
         m.kv.truncate(keep);
         m.tokens.truncate(keep);
         let mut p0 = keep;
