@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds ik_llama.cpp's llama-bench (the fastest CPU peer for this model
-# family), outside the repository, from a git checkout of the
+# Builds ik_llama.cpp's llama-bench, llama-cli and llama-server (the fastest
+# CPU peer for this model family), outside the repository, from a git checkout of the
 # public repository ikawrakow/ik_llama.cpp at 8337e4c (2026-08-15, which runs
 # qwen35moe). A hand-run yardstick for scripts/bench_vs_llama.sh, not a CI
 # dependency. Prints the bin dir.
@@ -15,7 +15,9 @@ set -euo pipefail
 IK_DIR=${IK_DIR:-$HOME/.cache/clover/ik_llama.cpp}
 IK_COMMIT=${IK_COMMIT:-8337e4cd3861406fc04e0854b1409cd1b027fbc9}
 bin="$IK_DIR/build/bin"
-if [ -x "$bin/llama-bench" ]; then echo "$bin"; exit 0; fi
+if [ -x "$bin/llama-bench" ] && [ -x "$bin/llama-cli" ] && [ -x "$bin/llama-server" ]; then
+  echo "$bin"; exit 0
+fi
 : "${IK_GIT:?set IK_GIT to a git directory of ikawrakow/ik_llama.cpp holding $IK_COMMIT}"
 command -v cmake >/dev/null || { apt-get update -qq && apt-get install -y -qq cmake; } >&2
 mkdir -p "$IK_DIR/src"
@@ -63,5 +65,5 @@ PY
 fi
 cmake -S "$IK_DIR/src" -B "$IK_DIR/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF >&2
-cmake --build "$IK_DIR/build" -j"$(nproc)" --target llama-bench >&2
+cmake --build "$IK_DIR/build" -j"$(nproc)" --target llama-bench llama-cli llama-server >&2
 echo "$bin"

@@ -9,7 +9,10 @@
 #
 #   scripts/build_llama_cpp.sh --fixtures # the oracle of the stored parity,
 #                                         # KLD and imatrix fixtures (libllama,
-#                                         # llama-perplexity, llama-imatrix)
+#                                         # llama-perplexity, llama-imatrix),
+#                                         # and the speed and start-up yardstick
+#                                         # on AMX hosts (llama-bench,
+#                                         # llama-completion, llama-server)
 #
 # --fixtures builds for a fixed ISA (AVX-512 F/CD/VL/DQ/BW, AVX2, FMA, F16C)
 # instead of -march=native, in $LLAMA_DIR/build-avx512: GCC's choices for the
@@ -27,7 +30,8 @@ fixtures=false
 bin="$LLAMA_DIR/build/bin"
 if $fixtures; then
   bin="$LLAMA_DIR/build-avx512/bin"
-  if [ -e "$bin/libllama.so" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-imatrix" ] && [ -x "$bin/llama-bench" ]; then
+  if [ -e "$bin/libllama.so" ] && [ -x "$bin/llama-perplexity" ] && [ -x "$bin/llama-imatrix" ] && [ -x "$bin/llama-bench" ] \
+    && [ -x "$bin/llama-completion" ] && [ -x "$bin/llama-server" ]; then
     echo "$bin"; exit 0
   fi
 fi
@@ -47,7 +51,8 @@ if $fixtures; then
   cmake -S "$src" -B build-avx512 -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=OFF \
     -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=ON \
     -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >&2
-  cmake --build build-avx512 -j"$(nproc)" --target llama llama-perplexity llama-imatrix llama-bench >&2
+  cmake --build build-avx512 -j"$(nproc)" --target llama llama-perplexity llama-imatrix llama-bench \
+    llama-completion llama-server >&2
   echo "$bin"; exit 0
 fi
 cmake -S "$src" -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \

@@ -77,8 +77,9 @@ pub struct ServeArgs {
     #[arg(long = "no-batching")]
     pub no_batching: bool,
     /// How slots decode: none (plain), draft-self (block-diffusion drafts,
-    /// clover_moe files), ngram (drafts from each request's own n-grams, any
-    /// file); parameters after a colon, stages chained with '+' or by
+    /// clover_moe files), mtp (drafts from the file's multi-token-prediction
+    /// block), ngram (drafts from each request's own n-grams, any file);
+    /// parameters after a colon, stages chained with '+' or by
     /// repeating the flag; the draft length is adaptive
     #[arg(long = "spec-type", value_name = "TYPE", value_parser = parse_spec)]
     pub spec_type: Vec<SpecChoice>,
