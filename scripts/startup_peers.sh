@@ -19,13 +19,14 @@
 # (scripts/build_ik_llama.sh). CLOVER_BIN defaults to target/release/clover.
 # clover's layout cache is written first (`clover repack`) when missing.
 set -euo pipefail
-model=$1
+model=$(realpath "$1")
 threads=${2:-2}
 ctx=4096 # every runtime's context (servers: 4 slots sharing it), clover's default
 root=$(cd "$(dirname "$0")/.." && pwd)
-clover=${CLOVER_BIN:-$root/target/release/clover}
+clover=$(realpath "${CLOVER_BIN:-$root/target/release/clover}")
 : "${LLAMA_BIN:?set LLAMA_BIN to a llama.cpp bin dir}"
 : "${IK_BIN:?set IK_BIN to an ik_llama.cpp bin dir}"
+LLAMA_BIN=$(realpath "$LLAMA_BIN") IK_BIN=$(realpath "$IK_BIN")
 
 drop() { python3 -c 'import os,sys
 for p in sys.argv[1:]:
@@ -55,6 +56,10 @@ serve() {
     ik-rtr) exec "$IK_BIN/llama-server" -m "$model" -t "$threads" -c "$ctx" -np 4 --port "$2" -rtr ;;
   esac
 }
+# ik_llama.cpp's programs write main.log and llama.log where they run.
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
 field() { awk -v f="^$2:" '$0 ~ f {print $2}' "/proc/$1/smaps_rollup"; }
 ready() {
   for _ in $(seq 1200); do
