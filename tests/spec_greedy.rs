@@ -477,5 +477,29 @@ fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
             .fold(0.0f32, f32::max);
         // Only summation order differs (verify rows against a prompt batch).
         assert!(worst < 2e-3, "{arch:?}: MTP logits differ by {worst}");
+
+        // Catching up without logits stores only K and V (no attention
+        // output, no MoE): the cache it leaves gives the first draft's
+        // logits a full sync gives.
+        let mut caught = model.new_state(opts()).unwrap();
+        model
+            .forward(&mut caught, &history[..n], 0, LogitsFor::Last)
+            .unwrap();
+        let behind = model.mtp_behind(&caught, &history);
+        assert_eq!(behind, history.len());
+        model
+            .mtp_catch_up(&mut caught, &history, behind - 2)
+            .unwrap();
+        assert_eq!(model.mtp_behind(&caught, &history), 2);
+        let after = model.mtp_sync(&mut caught, &history).unwrap();
+        let worst = after
+            .iter()
+            .zip(built)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(
+            worst < 2e-3,
+            "{arch:?}: logits after a catch-up differ by {worst}"
+        );
     }
 }

@@ -95,6 +95,10 @@ impl AttentionScratch {
 pub enum KvRows<'k> {
     /// Appended to the cache, attending causally (decode, prompt, verify).
     Append(&'k mut KvCache),
+    /// Appended to the cache and nothing more: the rows' outputs are left
+    /// zero, for a pass whose outputs nothing reads (the MTP block catching
+    /// its cache up).
+    Store(&'k mut KvCache),
     /// A draft block (docs/DESIGN.md §3): each row attends to the cached
     /// positions before the block and to every block row, and is stored
     /// nowhere. `reverse_queries` (a test knob) evaluates the rows last to
@@ -140,6 +144,13 @@ pub fn forward(
             }
             append_attend(cx, w, kv, layer, pos0, t, sc);
         }
+        KvRows::Store(kv) => {
+            qk_norm_rope(cfg, w, pos0, t, sc);
+            store(cx, kv, layer, pos0, t, sc);
+            drop(p);
+            out[..t * cfg.n_embd].fill(0.0);
+            return;
+        }
         KvRows::Block {
             kv,
             reverse_queries,
@@ -169,13 +180,10 @@ fn append_attend(
     t: usize,
     sc: &mut AttentionScratch,
 ) {
-    let Cx { kt, cfg, .. } = cx;
+    let Cx { cfg, .. } = cx;
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
     qk_norm_rope(cfg, w, pos0, t, sc);
-    for ti in 0..t {
-        let rows = ti * nkv * d..(ti + 1) * nkv * d;
-        kv.write(kt, layer, pos0 + ti, &sc.k[rows.clone()], &sc.v[rows]);
-    }
+    store(cx, kv, layer, pos0, t, sc);
     if observe::wants_tensors() {
         let q: Vec<f32> = sc.qg[..t * nh * 2 * d]
             .chunks_exact(2 * d)
@@ -186,6 +194,16 @@ fn append_attend(
     }
     attend(cx, kv, layer, pos0, t, 0..t, Span::Causal, sc);
     observe::here("attn_gated", t, &sc.o[..t * nh * d]);
+}
+
+/// Writes the `t` normed and roped K/V rows in `sc` to the cache at
+/// `pos0..`.
+fn store(cx: Cx, kv: &mut KvCache, layer: usize, pos0: usize, t: usize, sc: &AttentionScratch) {
+    let (nkv, d) = (cx.cfg.n_head_kv, cx.cfg.head_dim);
+    for ti in 0..t {
+        let rows = ti * nkv * d..(ti + 1) * nkv * d;
+        kv.write(cx.kt, layer, pos0 + ti, &sc.k[rows.clone()], &sc.v[rows]);
+    }
 }
 
 /// Row `i` of a batched decoding step ([`super::batch`]): its projections,

@@ -261,7 +261,12 @@ impl<'m> Net<'_, 'm> {
                 self.mixer(g, il);
             }
             for g in groups.iter_mut() {
-                self.moe(g, il);
+                // An MTP pass without logits (catching the block's cache up)
+                // needs only the K and V its attention stores (`mixer`): what
+                // the MoE would add to its rows nothing reads.
+                if !(mtp && g.s.head_rows.is_empty()) {
+                    self.moe(g, il);
+                }
             }
         }
         for g in groups.iter_mut() {
@@ -338,6 +343,8 @@ impl<'m> Net<'_, 'm> {
         observe::tensor("attn_norm", il as isize, t, &s.xn[..t * e]);
         let u = &s.xn[..t * e];
         let cx = Cx { kt, mode, cfg };
+        // An MTP pass without logits only stores its rows' K and V.
+        let store_only = matches!(g.feed, Feed::Mtp { .. }) && s.head_rows.is_empty();
         match (&lw.mixer, &mut g.mixing) {
             (
                 MixerWeights::DeltaNet(w),
@@ -406,6 +413,9 @@ impl<'m> Net<'_, 'm> {
             }
             (MixerWeights::Attention(w), mixing) => {
                 let (rows, slots, pos0) = match mixing {
+                    Mixing::Sequence {
+                        kv, slots, pos0, ..
+                    } if store_only => (KvRows::Store(kv), slots, *pos0),
                     Mixing::Sequence {
                         kv, slots, pos0, ..
                     } => (KvRows::Append(kv), slots, *pos0),
