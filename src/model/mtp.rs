@@ -201,9 +201,12 @@ impl Model<'_> {
         let keep = m.kept(history);
         m.kv.truncate(keep);
         m.tokens.truncate(keep);
+        // The rows before the anchor's feed the cache only: their passes
+        // store K and V (no logits); the anchor's row runs whole.
         let mut p0 = keep;
         while p0 < upto {
-            let t = state.max_batch.min(upto - p0);
+            let end = if p0 < n { upto.min(n) } else { upto };
+            let t = state.max_batch.min(end - p0);
             let last = p0 + t == n + 1;
             self.mtp_pass(state, &history[p0..p0 + t], p0, last, Hidden::Trunk)?;
             p0 += t;
