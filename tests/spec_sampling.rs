@@ -63,26 +63,25 @@ fn opts() -> StateOptions {
     o
 }
 
-/// Plain sampling, token by token: the oracle.
-fn plain(model: &Model, seed: u64) -> Vec<u32> {
+/// Plain sampling from `prompt`, token by token: the oracle.
+fn plain(model: &Model, prompt: &[u32], seed: u64) -> Vec<u32> {
     let mut st = model.new_state(opts()).unwrap();
     let mut s = Sampler::new(params(seed));
-    let mut hist = PROMPT.to_vec();
-    let logits = model.forward(&mut st, &PROMPT, 0, LogitsFor::Last).unwrap();
-    let mut tok = s.sample(logits, &hist);
-    let mut out = vec![tok];
-    while out.len() < K {
+    let mut hist = prompt.to_vec();
+    let mut out = Vec::new();
+    let mut logits = model.forward(&mut st, prompt, 0, LogitsFor::Last).unwrap();
+    loop {
+        let tok = s.sample(logits, &hist);
+        out.push(tok);
+        if out.len() == K {
+            return out;
+        }
         hist.push(tok);
         let pos = hist.len() - 1;
-        tok = s.sample(
-            model
-                .forward(&mut st, &[tok], pos, LogitsFor::Last)
-                .unwrap(),
-            &hist,
-        );
-        out.push(tok);
+        logits = model
+            .forward(&mut st, &[tok], pos, LogitsFor::Last)
+            .unwrap();
     }
-    out
 }
 
 /// How a biased drafter misreports its draft distribution.
@@ -157,6 +156,7 @@ impl<D: Drafter> Drafter for Biased<D> {
 
 fn speculative(
     model: &Model,
+    prompt: &[u32],
     seed: u64,
     drafter: &mut dyn Drafter,
     total: &mut SpecStats,
@@ -169,10 +169,7 @@ fn speculative(
         adaptive: false,
         ..SpecConfig::default()
     };
-    let g = generate(model, &mut st, &PROMPT, &cfg, &mut s, drafter, &mut |_| {
-        true
-    })
-    .unwrap();
+    let g = generate(model, &mut st, prompt, &cfg, &mut s, drafter, &mut |_| true).unwrap();
     total.drafts_proposed += g.stats.drafts_proposed;
     total.drafts_accepted += g.stats.drafts_accepted;
     total.verify_passes += g.stats.verify_passes;
@@ -261,7 +258,10 @@ fn plain_histogram() -> &'static [u64] {
         single_threaded(|| {
             let model = model_data().model();
             let v = model.n_vocab();
-            histogram((0..N as u64).map(|i| plain(&model, 1_000_000 + i)), v)
+            histogram(
+                (0..N as u64).map(|i| plain(&model, &PROMPT, 1_000_000 + i)),
+                v,
+            )
         })
     })
 }
@@ -275,7 +275,7 @@ fn compare(name: &str, drafter: &mut (dyn Drafter + Send), seed0: u64) -> (f64, 
         let v = model.n_vocab();
         let mut st = SpecStats::new(K - 1);
         let got = histogram(
-            (0..N as u64).map(|i| speculative(&model, seed0 + i, drafter, &mut st)),
+            (0..N as u64).map(|i| speculative(&model, &PROMPT, seed0 + i, drafter, &mut st)),
             v,
         );
         let (x2, df) = chi_square(want, &got);
@@ -390,63 +390,9 @@ mod mtp {
         H.get_or_init(|| {
             single_threaded(|| {
                 let (model, prompt) = (model(), &file().1);
-                tally((0..N as u64).map(|i| plain_from(&model, prompt, 6_000_000 + i)))
+                tally((0..N as u64).map(|i| plain(&model, prompt, 6_000_000 + i)))
             })
         })
-    }
-
-    /// Plain sampling from `prompt`, token by token.
-    fn plain_from(model: &Model, prompt: &[u32], seed: u64) -> Vec<u32> {
-        let mut st = model.new_state(opts()).unwrap();
-        let mut s = Sampler::new(params(seed));
-        let mut hist = prompt.to_vec();
-        let mut out = Vec::new();
-        let mut logits = model.forward(&mut st, prompt, 0, LogitsFor::Last).unwrap();
-        loop {
-            let tok = s.sample(logits, &hist);
-            out.push(tok);
-            if out.len() == K {
-                return out;
-            }
-            hist.push(tok);
-            let pos = hist.len() - 1;
-            logits = model
-                .forward(&mut st, &[tok], pos, LogitsFor::Last)
-                .unwrap();
-        }
-    }
-
-    fn spec_from(
-        model: &Model,
-        seed: u64,
-        drafter: &mut dyn Drafter,
-        total: &mut SpecStats,
-    ) -> Vec<u32> {
-        let mut st = model.new_state(opts()).unwrap();
-        let mut s = Sampler::new(params(seed));
-        let cfg = SpecConfig {
-            n_max: K - 1,
-            n_predict: K,
-            adaptive: false,
-            ..SpecConfig::default()
-        };
-        let g = generate(
-            model,
-            &mut st,
-            &file().1,
-            &cfg,
-            &mut s,
-            drafter,
-            &mut |_| true,
-        )
-        .unwrap();
-        let add = |a: &mut Vec<u64>, b: &[u64]| a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
-        add(&mut total.proposed_by_pos, &g.stats.proposed_by_pos);
-        add(&mut total.accepted_by_pos, &g.stats.accepted_by_pos);
-        total.drafts_proposed += g.stats.drafts_proposed;
-        total.drafts_accepted += g.stats.drafts_accepted;
-        assert_eq!(g.tokens.len(), K);
-        g.tokens
     }
 
     /// X², critical value and statistics of MTP-drafted runs against plain.
@@ -459,7 +405,9 @@ mod mtp {
         single_threaded(|| {
             let model = model();
             let mut st = SpecStats::new(K - 1);
-            let got = tally((0..N as u64).map(|i| spec_from(&model, seed0 + i, drafter, &mut st)));
+            let got = tally(
+                (0..N as u64).map(|i| speculative(&model, &file().1, seed0 + i, drafter, &mut st)),
+            );
             let keys: std::collections::BTreeSet<&Vec<u32>> =
                 want.keys().chain(got.keys()).collect();
             let count = |h: &BTreeMap<Vec<u32>, u64>, k: &Vec<u32>| h.get(k).copied().unwrap_or(0);
