@@ -386,6 +386,14 @@ fn ngram_speculation_equals_plain_greedy_and_drafts_on_repeated_text() {
     }
 }
 
+/// The largest absolute difference between two logit rows.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+}
+
 /// A synth file with an MTP block, its states keeping the block's cache.
 fn mtp_model(dir: &std::path::Path, arch: Arch, recipe: Recipe) -> GgufFile {
     let path = dir.join(format!("{}-mtp.gguf", arch.name()));
@@ -470,11 +478,7 @@ fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
             .forward(&mut fresh, &history[..n], 0, LogitsFor::Last)
             .unwrap();
         let built = model.mtp_sync(&mut fresh, &history).unwrap();
-        let worst = kept
-            .iter()
-            .zip(built)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let worst = max_diff(&kept, built);
         // Only summation order differs (verify rows against a prompt batch).
         assert!(worst < 2e-3, "{arch:?}: MTP logits differ by {worst}");
 
@@ -492,11 +496,7 @@ fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
             .unwrap();
         assert_eq!(model.mtp_behind(&caught, &history), 2);
         let after = model.mtp_sync(&mut caught, &history).unwrap();
-        let worst = after
-            .iter()
-            .zip(built)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0f32, f32::max);
+        let worst = max_diff(after, built);
         assert!(
             worst < 2e-3,
             "{arch:?}: logits after a catch-up differ by {worst}"
