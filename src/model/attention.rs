@@ -126,6 +126,14 @@ pub fn forward(
 ) {
     let Cx { cfg, .. } = cx;
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
+    let rows = match rows {
+        KvRows::Store(kv) => {
+            store_kv(cx, w, kv, layer, pos0, u, t, sc, lin);
+            out[..t * cfg.n_embd].fill(0.0);
+            return;
+        }
+        rows => rows,
+    };
 
     // 1. Projections.
     project_qkv(cx, w, u, t, sc, lin);
@@ -144,13 +152,7 @@ pub fn forward(
             }
             append_attend(cx, w, kv, layer, pos0, t, sc);
         }
-        KvRows::Store(kv) => {
-            qk_norm_rope(cfg, w, pos0, t, sc);
-            store(cx, kv, layer, pos0, t, sc);
-            drop(p);
-            out[..t * cfg.n_embd].fill(0.0);
-            return;
-        }
+        KvRows::Store(_) => unreachable!("stored above"),
         KvRows::Block {
             kv,
             reverse_queries,
@@ -194,6 +196,38 @@ fn append_attend(
     }
     attend(cx, kv, layer, pos0, t, 0..t, Span::Causal, sc);
     observe::here("attn_gated", t, &sc.o[..t * nh * d]);
+}
+
+/// [`KvRows::Store`]: `k = attn_k·u` and `v = attn_v·u` for `t` rows (no
+/// query, no gate), the keys normed and roped, both appended at `pos0..`.
+#[allow(clippy::too_many_arguments)]
+fn store_kv(
+    cx: Cx,
+    w: &AttentionWeights,
+    kv: &mut KvCache,
+    layer: usize,
+    pos0: usize,
+    u: &[f32],
+    t: usize,
+    sc: &mut AttentionScratch,
+    lin: &mut MatScratch,
+) {
+    let Cx { kt, mode, cfg } = cx;
+    let (nkv, d) = (cfg.n_head_kv, cfg.head_dim);
+    {
+        let _p = observe::enter(Op::AttnProj);
+        lin.new_input();
+        lin.project(kt, mode, &w.k, u, &mut sc.k[..t * nkv * d]);
+        lin.project(kt, mode, &w.v, u, &mut sc.v[..t * nkv * d]);
+    }
+    let _p = observe::enter(Op::Attention);
+    for ti in 0..t {
+        sc.rope.set_position(pos0 + ti);
+        for k in sc.k[ti * nkv * d..(ti + 1) * nkv * d].chunks_exact_mut(d) {
+            norm_rope(k, &w.k_norm, cfg, &sc.rope);
+        }
+    }
+    store(cx, kv, layer, pos0, t, sc);
 }
 
 /// Writes the `t` normed and roped K/V rows in `sc` to the cache at
@@ -280,20 +314,23 @@ pub(super) fn qk_norm_rope(
     sc: &mut AttentionScratch,
 ) {
     let (nh, nkv, d) = (cfg.n_head, cfg.n_head_kv, cfg.head_dim);
-    let eps = cfg.rms_eps;
     for ti in 0..t {
         sc.rope.set_position(pos0 + ti);
         let qrow = &mut sc.qg[ti * nh * 2 * d..(ti + 1) * nh * 2 * d];
         for head in qrow.chunks_exact_mut(2 * d) {
-            let q = &mut head[..d];
-            rmsnorm_inplace(q, &w.q_norm, eps);
-            sc.rope.apply(&mut q[..cfg.n_rot]);
+            norm_rope(&mut head[..d], &w.q_norm, cfg, &sc.rope);
         }
         for k in sc.k[ti * nkv * d..(ti + 1) * nkv * d].chunks_exact_mut(d) {
-            rmsnorm_inplace(k, &w.k_norm, eps);
-            sc.rope.apply(&mut k[..cfg.n_rot]);
+            norm_rope(k, &w.k_norm, cfg, &sc.rope);
         }
     }
+}
+
+/// One head's per-head RMS norm, then rope at the cache's set position.
+#[inline]
+fn norm_rope(head: &mut [f32], norm: &[f32], cfg: &ModelConfig, rope: &RopeCache) {
+    rmsnorm_inplace(head, norm, cfg.rms_eps);
+    rope.apply(&mut head[..cfg.n_rot]);
 }
 
 /// The keys and values a query row of [`attend`] sees.

@@ -218,6 +218,13 @@ impl Group<'_, '_> {
         self.tokens.len()
     }
 
+    /// An MTP pass without logits (catching the block's cache up): its rows
+    /// only store their attention's K and V, since nothing reads what the
+    /// rest of the layer would add to them.
+    fn stores_only(&self) -> bool {
+        matches!(self.feed, Feed::Mtp { .. }) && self.s.head_rows.is_empty()
+    }
+
     /// The pass's hook for this group: its sequence's statistics, then
     /// every process-wide watcher.
     fn see(&mut self, name: &str, il: isize, seen: Seen) {
@@ -261,10 +268,7 @@ impl<'m> Net<'_, 'm> {
                 self.mixer(g, il);
             }
             for g in groups.iter_mut() {
-                // An MTP pass without logits (catching the block's cache up)
-                // needs only the K and V its attention stores (`mixer`): what
-                // the MoE would add to its rows nothing reads.
-                if !(mtp && g.s.head_rows.is_empty()) {
+                if !g.stores_only() {
                     self.moe(g, il);
                 }
             }
@@ -330,6 +334,7 @@ impl<'m> Net<'_, 'm> {
         let e = cfg.n_embd;
         let lw = self.layer(il);
         let t0 = g.clock();
+        let store_only = g.stores_only();
         let s = &mut *g.s;
         {
             let _p = observe::enter(Op::Norm);
@@ -343,8 +348,6 @@ impl<'m> Net<'_, 'm> {
         observe::tensor("attn_norm", il as isize, t, &s.xn[..t * e]);
         let u = &s.xn[..t * e];
         let cx = Cx { kt, mode, cfg };
-        // An MTP pass without logits only stores its rows' K and V.
-        let store_only = matches!(g.feed, Feed::Mtp { .. }) && s.head_rows.is_empty();
         match (&lw.mixer, &mut g.mixing) {
             (
                 MixerWeights::DeltaNet(w),
