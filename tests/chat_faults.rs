@@ -180,7 +180,7 @@ fn chat_rejects_draft_self_on_a_file_without_diffusion() {
 /// A file without the diffusion path speculates in the chat with n-gram
 /// drafts and with its MTP block (alone and chained): the greedy replies
 /// are plain decoding's, over two turns (the MTP cache follows the
-/// conversation).
+/// conversation), and the summary of the rounds ends the chat on stderr.
 #[test]
 fn chat_speculates_with_ngram_and_mtp_drafts_on_a_file_without_diffusion() {
     let path = tiny(Arch::Qwen35Moe);
@@ -210,7 +210,11 @@ fn chat_speculates_with_ngram_and_mtp_drafts_on_a_file_without_diffusion() {
         );
         assert_eq!(paragraphs(&out.stdout), paragraphs(&plain.stdout), "{spec}");
         assert_eq!(paragraphs(&out.stdout).len(), 2);
+        // Line mode ends with the speculation summary on stderr.
+        let notes = String::from_utf8_lossy(&out.stderr);
+        assert!(notes.contains("spec: rounds drafted"), "{spec}: {notes}");
     }
+    assert!(!String::from_utf8_lossy(&plain.stderr).contains("spec:"));
 }
 
 #[test]

@@ -280,8 +280,8 @@ fn gdn(r: &Reference, il: usize, u: &[Vec<f64>], n: usize) -> Vec<Vec<f64>> {
 }
 
 /// §2.2 for the prefix rows (causal), §3 for the block rows (every prefix
-/// position and every block position).
-fn attention(r: &Reference, il: usize, u: &[Vec<f64>], n: usize) -> Vec<Vec<f64>> {
+/// position and every block position); row p roped at `pos0 + p`.
+fn attention(r: &Reference, il: usize, u: &[Vec<f64>], n: usize, pos0: usize) -> Vec<Vec<f64>> {
     let c = &r.cfg;
     let l = |s: &str| r.layer(il, s);
     let (d, nh, nkv) = (c.head_dim, c.n_head, c.n_head_kv);
@@ -306,14 +306,14 @@ fn attention(r: &Reference, il: usize, u: &[Vec<f64>], n: usize) -> Vec<Vec<f64>
         let heads_k: Vec<Vec<f64>> = (0..nkv)
             .map(|g| {
                 let mut k = rmsnorm(&kr[g * d..(g + 1) * d], kn, eps);
-                rope(&mut k, p);
+                rope(&mut k, pos0 + p);
                 k
             })
             .collect();
         let heads_q: Vec<Vec<f64>> = (0..nh)
             .map(|h| {
                 let mut q = rmsnorm(&qg[h * 2 * d..h * 2 * d + d], qn, eps);
-                rope(&mut q, p);
+                rope(&mut q, pos0 + p);
                 q
             })
             .collect();
@@ -425,7 +425,7 @@ fn trunk(r: &Reference, prefix: &[u32], block: &[u32]) -> Vec<Vec<f64>> {
         let xn: Vec<Vec<f64>> = x.iter().map(|row| rmsnorm(row, an, eps)).collect();
         let y = match c.layer_kinds[il] {
             LayerKind::DeltaNet => gdn(r, il, &xn, n),
-            LayerKind::Attention => attention(r, il, &xn, n),
+            LayerKind::Attention => attention(r, il, &xn, n, 0),
         };
         let pn = &r.layer(il, "post_attention_norm.weight").v;
         for (row, yr) in x.iter_mut().zip(&y) {
@@ -438,8 +438,9 @@ fn trunk(r: &Reference, prefix: &[u32], block: &[u32]) -> Vec<Vec<f64>> {
 }
 
 /// §2.7: the MTP block's output `g` of every entry, entry p fed `tokens[p]`
-/// and `hidden[p]` (causal attention over the entries, at positions p).
-fn mtp_rows(r: &Reference, tokens: &[u32], hidden: &[Vec<f64>]) -> Vec<Vec<f64>> {
+/// and `hidden[p]` (causal attention over the entries, at positions
+/// `pos0 + p`).
+fn mtp_rows(r: &Reference, tokens: &[u32], hidden: &[Vec<f64>], pos0: usize) -> Vec<Vec<f64>> {
     let c = &r.cfg;
     let (eps, il) = (c.rms_eps as f64, c.n_layer);
     let l = |s: &str| r.layer(il, s);
@@ -454,7 +455,7 @@ fn mtp_rows(r: &Reference, tokens: &[u32], hidden: &[Vec<f64>]) -> Vec<Vec<f64>>
         .collect();
     let an = &l("attn_norm.weight").v;
     let xn: Vec<Vec<f64>> = x.iter().map(|row| rmsnorm(row, an, eps)).collect();
-    let y = attention(r, il, &xn, xn.len());
+    let y = attention(r, il, &xn, xn.len(), pos0);
     let pn = &l("post_attention_norm.weight").v;
     let sn = &l("nextn.shared_head_norm.weight").v;
     for (row, yr) in x.iter_mut().zip(&y) {
@@ -547,9 +548,11 @@ fn diffusion_matches_the_plain_reference_on_the_small_q4_k_m_file() {
 }
 
 /// Max |Δlogit| of the MTP block's first draft and two chained steps
-/// (`Model::mtp_sync`, `Model::mtp_step`) against §2.7 in f64, and the
-/// largest |logit|.
-fn compare_mtp(preset: Preset, recipe: Recipe) -> (f64, f64) {
+/// (`Model::mtp_sync`, `Model::mtp_step`) against §2.7 in f64, the largest
+/// |logit|, and the first draft's logits. With `skip` > 0 the cache skips
+/// the first `skip` entries (`Model::mtp_skip`): the reference's entries
+/// start there, at their own positions.
+fn compare_mtp(preset: Preset, recipe: Recipe, skip: usize) -> (f64, f64, Vec<f32>) {
     let dir = tempfile::tempdir().unwrap();
     let file = GgufFile::open(&write(dir.path(), preset, recipe, true)).unwrap();
     let mut model = Model::load(&file).unwrap();
@@ -568,6 +571,7 @@ fn compare_mtp(preset: Preset, recipe: Recipe) -> (f64, f64) {
     model
         .forward(&mut st, &history[..n], 0, LogitsFor::Last)
         .unwrap();
+    model.mtp_skip(&mut st, &history, skip).unwrap();
     let mut got = vec![model.mtp_sync(&mut st, &history).unwrap().to_vec()];
     for &t in &chain {
         got.push(model.mtp_step(&mut st, t).unwrap().to_vec());
@@ -582,7 +586,7 @@ fn compare_mtp(preset: Preset, recipe: Recipe) -> (f64, f64) {
     let mut tokens = history.clone();
     let mut want = Vec::new();
     for step in 0..=chain.len() {
-        let g = mtp_rows(&r, &tokens, &hidden);
+        let g = mtp_rows(&r, &tokens[skip..], &hidden[skip..], skip);
         let last = g.last().unwrap();
         want.push(matvec(output(&r), last));
         if let Some(&t) = chain.get(step) {
@@ -598,27 +602,45 @@ fn compare_mtp(preset: Preset, recipe: Recipe) -> (f64, f64) {
             big = big.max(b.abs());
         }
     }
-    eprintln!("{preset} {recipe} MTP: max |Δlogit| {err:.2e} (max |logit| {big:.2})");
-    (err, big)
+    eprintln!("{preset} {recipe} MTP (skip {skip}): max |Δlogit| {err:.2e} (max |logit| {big:.2})");
+    (err, big, got.swap_remove(0))
 }
 
 #[test]
 fn mtp_matches_the_plain_reference_on_the_tiny_f32_file() {
-    let (err, big) = compare_mtp(Preset::Tiny, Recipe::F32);
+    let (err, big, _) = compare_mtp(Preset::Tiny, Recipe::F32, 0);
     assert!(big > 0.5, "logits all near zero");
     assert!(err < 1e-4, "max |Δlogit| {err:e}");
 }
 
 #[test]
 fn mtp_matches_the_plain_reference_on_the_small_f32_file() {
-    let (err, big) = compare_mtp(Preset::Small, Recipe::F32);
+    let (err, big, _) = compare_mtp(Preset::Small, Recipe::F32, 0);
     assert!(big > 0.5, "logits all near zero");
     assert!(err < 1e-4, "max |Δlogit| {err:e}");
 }
 
 #[test]
 fn mtp_matches_the_plain_reference_on_the_tiny_q4_k_m_file() {
-    let (err, big) = compare_mtp(Preset::Tiny, Recipe::Q4KM);
+    let (err, big, _) = compare_mtp(Preset::Tiny, Recipe::Q4KM, 0);
     assert!(big > 0.5, "logits all near zero");
     assert!(err < 0.15, "max |Δlogit| {err:e}");
+}
+
+/// A cache that skipped entries (a bounded catch-up) attends to the entries
+/// after the skip only, roped where its rows start: the same scores as at
+/// the entries' own positions, since rope depends on distances alone.
+#[test]
+fn mtp_after_a_skip_matches_the_reference_over_the_entries_after_it() {
+    let (err, big, skipped) = compare_mtp(Preset::Tiny, Recipe::F32, 3);
+    assert!(big > 0.5, "logits all near zero");
+    assert!(err < 1e-4, "max |Δlogit| {err:e}");
+    // The skip changed what the draft sees.
+    let (_, _, whole) = compare_mtp(Preset::Tiny, Recipe::F32, 0);
+    let diff = skipped
+        .iter()
+        .zip(&whole)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(diff > 1e-2, "skipping entries changed no logit ({diff:e})");
 }

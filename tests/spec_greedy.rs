@@ -501,5 +501,36 @@ fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
             worst < 2e-3,
             "{arch:?}: logits after a catch-up differ by {worst}"
         );
+
+        // After a plain streak longer than the catch-up window, a draft runs
+        // the window's entries and the round's own (the previous token's and
+        // the anchor's) only: the cache holds just those.
+        use clover::spec::mtp::CATCH_UP_WINDOW;
+        let long: Vec<u32> = (0..CATCH_UP_WINDOW as u32 + 20)
+            .map(|i| (i * 37 + 5) % v)
+            .collect();
+        let n = long.len() - 1;
+        let mut st = model.new_state(opts()).unwrap();
+        model
+            .forward(&mut st, &long[..n], 0, LogitsFor::Last)
+            .unwrap();
+        let mut sampler = Sampler::new(SamplerParams::greedy());
+        let draft = MtpDrafter::default()
+            .draft(DraftCtx {
+                model: &model,
+                state: &mut st,
+                anchor: long[n],
+                pos: n,
+                n_max: 1,
+                p_min: 0.0,
+                history: &long,
+                sampler: &mut sampler,
+                sampling: false,
+            })
+            .unwrap();
+        assert_eq!(draft.tokens.len(), 1);
+        let m = st.mtp.as_ref().unwrap();
+        assert_eq!(m.kv.len(), CATCH_UP_WINDOW + 2, "{arch:?}");
+        assert_eq!(model.mtp_behind(&st, &long), 1);
     }
 }

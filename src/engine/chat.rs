@@ -471,4 +471,9 @@ impl ChatEngine for ChatSession {
             emit(EngineEvent::Error(e.to_string()));
         }
     }
+
+    fn spec_report(&self) -> Option<String> {
+        let stats = self.spec_stats()?;
+        (stats.why.is_some()).then(|| stats.report())
+    }
 }

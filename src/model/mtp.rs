@@ -78,14 +78,20 @@ impl HiddenLog {
 /// A sequence's MTP state: the block's KV cache and what feeds it.
 #[derive(Debug)]
 pub struct MtpState {
-    /// One attention layer's cache; position p holds entry p.
+    /// One attention layer's cache; cache row r holds entry `base + r`,
+    /// roped at r (attention scores depend only on the distance between
+    /// positions, so a cache that starts later is the same cache).
     pub kv: KvCache,
+    /// The first position the cache holds: entries before it were skipped
+    /// ([`Model::mtp_skip`]).
+    base: usize,
     /// The pass's layer slots: the block's index (the trunk's layer count)
     /// maps to the cache's one layer.
     pub(crate) slots: Vec<LayerSlot>,
     /// The trunk's normed hidden rows not yet consumed.
     pub(crate) log: HiddenLog,
-    /// The token of each cached entry (a rewound history is noticed).
+    /// The token of each position up to the newest entry, skipped ones
+    /// included (a rewound history is noticed).
     tokens: Vec<u32>,
     /// `[max_batch][n_embd]`: the hidden input rows of a pass.
     pub(crate) hidden: Vec<f32>,
@@ -103,6 +109,7 @@ impl MtpState {
         let e = cfg.n_embd;
         Ok(MtpState {
             kv: KvCache::for_state(1, cfg, opts)?,
+            base: 0,
             slots: vec![LayerSlot::Attention(0); cfg.n_layer + 1],
             log: HiddenLog::new(e),
             tokens: Vec::new(),
@@ -135,8 +142,22 @@ impl MtpState {
 
     pub(crate) fn reset(&mut self) {
         self.kv.clear();
+        self.base = 0;
         self.tokens.clear();
         self.log.clear();
+    }
+
+    /// Keeps the entries before position `keep` (or none, from scratch,
+    /// when `keep` lies among the skipped positions).
+    fn keep(&mut self, keep: usize) {
+        if keep < self.base {
+            self.kv.clear();
+            self.base = 0;
+            self.tokens.clear();
+        } else {
+            self.kv.truncate(keep - self.base);
+            self.tokens.truncate(keep);
+        }
     }
 }
 
@@ -183,6 +204,30 @@ impl Model<'_> {
         )
     }
 
+    /// Skips the first `k` of the entries `mtp_sync` would run: the cache
+    /// starts again empty after them, so later entries attend to those
+    /// after the skip only (a bounded catch-up after a long plain streak;
+    /// the drafts are proposals, verified like any other). At most the
+    /// entries before the anchor's are skipped.
+    pub fn mtp_skip(
+        &self,
+        state: &mut State,
+        history: &[u32],
+        k: usize,
+    ) -> Result<(), ForwardError> {
+        let m = self.mtp_state(state)?;
+        let kept = m.kept(history);
+        let to = (kept + k).min(history.len().saturating_sub(1));
+        if to > kept {
+            m.kv.clear();
+            m.base = to;
+            m.tokens.clear();
+            m.tokens.extend_from_slice(&history[..to]);
+            m.log.forget_before(to.saturating_sub(1));
+        }
+        Ok(())
+    }
+
     /// Runs the entries from the first stale one up to `upto` (exclusive;
     /// `history.len()`: the anchor's entry too, whose logits are left in
     /// the state's logits).
@@ -198,9 +243,8 @@ impl Model<'_> {
             });
         }
         let m = self.mtp_state(state)?;
-        let keep = m.kept(history);
-        m.kv.truncate(keep);
-        m.tokens.truncate(keep);
+        m.keep(m.kept(history));
+        let keep = m.tokens.len();
         // The rows before the anchor's feed the cache only: their passes
         // store K and V (no logits); the anchor's row runs whole.
         let mut p0 = keep;
@@ -227,10 +271,10 @@ impl Model<'_> {
         token: u32,
     ) -> Result<&'s [f32], ForwardError> {
         let m = self.mtp_state(state)?;
-        let pos = m.kv.len();
-        if pos + 1 > m.kv.n_ctx() {
+        let pos = m.base + m.kv.len();
+        if m.kv.len() + 1 > m.kv.n_ctx() {
             return Err(ForwardError::ContextFull {
-                need: pos + 1,
+                need: m.kv.len() + 1,
                 n_ctx: m.kv.n_ctx(),
             });
         }
@@ -242,8 +286,7 @@ impl Model<'_> {
     /// Keeps the first `n` entries of the MTP cache (drops chained steps).
     pub fn mtp_truncate(&self, state: &mut State, n: usize) {
         if let Some(m) = state.mtp.as_mut() {
-            m.kv.truncate(n);
-            m.tokens.truncate(n);
+            m.keep(n);
         }
     }
 
@@ -270,6 +313,7 @@ impl Model<'_> {
         }
         let (t, e) = (tokens.len(), self.config.n_embd);
         let m = self.mtp_state(state)?;
+        let row0 = pos0 - m.base;
         for (i, dst) in m.hidden[..t * e].chunks_exact_mut(e).enumerate() {
             let src = match hidden {
                 Hidden::Trunk => (pos0 + i).checked_sub(1).and_then(|q| m.log.get(q)),
@@ -293,7 +337,7 @@ impl Model<'_> {
         // A catch-up over many rows may take the prompt kernels; a drafting
         // step keeps decoding's numerics.
         let modes = [self.order.mode(t > 1), self.order.mode(false)];
-        let mut group = Group::mtp(state, tokens, pos0, modes);
+        let mut group = Group::mtp(state, tokens, row0, modes);
         self.net().run(std::slice::from_mut(&mut group));
         if let Some(layer) = group.first_bad {
             return Err(ForwardError::NonFinite { layer });

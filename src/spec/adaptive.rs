@@ -15,7 +15,9 @@
 //! length that would be best were every position accepted one standard
 //! deviation more often than counted ([`Adaptive::optimistic`]), when that
 //! rate beats plain decoding (and, since acceptance changes with the text,
-//! after [`EXPLORE_MAX`] plain steps whenever a perfect drafter would pay).
+//! as a long shot whenever a perfect drafter would pay: after
+//! [`EXPLORE_MAX`] plain steps, then twice as many each time a long shot
+//! leaves plain decoding ahead, up to [`REMEASURE_MAX`]).
 //! An exploration that leaves plain decoding ahead doubles the streak, up to
 //! [`EXPLORE_MAX`], unless the exploring round paid by itself: then the next
 //! one comes after [`EXPLORE_AFTER_PAID`] steps (a good drafter seen a few
@@ -275,9 +277,10 @@ impl Adaptive {
                 // plain steps, since acceptance can change with the text).
                 Some(c) => {
                     let (d, rate) = self.optimistic(lo, c);
-                    if rate > plain_rate || self.plain_streak >= EXPLORE_MAX {
+                    let long_shot = rate <= plain_rate;
+                    if !long_shot || self.plain_streak >= self.remeasure.max(EXPLORE_MAX) {
                         self.explored = true;
-                        self.remeasuring = false;
+                        self.remeasuring = long_shot;
                         self.why = Why::Explore;
                         return d;
                     }
@@ -316,16 +319,20 @@ impl Adaptive {
             }
         };
         if std::mem::take(&mut self.explored) {
+            let paid = std::mem::take(&mut self.explore_paid);
             self.explore = if pays {
                 EXPLORE_MIN
-            } else if std::mem::take(&mut self.explore_paid) {
+            } else if paid {
                 // The estimates say plain, the round itself paid: few rounds
                 // seen yet, so look again soon.
                 EXPLORE_AFTER_PAID
             } else {
                 (2 * self.explore).min(EXPLORE_MAX)
             };
-            self.remeasure = match (pays, std::mem::take(&mut self.remeasuring)) {
+            // A long shot (a re-measurement, or an exploration that not even
+            // optimistic acceptance favoured) that left plain decoding ahead
+            // makes the next one wait twice as long.
+            self.remeasure = match (pays || paid, std::mem::take(&mut self.remeasuring)) {
                 (false, true) if self.remeasure < EXPLORE_MAX => EXPLORE_MAX,
                 (false, true) => (2 * self.remeasure).min(REMEASURE_MAX),
                 (true, _) => EXPLORE_MAX,

@@ -6,15 +6,22 @@
 //! ever holds committed tokens.
 //!
 //! After rounds decoded plainly the cache lags by those positions. Catching
-//! up on them is a pass of its own, timed apart (`take_catch_up_ns`): the
-//! adaptive controller prices a draft at what drafting costs round after
-//! round (the previous round's tokens and the anchor), not at the lag.
+//! up on them is a pass of its own, over the newest [`CATCH_UP_WINDOW`] of
+//! them at most, timed apart (`take_catch_up_ns`): the adaptive controller
+//! prices a draft at what drafting costs round after round (the previous
+//! round's tokens and the anchor), not at the lag.
 
 use std::time::Instant;
 
 use crate::model::ForwardError;
 
 use super::draft::{Draft, DraftCtx, Drafter};
+
+/// The most entries a catch-up runs: after a longer plain streak the
+/// block's cache starts again this far behind the round's own entries
+/// (`Model::mtp_skip`), so catching up costs at most this many rows
+/// however long the streak, and a draft still sees the recent text.
+pub const CATCH_UP_WINDOW: usize = 64;
 
 /// Drafts through the MTP block (a state made with `StateOptions::mtp`).
 #[derive(Debug, Default)]
@@ -38,7 +45,11 @@ impl Drafter for MtpDrafter {
         let own = self.last + 2;
         if behind > own {
             let t0 = Instant::now();
-            model.mtp_catch_up(state, ctx.history, behind - own)?;
+            // Only the newest CATCH_UP_WINDOW of the lagging entries are run.
+            let lag = behind - own;
+            let skip = lag.saturating_sub(CATCH_UP_WINDOW);
+            model.mtp_skip(state, ctx.history, skip)?;
+            model.mtp_catch_up(state, ctx.history, lag - skip)?;
             self.catch_up_ns += t0.elapsed().as_nanos() as u64;
         }
         let result = (|| {

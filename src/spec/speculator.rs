@@ -254,12 +254,16 @@ impl Speculator {
             }
         };
         stats.record_iteration(d, accepted, relaxed);
-        adaptive.record_verify(d + 1, verify_ns, d, accepted);
 
         // Keep the anchor and the accepted drafts (docs/DESIGN.md §5 replay).
-        let t0 = Instant::now();
+        let t1 = Instant::now();
         model.commit_verify(state, accepted + 1)?;
-        stats.rollback_ns += t0.elapsed().as_nanos() as u64;
+        stats.rollback_ns += t1.elapsed().as_nanos() as u64;
+        // The controller prices the round's whole cost after drafting: the
+        // pass, the acceptance and the commit (a plain step's price holds
+        // its sampling too).
+        let round_ns = t0.elapsed().as_nanos() as u64;
+        adaptive.record_verify(d + 1, round_ns, d, accepted);
         out.extend_from_slice(&drafts.tokens[..accepted]);
         out.push(next);
         Ok(())

@@ -315,6 +315,11 @@ pub trait ChatEngine: Send + 'static {
     /// calling `emit` for every event, and returns when the reply is complete, when
     /// `controls.stop_requested()` is true, or after emitting `Error`.
     fn generate(&mut self, messages: &[ChatMessage], controls: &Controls, emit: Emit<'_>);
+    /// The speculation summary so far (`clover run`'s `spec:` lines), when
+    /// any round was decoded with speculation on.
+    fn spec_report(&self) -> Option<String> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -252,6 +252,11 @@ pub fn run_lines_with<E: ChatEngine>(
         output.flush()?;
         messages.push(ChatMessage::new(Role::Assistant, reply.trim()));
     }
+    if controls.spec() {
+        if let Some(report) = engine.spec_report() {
+            let _ = notes.write_all(report.as_bytes());
+        }
+    }
     match first_error {
         Some(first) => Err(LineError::TurnsFailed {
             failed,
