@@ -534,3 +534,74 @@ fn mtp_speculation_equals_plain_greedy_and_keeps_its_cache_right() {
         assert_eq!(model.mtp_behind(&st, &long), 1);
     }
 }
+
+/// Proposes the known continuation from even positions only, nothing from
+/// odd ones (a free drafter that finds something every other round).
+struct EveryOther {
+    seq: Vec<u32>,
+}
+
+impl Drafter for EveryOther {
+    fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        if ctx.pos % 2 == 1 {
+            return Ok(Draft::default());
+        }
+        SequenceDrafter {
+            seq: self.seq.clone(),
+        }
+        .draft(ctx)
+    }
+}
+
+/// A drafter that takes `cost` per draft and counts its drafts.
+struct Slow {
+    inner: WrongDrafter,
+    cost: std::time::Duration,
+    drafts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Drafter for Slow {
+    fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        std::thread::sleep(self.cost);
+        self.drafts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.draft(ctx)
+    }
+}
+
+/// Under the adaptive controller a chain prices each stage on its own: a
+/// free stage whose drafts are accepted keeps drafting, and a dear stage
+/// whose drafts never are, tried when the free one finds nothing, is soon
+/// left out (were the chain priced as one drafter, the free stage's wins
+/// would keep the dear one drafting every other round).
+#[test]
+fn a_chain_prices_each_stage_on_its_own() {
+    use clover::spec::ngram::ChainDrafter;
+    let tm = TinyModel::random(tiny_config(4, 2), 1);
+    let model = tm.model();
+    let v = model.n_vocab() as u32;
+    let prompt: Vec<u32> = [3u32, 17, 42, 0, 31].iter().map(|t| t % v).collect();
+    let n = 80;
+    let want = plain_greedy(&model, &prompt, n);
+    let mut seq = prompt.clone();
+    seq.extend(&want);
+    let slow_drafts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut chain = ChainDrafter {
+        stages: vec![
+            (Box::new(EveryOther { seq: seq.clone() }), 0),
+            (
+                Box::new(Slow {
+                    inner: WrongDrafter { seq, n_vocab: v },
+                    cost: std::time::Duration::from_millis(2),
+                    drafts: slow_drafts.clone(),
+                }),
+                0,
+            ),
+        ],
+    };
+    let g = spec(&model, &prompt, &cfg(n, 4, true), &mut chain);
+    assert_eq!(g.tokens, want);
+    let slow = slow_drafts.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(g.stats.drafts_accepted >= 20, "{:?}", g.stats);
+    assert!(slow <= 4, "the dear stage drafted {slow} times");
+}

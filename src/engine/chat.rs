@@ -78,18 +78,35 @@ pub struct Recorder {
     last: Vec<u32>,
 }
 
+impl Recorder {
+    fn keep(&mut self, d: &Draft, n_max: usize) {
+        self.last.clear();
+        self.last
+            .extend_from_slice(&d.tokens[..d.tokens.len().min(n_max)]);
+    }
+}
+
 impl Drafter for Recorder {
     fn draft(&mut self, ctx: DraftCtx) -> Result<Draft, ForwardError> {
         let n_max = ctx.n_max;
         let d = self.inner.draft(ctx)?;
-        self.last.clear();
-        self.last
-            .extend_from_slice(&d.tokens[..d.tokens.len().min(n_max)]);
+        self.keep(&d, n_max);
         Ok(d)
     }
 
     fn take_catch_up_ns(&mut self) -> u64 {
         self.inner.take_catch_up_ns()
+    }
+
+    fn stages(&self) -> usize {
+        self.inner.stages()
+    }
+
+    fn draft_stage(&mut self, stage: usize, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        let n_max = ctx.n_max;
+        let d = self.inner.draft_stage(stage, ctx)?;
+        self.keep(&d, n_max);
+        Ok(d)
     }
 }
 

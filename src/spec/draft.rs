@@ -51,6 +51,18 @@ pub trait Drafter {
     fn take_catch_up_ns(&mut self) -> u64 {
         0
     }
+
+    /// How many drafters this one tries in order (a chain's stages): the
+    /// adaptive controller prices each on its own (`draft_stage`).
+    fn stages(&self) -> usize {
+        1
+    }
+
+    /// Stage `stage`'s draft alone (a chain's; the one drafter otherwise).
+    fn draft_stage(&mut self, stage: usize, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        let _ = stage;
+        self.draft(ctx)
+    }
 }
 
 impl<D: Drafter + ?Sized> Drafter for Box<D> {
@@ -60,6 +72,14 @@ impl<D: Drafter + ?Sized> Drafter for Box<D> {
 
     fn take_catch_up_ns(&mut self) -> u64 {
         (**self).take_catch_up_ns()
+    }
+
+    fn stages(&self) -> usize {
+        (**self).stages()
+    }
+
+    fn draft_stage(&mut self, stage: usize, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        (**self).draft_stage(stage, ctx)
     }
 }
 

@@ -117,7 +117,9 @@ impl Drafter for NgramDrafter {
 
 /// Drafters tried in order: the first draft of at least its stage's
 /// `n_min` tokens is proposed (ik_llama.cpp's two-stage shape: a free n-gram
-/// lookup first, the model's own drafter where it finds nothing).
+/// lookup first, the model's own drafter where it finds nothing). Under the
+/// adaptive controller each stage is priced on its own (`draft_stage`): a
+/// stage whose drafts do not pay passes the round to the next.
 pub struct ChainDrafter {
     pub stages: Vec<(Box<dyn Drafter + Send>, usize)>,
 }
@@ -159,6 +161,19 @@ impl Drafter for ChainDrafter {
             .iter_mut()
             .map(|(s, _)| s.take_catch_up_ns())
             .sum()
+    }
+
+    fn stages(&self) -> usize {
+        self.stages.len()
+    }
+
+    fn draft_stage(&mut self, stage: usize, ctx: DraftCtx) -> Result<Draft, ForwardError> {
+        let (drafter, n_min) = &mut self.stages[stage];
+        let d = drafter.draft(ctx)?;
+        Ok(match d.tokens.len() >= *n_min {
+            true => d,
+            false => Draft::default(),
+        })
     }
 }
 

@@ -74,21 +74,22 @@ pub enum SpecError {
     DraftTooLong(usize),
 }
 
-/// A round's state across rounds: configuration, the adaptive controller and
-/// the statistics. `iterate` is one draft → verify → accept → commit round;
+/// A round's state across rounds: configuration, the adaptive controllers
+/// (one per stage of the drafter: a chain prices each of its drafters on its
+/// own) and the statistics. `iterate` is one draft → verify → accept → commit round;
 /// the session's step (`engine::SpecStep`) and `engine::generate_tokens` call it.
 #[derive(Debug)]
 pub struct Speculator {
     pub cfg: SpecConfig,
     pub stats: SpecStats,
-    adaptive: Adaptive,
+    adaptive: Vec<Adaptive>,
 }
 
 impl Speculator {
     pub fn new(cfg: SpecConfig) -> Speculator {
         Speculator {
             stats: SpecStats::new(cfg.n_max),
-            adaptive: Adaptive::new(cfg.n_min, cfg.n_max),
+            adaptive: vec![Adaptive::new(cfg.n_min, cfg.n_max)],
             cfg,
         }
     }
@@ -117,6 +118,16 @@ impl Speculator {
         draft: bool,
         out: &mut Vec<u32>,
     ) -> Result<(), SpecError> {
+        let stages = if self.cfg.adaptive {
+            drafter.stages().max(1)
+        } else {
+            1
+        };
+        if self.adaptive.len() != stages {
+            let (n_min, n_max) = (self.cfg.n_min, self.cfg.n_max);
+            self.adaptive
+                .resize_with(stages, || Adaptive::new(n_min, n_max));
+        }
         let cfg = &self.cfg;
         let stats = &mut self.stats;
         let adaptive = &mut self.adaptive;
@@ -134,37 +145,54 @@ impl Speculator {
             .saturating_sub(1)
             .min(room_ctx)
             .min(state.max_batch.saturating_sub(1));
-        let d_want = if !cfg.enabled || !draft {
-            0
-        } else if cfg.adaptive {
-            let d = adaptive.choose(cap);
-            if adaptive.why != Why::NoRoom {
-                stats.why = Some(adaptive.why);
-            }
-            stats.explore_rounds += (adaptive.why == Why::Explore && d > 0) as u64;
-            stats.plain_chosen += (d == 0) as u64;
-            d
-        } else if cap >= cfg.n_min.max(1) {
-            stats.why = Some(Why::Fixed);
-            cfg.n_max.min(cap)
-        } else {
-            0
-        };
 
+        // Stage by stage (a chain's drafters in order, each priced by its
+        // own controller): the first that chooses to draft and proposes
+        // drafts takes the round; when none does, it is a plain step.
         let mut drafts = super::draft::Draft::default();
-        if d_want > 0 {
+        let mut stage = 0;
+        let mut chose_plain = true;
+        for (s, a) in adaptive.iter_mut().enumerate() {
+            if !cfg.enabled || !draft {
+                break;
+            }
+            let d_want = if cfg.adaptive {
+                let d = a.choose(cap);
+                if a.why != Why::NoRoom {
+                    stats.why = Some(a.why);
+                }
+                d
+            } else if cap >= cfg.n_min.max(1) {
+                stats.why = Some(Why::Fixed);
+                cfg.n_max.min(cap)
+            } else {
+                0
+            };
+            if d_want == 0 {
+                // A timed plain step, or no room: the round is plain
+                // whatever the later stages would choose.
+                if matches!(a.why, Why::Probe | Why::NoRoom | Why::Measuring) {
+                    break;
+                }
+                continue;
+            }
+            chose_plain = false;
             let t0 = Instant::now();
-            drafts = drafter.draft(DraftCtx {
+            let ctx = DraftCtx {
                 model,
-                state,
+                state: &mut *state,
                 anchor,
                 pos: n,
                 n_max: d_want,
                 p_min: cfg.p_min,
                 history,
-                sampler,
+                sampler: &mut *sampler,
                 sampling,
-            })?;
+            };
+            drafts = match stages {
+                1 => drafter.draft(ctx)?,
+                _ => drafter.draft_stage(s, ctx)?,
+            };
             drafts.tokens.truncate(d_want);
             let ns = t0.elapsed().as_nanos() as u64;
             stats.draft_ns += ns;
@@ -172,11 +200,15 @@ impl Speculator {
             // A drafter catching up on plain steps did not pay that for
             // drafting: the controller prices the draft without it.
             let catch_up = drafter.take_catch_up_ns().min(ns);
-            adaptive.record_draft(d_want + 1, ns - catch_up);
-            if drafts.tokens.len() < cfg.n_min.max(1) {
-                drafts.tokens.clear();
+            a.record_draft(d_want + 1, ns - catch_up);
+            if drafts.tokens.len() >= cfg.n_min.max(1) {
+                stats.explore_rounds += (cfg.adaptive && a.why == Why::Explore) as u64;
+                stage = s;
+                break;
             }
+            drafts.tokens.clear();
         }
+        stats.plain_chosen += (cfg.enabled && draft && cfg.adaptive && chose_plain) as u64;
 
         if drafts.tokens.is_empty() {
             // Plain decoding step.
@@ -187,7 +219,9 @@ impl Speculator {
             let ns = t0.elapsed().as_nanos() as u64;
             stats.plain_ns += ns;
             stats.plain_passes += 1;
-            adaptive.record_plain(ns);
+            for a in adaptive.iter_mut() {
+                a.record_plain(ns);
+            }
             out.push(next);
             return Ok(());
         }
@@ -263,7 +297,7 @@ impl Speculator {
         // pass, the acceptance and the commit (a plain step's price holds
         // its sampling too).
         let round_ns = t0.elapsed().as_nanos() as u64;
-        adaptive.record_verify(d + 1, round_ns, d, accepted);
+        adaptive[stage].record_verify(d + 1, round_ns, d, accepted);
         out.extend_from_slice(&drafts.tokens[..accepted]);
         out.push(next);
         Ok(())
