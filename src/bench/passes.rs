@@ -130,6 +130,12 @@ pub fn pass_costs(
             let k = cost.tokens;
             let pos = state.n_past();
             let profiled = profile && rep > 0;
+            if cost.kind == PassKind::Mtp {
+                // The cache up to the position before the anchor, as the
+                // loop leaves it after a round (untimed, unprofiled).
+                hist.push(rng.next_token(n_vocab));
+                model.mtp_sync(&mut state, &hist)?;
+            }
             if profiled {
                 prof::start();
             }
@@ -150,10 +156,6 @@ pub fn pass_costs(
                     t.elapsed().as_nanos() as u64
                 }
                 PassKind::Mtp => {
-                    // The cache up to the position before the anchor, as the
-                    // loop leaves it after a round; then the timed draft.
-                    hist.push(rng.next_token(n_vocab));
-                    model.mtp_sync(&mut state, &hist)?;
                     let t = Instant::now();
                     let mut tok = crate::sample::argmax(model.mtp_sync(&mut state, &hist)?);
                     for _ in 1..k {
