@@ -3,7 +3,8 @@
 one chat of N turns (the held-out KJV chapter openings of
 training/corpus.py's heldout_prompts.json, one a turn), greedy, each turn up
 to 128 tokens, the two modes run alternately R times; the replies must be
-identical. Prints each pair's ratio and their median.
+identical (each pair runs them in the other order than the pair before). Prints
+each pair's ratio and their median.
 
     scripts/chat_speed.py CLOVER_BIN MODEL SPEC_TYPE heldout_prompts.json [N [R [THREADS]]]
 """
@@ -30,8 +31,14 @@ def chat(extra):
 
 ratios = []
 for i in range(reps):
-    plain_s, plain_out = chat([])
-    spec_s, spec_out = chat(["--spec-type", spec])
+    # Which mode goes first alternates, so that an order effect (the
+    # machine warming up, the page cache) weighs on both alike.
+    if i % 2 == 0:
+        plain_s, plain_out = chat([])
+        spec_s, spec_out = chat(["--spec-type", spec])
+    else:
+        spec_s, spec_out = chat(["--spec-type", spec])
+        plain_s, plain_out = chat([])
     if spec_out != plain_out:
         sys.exit(f"chat_speed: the replies with {spec} differ from plain decoding's")
     ratios.append(plain_s / spec_s)
