@@ -517,6 +517,7 @@ fn paired(bytes: usize, n: usize) {
         GgmlType::IQ4_XS,
         GgmlType::Q6_K,
         GgmlType::Q8_0,
+        GgmlType::Q3_K,
     ] {
         let rb = ty.row_bytes(N_IN as u64).unwrap() as usize;
         let rows = bytes / rb / repack::ROWS * repack::ROWS;
