@@ -137,8 +137,8 @@ impl Drafter for ChainDrafter {
             sampler,
             sampling,
         } = ctx;
-        for (stage, n_min) in &mut self.stages {
-            let d = stage.draft(DraftCtx {
+        for stage in 0..self.stages.len() {
+            let ctx = DraftCtx {
                 model,
                 state: &mut *state,
                 anchor,
@@ -148,8 +148,9 @@ impl Drafter for ChainDrafter {
                 history,
                 sampler: &mut *sampler,
                 sampling,
-            })?;
-            if !d.tokens.is_empty() && d.tokens.len() >= *n_min {
+            };
+            let d = self.draft_stage(stage, ctx)?;
+            if !d.tokens.is_empty() {
                 return Ok(d);
             }
         }

@@ -152,10 +152,8 @@ impl Speculator {
         let mut drafts = super::draft::Draft::default();
         let mut stage = 0;
         let mut chose_plain = true;
-        for (s, a) in adaptive.iter_mut().enumerate() {
-            if !cfg.enabled || !draft {
-                break;
-            }
+        let stages_asked = if cfg.enabled && draft { stages } else { 0 };
+        for (s, a) in adaptive.iter_mut().enumerate().take(stages_asked) {
             let d_want = if cfg.adaptive {
                 let d = a.choose(cap);
                 if a.why != Why::NoRoom {
@@ -208,7 +206,7 @@ impl Speculator {
             }
             drafts.tokens.clear();
         }
-        stats.plain_chosen += (cfg.enabled && draft && cfg.adaptive && chose_plain) as u64;
+        stats.plain_chosen += (stages_asked > 0 && cfg.adaptive && chose_plain) as u64;
 
         if drafts.tokens.is_empty() {
             // Plain decoding step.
